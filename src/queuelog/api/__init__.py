@@ -1,0 +1,1 @@
+"""The HTTP API: routes parse and authenticate, the service decides."""

@@ -1,0 +1,92 @@
+"""create_app: builds the service, the key ring and the routes. No globals."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from queuelog import __version__
+from queuelog.api.deps import AppState
+from queuelog.api.metrics import Metrics, MetricsMiddleware
+from queuelog.api.middleware import BodyLimitMiddleware
+from queuelog.api.problems import install_handlers
+from queuelog.api.routes import claims, jobs, keys, ops
+from queuelog.auth import KeyRing, RateLimiter
+from queuelog.clock import Clock, SystemClock
+from queuelog.config import Settings
+from queuelog.maintenance import Maintenance
+from queuelog.service import JobService
+from queuelog.storage import open_storage
+from queuelog.storage.base import Storage
+
+DESCRIPTION = """
+A durable background job queue. Producers enqueue jobs; workers claim them,
+run them and report back. Every route but `/healthz`, `/readyz`,
+`/openapi.json` and `/docs` needs `Authorization: Bearer <api key>`.
+
+Every error is `application/problem+json` (RFC 9457) with a stable `type` slug.
+Times are RFC 3339 UTC strings with microseconds.
+
+Choices where the contract is silent:
+
+* A job the caller may not see is answered 404, never 403.
+* `POST /jobs/claim` with `types` naming an unconfigured type is 422
+  `unknown-job-type`; naming a type the key may not claim is 403.
+* A heartbeat without `lease_seconds` extends the lease by the job type's lease.
+* A key with several roles sees the union of what each role sees.
+* The `detail` of `failed`, `retry_scheduled` and `lease_expired` events is the
+  sanitised error text, shown to admins only, like the job's `error`.
+* `POST /jobs/batch/complete` answers 422 `payload-too-large` for an item whose
+  result is too large, besides 200, 404 and 409.
+"""
+
+
+def create_app(
+    settings: Settings,
+    storage: Storage | None = None,
+    clock: Clock | None = None,
+    run_maintenance: bool = True,
+) -> FastAPI:
+    """Build the application; it owns (and closes) the storage it is given or opens."""
+    clock = clock or SystemClock()
+    storage = storage or open_storage(settings)
+    service = JobService(storage, settings, clock)
+    state = AppState(
+        service=service,
+        keys=KeyRing(storage, clock),
+        limiter=RateLimiter(settings.limits.rate_per_second, settings.limits.rate_burst),
+    )
+    maintenance = Maintenance(service, settings.sweep_interval_seconds)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if run_maintenance:
+            maintenance.start()
+        try:
+            yield
+        finally:
+            maintenance.stop()
+            storage.close()
+
+    app = FastAPI(
+        title="queuelog",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.queuelog = state
+    app.state.maintenance = maintenance
+    app.state.metrics = Metrics(service)
+    install_handlers(app)
+    # Literal segments (/jobs/claim, /jobs/batch) are registered before /jobs/{id}.
+    app.include_router(claims.router)
+    app.include_router(jobs.router)
+    app.include_router(keys.router)
+    app.include_router(ops.router)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
+    )
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    return app

@@ -1,0 +1,75 @@
+"""Dependencies shared by the routes: the service, the caller's key, role checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from queuelog.auth import KeyRing, RateLimiter
+from queuelog.errors import Forbidden
+from queuelog.models import ApiKey, Role
+from queuelog.service import JobService
+
+
+@dataclass
+class AppState:
+    """Everything a request needs, built once by create_app."""
+
+    service: JobService
+    keys: KeyRing
+    limiter: RateLimiter
+
+
+def state_of(request: Request) -> AppState:
+    state: AppState = request.app.state.queuelog
+    return state
+
+
+def _service(request: Request) -> JobService:
+    return state_of(request).service
+
+
+def _keyring(request: Request) -> KeyRing:
+    return state_of(request).keys
+
+
+_bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer ql_...`")
+
+
+def _current_key(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> ApiKey:
+    state = state_of(request)
+    key = state.keys.authenticate(credentials.credentials if credentials else None)
+    state.limiter.check(key.id)
+    request.state.principal = key.name
+    return key
+
+
+ServiceDep = Annotated[JobService, Depends(_service)]
+KeyRingDep = Annotated[KeyRing, Depends(_keyring)]
+CurrentKey = Annotated[ApiKey, Depends(_current_key)]
+
+
+def require(*roles: Role) -> Callable[[ApiKey], ApiKey]:
+    """A dependency: the caller's key, which must hold one of ``roles``."""
+
+    def check(key: CurrentKey) -> ApiKey:
+        if not any(key.has(role) for role in roles):
+            names = " or ".join(r.value for r in roles)
+            raise Forbidden(f"This route needs the {names} role")
+        return key
+
+    return check
+
+
+Producer = Annotated[ApiKey, Depends(require(Role.PRODUCER))]
+Worker = Annotated[ApiKey, Depends(require(Role.WORKER))]
+Admin = Annotated[ApiKey, Depends(require(Role.ADMIN))]
+Reader = Annotated[ApiKey, Depends(require(Role.PRODUCER, Role.WORKER, Role.ADMIN))]
+Canceller = Annotated[ApiKey, Depends(require(Role.PRODUCER, Role.ADMIN))]

@@ -1,0 +1,74 @@
+"""Prometheus metrics: requests and latencies, and jobs by status and type."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from queuelog.service import JobService
+
+
+class _JobsCollector:
+    def __init__(self, service: JobService) -> None:
+        self._service = service
+
+    def collect(self) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily(
+            "queuelog_jobs", "Jobs by status and type", labels=["status", "type"]
+        )
+        for (status, job_type), count in self._service.stats().counts.items():
+            gauge.add_metric([status, job_type], count)
+        yield gauge
+
+
+class Metrics:
+    """One registry per app: tests and several apps in one process do not collide."""
+
+    def __init__(self, service: JobService) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "queuelog_http_requests",
+            "HTTP requests by method, route and status",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "queuelog_http_request_duration_seconds",
+            "HTTP request latency by method and route",
+            ["method", "route"],
+            registry=self.registry,
+        )
+        self.registry.register(_JobsCollector(service))
+
+
+class MetricsMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def record_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record_status)
+        finally:
+            route = scope.get("route")
+            # The route template, not the raw path: ids would make one series per job.
+            name = getattr(route, "path", "unmatched")
+            method = scope["method"]
+            self.metrics.requests.labels(method, name, str(status)).inc()
+            self.metrics.latency.labels(method, name).observe(time.perf_counter() - started)

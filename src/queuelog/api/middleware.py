@@ -1,0 +1,91 @@
+"""ASGI middleware that enforces limits before any work is done."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from queuelog.api.problems import PROBLEM_JSON
+
+_WITH_BODY = {"POST", "PUT", "PATCH"}
+
+
+class _TooLarge(StarletteHTTPException):
+    """Raised while the body streams in; an HTTPException so the app answers it as 413."""
+
+    def __init__(self) -> None:
+        super().__init__(413)
+
+
+async def _send_problem(send: Send, status: int, slug: str, title: str) -> None:
+    body = json.dumps({"type": slug, "title": title, "status": status, "detail": title}).encode()
+    headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimitMiddleware:
+    """413 for bodies over ``max_bytes`` (before parsing); 415 for non-JSON bodies.
+
+    Paths under ``form_prefixes`` (the dashboard) may post HTML forms.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, form_prefixes: tuple[str, ...] = ()):
+        self.app = app
+        self.max_bytes = max_bytes
+        self.form_prefixes = form_prefixes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in _WITH_BODY:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            await _send_problem(send, 413, "body-too-large", "Request body is too large")
+            return
+        has_body = length not in (None, b"0") or b"transfer-encoding" in headers
+        if has_body and not self._media_ok(scope["path"], headers.get(b"content-type", b"")):
+            await _send_problem(
+                send, 415, "unsupported-media-type", "Request body must be application/json"
+            )
+            return
+        await self._guarded(scope, receive, send)
+
+    def _media_ok(self, path: str, content_type: bytes) -> bool:
+        media = content_type.split(b";")[0].strip().lower()
+        if media == b"application/json" or (
+            media.startswith(b"application/") and media.endswith(b"+json")
+        ):
+            return True
+        forms = (b"application/x-www-form-urlencoded", b"multipart/form-data")
+        return (
+            media in forms and path.startswith(self.form_prefixes) if self.form_prefixes else False
+        )
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        received = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await _send_problem(send, 413, "body-too-large", "Request body is too large")

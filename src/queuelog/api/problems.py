@@ -1,0 +1,81 @@
+"""problem+json (RFC 9457) answers, and the handlers that turn every failure into one."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from queuelog.errors import QueueError, RateLimited
+
+log = logging.getLogger("queuelog.api")
+
+PROBLEM_JSON = "application/problem+json"
+
+_HTTP_SLUGS = {
+    400: ("bad-request", "Bad request"),
+    401: ("unauthenticated", "Authentication required"),
+    403: ("forbidden", "Not allowed for this key"),
+    404: ("not-found", "Not found"),
+    405: ("method-not-allowed", "Method not allowed"),
+    413: ("body-too-large", "Request body is too large"),
+    415: ("unsupported-media-type", "Request body must be application/json"),
+}
+
+
+def problem(
+    status: int, slug: str, title: str, detail: str | None = None, **extra: Any
+) -> JSONResponse:
+    body: dict[str, Any] = {"type": slug, "title": title, "status": status}
+    body["detail"] = detail or title
+    body.update(extra)
+    headers = {}
+    if status == 429 and "retry_after" in extra:
+        headers["Retry-After"] = str(body.pop("retry_after"))
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def from_error(exc: QueueError) -> JSONResponse:
+    extra = dict(exc.extra)
+    if isinstance(exc, RateLimited):
+        extra["retry_after"] = exc.retry_after
+    return problem(exc.status, exc.slug, exc.title, exc.detail, **extra)
+
+
+def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    errors = []
+    for error in exc.errors()[:50]:
+        # Only the location and message: never the input, which may be large or secret.
+        errors.append({"loc": list(error.get("loc", ())), "msg": str(error.get("msg", ""))})
+    return errors
+
+
+def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(QueueError)
+    async def queue_error(_: Request, exc: QueueError) -> JSONResponse:
+        return from_error(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return problem(
+            422,
+            "validation",
+            "Request is not valid",
+            "The request did not pass validation",
+            errors=_validation_errors(exc),
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        slug, title = _HTTP_SLUGS.get(exc.status_code, ("error", "Request failed"))
+        return problem(exc.status_code, slug, title)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        # The cause is logged for operators; the client learns nothing of it.
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return problem(500, "internal", "Internal server error", "The server could not do this")

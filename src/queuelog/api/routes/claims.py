@@ -1,0 +1,122 @@
+"""Worker routes: claim, heartbeat, complete, fail, and batch acknowledgement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+
+from queuelog.api.deps import ServiceDep, Worker
+from queuelog.api.openapi import AUTHED, problems
+from queuelog.api.schemas import (
+    BatchCompleteOut,
+    BatchCompleteRequest,
+    ClaimOut,
+    ClaimRequest,
+    CompleteRequest,
+    FailRequest,
+    HeartbeatRequest,
+    JobOut,
+    job_json,
+)
+from queuelog.errors import QueueError
+from queuelog.models import Job, Role
+from queuelog.service import FinishSpec
+
+router = APIRouter(prefix="/jobs", tags=["workers"])
+
+_HELD = (
+    " 404 if there is no such job; 409 `invalid-state` if it is not running; 409 "
+    "`not-lease-holder` if another worker holds it or the lease token is stale. "
+    "Nothing changes on a 409."
+)
+
+
+@router.post(
+    "/claim",
+    response_model=ClaimOut,
+    summary="Claim ready jobs",
+    description=(
+        "Atomic: each job is handed to exactly one claimer. Eligible jobs are pending with "
+        "`run_at <= now`, in order `priority DESC, created_at ASC, id ASC`. Expired leases "
+        "are rescued first. `worker_id` is the key's name, or `name/instance`; the caller "
+        "never chooses it. An empty body claims one job of any type the key may claim."
+    ),
+    responses=problems(*AUTHED, 413, 415, 422),
+)
+def claim(caller: Worker, service: ServiceDep, body: ClaimRequest | None = None) -> Response:
+    body = body or ClaimRequest()
+    jobs = service.claim(caller, body.types, body.limit, body.lease_seconds, body.instance)
+    admin = caller.has(Role.ADMIN)
+    return JSONResponse({"jobs": [job_json(j, admin, lease_token=True) for j in jobs]})
+
+
+@router.post(
+    "/batch/complete",
+    response_model=BatchCompleteOut,
+    summary="Complete up to 100 held jobs at once",
+    description="Each item is checked exactly as the single route and answered in order.",
+    responses=problems(*AUTHED, 413, 415, 422),
+)
+def complete_batch(body: BatchCompleteRequest, caller: Worker, service: ServiceDep) -> Response:
+    specs = [FinishSpec(i.id, i.lease_token, result=i.result) for i in body.items]
+    outcomes = service.finish_many(caller, specs)
+    admin = caller.has(Role.ADMIN)
+    results = [_item(spec.job_id, out, admin) for spec, out in zip(specs, outcomes, strict=True)]
+    return JSONResponse({"results": results})
+
+
+def _item(job_id: int, outcome: Job | QueueError, admin: bool) -> dict[str, Any]:
+    if isinstance(outcome, QueueError):
+        return {"id": job_id, "status": outcome.status, "type": outcome.slug}
+    return {"id": job_id, "status": 200, "job": job_json(outcome, admin)}
+
+
+@router.post(
+    "/{job_id}/heartbeat",
+    response_model=JobOut,
+    summary="Extend the lease of a held job",
+    description="`lease_seconds` defaults to the job type's lease." + _HELD,
+    responses=problems(*AUTHED, 404, 409, 413, 415, 422),
+)
+def heartbeat(job_id: int, body: HeartbeatRequest, caller: Worker, service: ServiceDep) -> Response:
+    job = service.heartbeat(caller, job_id, body.lease_token, body.lease_seconds)
+    return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
+
+
+@router.post(
+    "/{job_id}/complete",
+    response_model=JobOut,
+    summary="Complete a held job",
+    description="`result` is at most `max_result_bytes` serialised (422)." + _HELD,
+    responses=problems(*AUTHED, 404, 409, 413, 415, 422),
+)
+def complete(job_id: int, body: CompleteRequest, caller: Worker, service: ServiceDep) -> Response:
+    job = service.finish(caller, FinishSpec(job_id, body.lease_token, result=body.result))
+    return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
+
+
+@router.post(
+    "/{job_id}/fail",
+    response_model=JobOut,
+    summary="Fail a held job (retried while attempts remain)",
+    description=(
+        "With `retryable` (default) and `retry_count < max_retries`: back to pending with "
+        "`retry_count + 1` and `run_at = now + backoff` (or `retry_in_seconds`). Else failed; "
+        "`retry_count` stays as it was. The error text is sanitised before it is stored: "
+        "credentials, tokens, keys and absolute paths are redacted, control characters "
+        "removed, and the text cut to 2,000 characters." + _HELD
+    ),
+    responses=problems(*AUTHED, 404, 409, 413, 415, 422),
+)
+def fail(job_id: int, body: FailRequest, caller: Worker, service: ServiceDep) -> Response:
+    spec = FinishSpec(
+        job_id,
+        body.lease_token,
+        error=body.error,
+        retryable=body.retryable,
+        retry_in_seconds=body.retry_in_seconds,
+    )
+    job = service.finish(caller, spec)
+    return JSONResponse(job_json(job, caller.has(Role.ADMIN)))

@@ -1,0 +1,70 @@
+"""API key management (admin)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+
+from queuelog.api.deps import Admin, KeyRingDep, ServiceDep
+from queuelog.api.openapi import AUTHED, problems
+from queuelog.api.schemas import KeyCreatedOut, KeyCreateRequest, KeyListOut, priority_of
+from queuelog.clock import rfc3339
+from queuelog.errors import UnknownJobType
+from queuelog.models import ApiKey
+
+router = APIRouter(prefix="/keys", tags=["keys"])
+
+
+def key_json(key: ApiKey) -> dict[str, Any]:
+    return {
+        "id": key.id,
+        "name": key.name,
+        "roles": sorted(r.value for r in key.roles),
+        "max_priority": key.max_priority.label,
+        "types": list(key.types) if key.types is not None else None,
+        "prefix": key.prefix,
+        "created_at": rfc3339(key.created_at),
+        "revoked_at": rfc3339(key.revoked_at) if key.revoked_at else None,
+    }
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=KeyCreatedOut,
+    summary="Create an API key",
+    description="The plaintext `key` is in this response only; the server keeps a hash.",
+    responses=problems(*AUTHED, 413, 415, 422),
+)
+def create_key(body: KeyCreateRequest, _: Admin, keys: KeyRingDep, service: ServiceDep) -> Response:
+    for name in body.types or ():
+        if service.settings.job_type(name) is None:
+            raise UnknownJobType(f"Job type {name!r} is not configured")
+    key, plaintext = keys.create(
+        body.name,
+        frozenset(body.roles),
+        priority_of(body.max_priority),
+        tuple(body.types) if body.types is not None else None,
+    )
+    return JSONResponse(key_json(key) | {"key": plaintext}, status_code=201)
+
+
+@router.get(
+    "", response_model=KeyListOut, summary="List API keys (no secrets)", responses=problems(*AUTHED)
+)
+def list_keys(_: Admin, keys: KeyRingDep) -> Response:
+    return JSONResponse({"keys": [key_json(k) for k in keys.list()]})
+
+
+@router.delete(
+    "/{key_id}",
+    status_code=204,
+    summary="Revoke an API key",
+    description="The key stops working at once.",
+    responses=problems(*AUTHED, 404),
+)
+def revoke_key(key_id: int, _: Admin, keys: KeyRingDep) -> Response:
+    keys.revoke(key_id)
+    return Response(status_code=204)

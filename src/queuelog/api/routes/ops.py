@@ -1,0 +1,59 @@
+"""Operations: health, readiness, statistics and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from queuelog.api.deps import Admin, ServiceDep
+from queuelog.api.openapi import AUTHED, problems
+from queuelog.api.problems import problem
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", summary="The process is up (no auth)")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    summary="The database is reachable (no auth)",
+    responses={503: {"description": "`unavailable`: the database cannot be reached."}},
+)
+def readyz(service: ServiceDep) -> Response:
+    if not service.storage.ping():
+        return problem(503, "unavailable", "Database unavailable")
+    return JSONResponse({"status": "ready"})
+
+
+@router.get(
+    "/stats",
+    summary="Counts by status and type, and the age of the oldest ready job (admin)",
+    responses=problems(*AUTHED),
+)
+def stats(_: Admin, service: ServiceDep) -> Response:
+    snapshot = service.stats()
+    by_status: dict[str, int] = {}
+    by_type: dict[str, dict[str, int]] = {}
+    for (status, job_type), count in sorted(snapshot.counts.items()):
+        by_status[status] = by_status.get(status, 0) + count
+        by_type.setdefault(job_type, {})[status] = count
+    oldest = snapshot.oldest_ready_at
+    age = (service.clock.now() - oldest).total_seconds() if oldest else None
+    return JSONResponse(
+        {"by_status": by_status, "by_type": by_type, "oldest_ready_age_seconds": age}
+    )
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics (admin)",
+    response_class=Response,
+    responses=problems(*AUTHED) | {200: {"content": {"text/plain": {}}}},
+)
+def metrics(request: Request, _: Admin) -> Response:
+    registry = request.app.state.metrics.registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

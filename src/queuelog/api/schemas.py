@@ -1,0 +1,264 @@
+"""Request and response models. Requests forbid unknown fields (no mass assignment)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
+
+from queuelog.clock import rfc3339
+from queuelog.models import Job, JobEvent, Priority, Role
+
+PriorityLabel = Literal["low", "medium", "high", "critical"]
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("must carry a time zone (e.g. a trailing Z)")
+    return value
+
+
+def _printable_ascii(value: str) -> str:
+    if not all(32 <= ord(c) < 127 for c in value):
+        raise ValueError("must be printable ASCII")
+    return value
+
+
+Label = Annotated[PriorityLabel, BeforeValidator(_lower)]
+AwareTime = Annotated[datetime, AfterValidator(_aware)]
+IdempotencyKey = Annotated[
+    StrictStr, Field(min_length=1, max_length=255), AfterValidator(_printable_ascii)
+]
+Number = StrictInt | StrictFloat
+JsonObject = dict[str, Any]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EnqueueRequest(_Request):
+    type: StrictStr = Field(min_length=1, max_length=100, description="A configured job type.")
+    payload: JsonObject = Field(default_factory=dict)
+    priority: Label = Field(
+        "low", description="Case-insensitive; capped by the key's max_priority."
+    )
+    max_retries: StrictInt | None = Field(None, ge=0, le=25)
+    run_at: AwareTime | None = None
+    delay_seconds: Number | None = Field(None, ge=0, le=366 * 86_400)
+    idempotency_key: IdempotencyKey | None = None
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> EnqueueRequest:
+        if self.run_at is not None and self.delay_seconds is not None:
+            raise ValueError("give run_at or delay_seconds, not both")
+        return self
+
+
+class BatchEnqueueRequest(_Request):
+    jobs: list[EnqueueRequest] = Field(min_length=1, max_length=500)
+
+
+class ClaimRequest(_Request):
+    types: list[Annotated[StrictStr, Field(min_length=1, max_length=100)]] | None = Field(
+        None, min_length=1, max_length=100
+    )
+    limit: StrictInt = Field(1, ge=1, le=100)
+    wait_seconds: Number = Field(0, ge=0, le=30)
+    lease_seconds: StrictInt | None = Field(None, ge=1, le=3600)
+    instance: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = None
+
+
+LeaseToken = Annotated[StrictStr, Field(min_length=1, max_length=64)]
+
+
+class HeartbeatRequest(_Request):
+    lease_token: LeaseToken
+    lease_seconds: StrictInt | None = Field(None, ge=1, le=3600)
+
+
+class CompleteRequest(_Request):
+    lease_token: LeaseToken
+    result: JsonObject | None = None
+
+
+class FailRequest(_Request):
+    lease_token: LeaseToken
+    error: StrictStr = Field(max_length=65_536)
+    retryable: StrictBool = True
+    retry_in_seconds: Number | None = Field(None, ge=0, le=366 * 86_400)
+
+
+class BatchCompleteItem(_Request):
+    id: StrictInt
+    lease_token: LeaseToken
+    result: JsonObject | None = None
+
+
+class BatchCompleteRequest(_Request):
+    items: list[BatchCompleteItem] = Field(min_length=1, max_length=100)
+
+
+KeyName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9._:@-]{1,64}$")]
+
+
+class KeyCreateRequest(_Request):
+    name: KeyName
+    roles: list[Role] = Field(min_length=1, max_length=3)
+    max_priority: Label = "medium"
+    types: list[Annotated[StrictStr, Field(min_length=1, max_length=100)]] | None = None
+
+
+# -- responses (documented in OpenAPI; routes build the JSON directly) --------
+
+
+class JobOut(BaseModel):
+    id: int
+    type: str
+    payload: JsonObject
+    priority: PriorityLabel
+    status: Literal["pending", "running", "completed", "failed", "cancelled"]
+    retry_count: int
+    max_retries: int
+    idempotency_key: str | None
+    run_at: str
+    claimed_at: str | None
+    lease_expires_at: str | None
+    worker_id: str | None
+    error: str | None = Field(description="Shown to admin keys only; null for everyone else.")
+    result: JsonObject | None
+    created_at: str
+    updated_at: str
+
+
+class ClaimedJobOut(JobOut):
+    lease_token: str
+
+
+class JobListOut(BaseModel):
+    jobs: list[JobOut]
+    next_cursor: str | None
+
+
+class ClaimOut(BaseModel):
+    jobs: list[ClaimedJobOut]
+
+
+class BatchItemOut(BaseModel):
+    job: JobOut
+    created: bool
+
+
+class BatchEnqueueOut(BaseModel):
+    jobs: list[BatchItemOut]
+
+
+class BatchCompleteResult(BaseModel):
+    id: int
+    status: Literal[200, 404, 409, 422]
+    type: str | None = None
+    job: JobOut | None = None
+
+
+class BatchCompleteOut(BaseModel):
+    results: list[BatchCompleteResult]
+
+
+class EventOut(BaseModel):
+    at: str
+    event: str
+    from_status: str | None
+    to_status: str
+    actor: str
+    detail: str | None
+
+
+class EventsOut(BaseModel):
+    events: list[EventOut]
+
+
+class KeyOut(BaseModel):
+    id: int
+    name: str
+    roles: list[str]
+    max_priority: PriorityLabel
+    types: list[str] | None
+    prefix: str
+    created_at: str
+    revoked_at: str | None
+
+
+class KeyCreatedOut(KeyOut):
+    key: str = Field(description="The plaintext key. Shown only in this response.")
+
+
+class KeyListOut(BaseModel):
+    keys: list[KeyOut]
+
+
+class ProblemOut(BaseModel):
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+
+def priority_of(label: str) -> Priority:
+    return Priority.from_label(label)
+
+
+def _time(at: datetime | None) -> str | None:
+    return rfc3339(at) if at else None
+
+
+def job_json(job: Job, show_error: bool, lease_token: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": job.id,
+        "type": job.type,
+        "payload": job.payload,
+        "priority": job.priority.label,
+        "status": job.status.value,
+        "retry_count": job.retry_count,
+        "max_retries": job.max_retries,
+        "idempotency_key": job.idempotency_key,
+        "run_at": _time(job.run_at),
+        "claimed_at": _time(job.claimed_at),
+        "lease_expires_at": _time(job.lease_expires_at),
+        "worker_id": job.worker_id,
+        "error": job.error if show_error else None,
+        "result": job.result,
+        "created_at": _time(job.created_at),
+        "updated_at": _time(job.updated_at),
+    }
+    if lease_token:
+        body["lease_token"] = job.lease_token
+    return body
+
+
+def event_json(event: JobEvent, show_detail: bool) -> dict[str, Any]:
+    return {
+        "at": _time(event.at),
+        "event": event.event.value,
+        "from_status": event.from_status.value if event.from_status else None,
+        "to_status": event.to_status.value,
+        "actor": event.actor,
+        # Failure details are worker error text: admins only, like the job's error.
+        "detail": event.detail if show_detail else None,
+    }

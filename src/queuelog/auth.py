@@ -1,0 +1,159 @@
+"""API keys: generation, hashing, checking, and the role -> permission table."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import secrets
+import threading
+import time
+import zlib
+from collections.abc import Callable
+
+from queuelog.clock import Clock
+from queuelog.errors import NotFound, RateLimited, Unauthenticated, ValidationFailed
+from queuelog.models import ApiKey, Priority, Role
+from queuelog.storage.base import NewKey, Storage
+
+KEY_PREFIX = "ql_"
+_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_BODY_CHARS = 32  # 32 base62 characters: about 190 bits of randomness
+_CHECK_CHARS = 6
+
+
+def _base62(number: int, width: int) -> str:
+    chars = []
+    for _ in range(width):
+        number, rem = divmod(number, 62)
+        chars.append(_ALPHABET[rem])
+    return "".join(reversed(chars))
+
+
+def _checksum(body: str) -> str:
+    return _base62(zlib.crc32(body.encode()), _CHECK_CHARS)
+
+
+def generate_key() -> str:
+    """A new key: ``ql_`` + 32 random base62 characters + a 6-character CRC32 checksum.
+
+    The checksum lets a leaked key be recognised offline (by a secret scanner)
+    without a database lookup.
+    """
+    body = "".join(secrets.choice(_ALPHABET) for _ in range(_BODY_CHARS))
+    return f"{KEY_PREFIX}{body}{_checksum(body)}"
+
+
+def looks_like_key(key: str) -> bool:
+    """True when ``key`` has the shape of a queuelog key and its checksum matches."""
+    if not key.startswith(KEY_PREFIX) or len(key) != len(KEY_PREFIX) + _BODY_CHARS + _CHECK_CHARS:
+        return False
+    rest = key[len(KEY_PREFIX) :]
+    if any(c not in _ALPHABET for c in rest):
+        return False
+    body, check = rest[:_BODY_CHARS], rest[_BODY_CHARS:]
+    return hmac.compare_digest(_checksum(body), check)
+
+
+def hash_key(key: str) -> str:
+    """Stored form of a key. Keys carry ~190 random bits, so a fast hash is enough."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def display_prefix(key: str) -> str:
+    """The part of a key that may be shown again to tell keys apart."""
+    return key[: len(KEY_PREFIX) + 6]
+
+
+class KeyRing:
+    """Creates, lists, revokes and checks API keys, with a short-lived lookup cache.
+
+    A key revoked through this process stops working at once; one revoked by
+    another node stops within ``ttl`` seconds.
+    """
+
+    def __init__(self, storage: Storage, clock: Clock, ttl: float = 1.0) -> None:
+        self._storage = storage
+        self._clock = clock
+        self._ttl = ttl
+        self._cache: dict[str, tuple[float, ApiKey | None]] = {}
+        self._lock = threading.Lock()
+
+    def create(
+        self,
+        name: str,
+        roles: frozenset[Role],
+        max_priority: Priority = Priority.MEDIUM,
+        types: tuple[str, ...] | None = None,
+    ) -> tuple[ApiKey, str]:
+        """Store a new key; return it with its plaintext, which is never shown again."""
+        if not roles:
+            raise ValidationFailed("A key needs at least one role")
+        plaintext = generate_key()
+        new = NewKey(
+            name=name,
+            roles=roles,
+            max_priority=max_priority,
+            types=types,
+            key_hash=hash_key(plaintext),
+            prefix=display_prefix(plaintext),
+        )
+        return self._storage.key_insert(new, self._clock.now()), plaintext
+
+    def list(self) -> list[ApiKey]:
+        return self._storage.key_list()
+
+    def revoke(self, key_id: int) -> None:
+        if not self._storage.key_revoke(key_id, self._clock.now()):
+            raise NotFound("No such active key")
+        with self._lock:
+            self._cache.clear()
+
+    def authenticate(self, presented: str | None) -> ApiKey:
+        """The active key for a presented secret, or Unauthenticated."""
+        if not presented or not looks_like_key(presented):
+            raise Unauthenticated("A valid API key is required")
+        digest = hash_key(presented)
+        key = self._lookup(digest)
+        if key is None or key.revoked_at is not None:
+            raise Unauthenticated("A valid API key is required")
+        if not hmac.compare_digest(key.key_hash, digest):
+            raise Unauthenticated("A valid API key is required")
+        return key
+
+    def _lookup(self, digest: str) -> ApiKey | None:
+        stamp = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(digest)
+        if hit is not None and stamp - hit[0] < self._ttl:
+            return hit[1]
+        key = self._storage.key_by_hash(digest)
+        with self._lock:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[digest] = (stamp, key)
+        return key
+
+
+class RateLimiter:
+    """A token bucket per key: ``rate`` tokens a second, up to ``burst``; rate 0 is off."""
+
+    def __init__(self, rate: float, burst: int, monotonic: Callable[[], float] = time.monotonic):
+        self._rate = rate
+        self._burst = burst
+        self._monotonic = monotonic
+        self._buckets: dict[int, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def check(self, key_id: int) -> None:
+        """Take one token for ``key_id`` or raise RateLimited with the seconds to wait."""
+        if self._rate <= 0:
+            return
+        now = self._monotonic()
+        with self._lock:
+            tokens, last = self._buckets.get(key_id, (float(self._burst), now))
+            tokens = min(float(self._burst), tokens + (now - last) * self._rate)
+            if tokens < 1:
+                self._buckets[key_id] = (tokens, now)
+                raise RateLimited(retry_after=max(1, math.ceil((1 - tokens) / self._rate)))
+            self._buckets[key_id] = (tokens - 1, now)

@@ -1,0 +1,103 @@
+"""Settings: a TOML file, then single ``QUEUELOG_*`` environment overrides."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from queuelog.models import Priority
+
+DEFAULT_DATABASE = "sqlite:///./data/queuelog.db"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Limits(_Strict):
+    max_request_bytes: int = Field(1_048_576, ge=1024)
+    max_payload_bytes: int = Field(65_536, ge=2)
+    max_result_bytes: int = Field(65_536, ge=2)
+    rate_per_second: float = Field(200, ge=0)
+    rate_burst: int = Field(400, ge=1)
+
+
+class Retention(_Strict):
+    """How long finished jobs are kept, in seconds; 0 keeps them forever."""
+
+    completed_seconds: int = Field(7 * 86_400, ge=0)
+    cancelled_seconds: int = Field(7 * 86_400, ge=0)
+    failed_seconds: int = Field(30 * 86_400, ge=0)
+
+
+class JobTypeConfig(_Strict):
+    max_retries: int = Field(3, ge=0, le=25)
+    lease_seconds: int = Field(30, ge=1, le=3600)
+    backoff_base_seconds: float = Field(2, gt=0)
+    backoff_cap_seconds: float = Field(3600, gt=0)
+    payload_schema: dict[str, Any] | None = None
+
+
+class Settings(_Strict):
+    database: str = DEFAULT_DATABASE
+    durability: Literal["full", "normal"] = "full"
+    limits: Limits = Limits()
+    retention: Retention = Retention()
+    types: dict[str, JobTypeConfig] = Field(default_factory=dict)
+    sweep_interval_seconds: float = Field(1.0, gt=0)
+
+    @field_validator("types")
+    @classmethod
+    def _type_names(cls, types: dict[str, JobTypeConfig]) -> dict[str, JobTypeConfig]:
+        for name in types:
+            if not 1 <= len(name) <= 100 or not name.isprintable():
+                raise ValueError(f"bad job type name: {name!r}")
+        return types
+
+    def job_type(self, name: str) -> JobTypeConfig | None:
+        return self.types.get(name)
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The file of a ``sqlite:///`` database URL, or None for another backend."""
+        prefix = "sqlite:///"
+        if not self.database.startswith(prefix):
+            return None
+        return Path(self.database[len(prefix) :])
+
+
+# Environment variable -> (section, setting). Only single settings can be overridden.
+ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
+    "QUEUELOG_DATABASE_URL": (None, "database"),
+    "QUEUELOG_DURABILITY": (None, "durability"),
+    "QUEUELOG_SWEEP_INTERVAL_SECONDS": (None, "sweep_interval_seconds"),
+    "QUEUELOG_MAX_REQUEST_BYTES": ("limits", "max_request_bytes"),
+    "QUEUELOG_MAX_PAYLOAD_BYTES": ("limits", "max_payload_bytes"),
+    "QUEUELOG_MAX_RESULT_BYTES": ("limits", "max_result_bytes"),
+    "QUEUELOG_RATE_PER_SECOND": ("limits", "rate_per_second"),
+    "QUEUELOG_RATE_BURST": ("limits", "rate_burst"),
+}
+
+PRIORITY_LABELS = [p.label for p in Priority]
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Read the TOML file (``path`` or ``$QUEUELOG_CONFIG``), then apply env overrides."""
+    env = os.environ if environ is None else environ
+    path = path or env.get("QUEUELOG_CONFIG")
+    data: dict[str, Any] = {}
+    if path:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    for var, (section, key) in ENV_OVERRIDES.items():
+        if var in env:
+            target = data.setdefault(section, {}) if section else data
+            target[key] = env[var]
+    return Settings.model_validate(data)

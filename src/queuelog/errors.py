@@ -1,0 +1,66 @@
+"""Domain errors. The API maps each to a problem+json answer by its slug."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class QueueError(Exception):
+    """Base of every error a client may be told about."""
+
+    slug = "error"
+    status = 400
+    title = "Request failed"
+
+    def __init__(self, detail: str = "", **extra: Any) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.extra = extra
+
+
+class Unauthenticated(QueueError):
+    slug, status, title = "unauthenticated", 401, "Authentication required"
+
+
+class Forbidden(QueueError):
+    slug, status, title = "forbidden", 403, "Not allowed for this key"
+
+
+class NotFound(QueueError):
+    slug, status, title = "not-found", 404, "Not found"
+
+
+class InvalidState(QueueError):
+    slug, status, title = "invalid-state", 409, "Job is not in a state that allows this"
+
+
+class NotLeaseHolder(QueueError):
+    slug, status, title = "not-lease-holder", 409, "Caller does not hold the job's lease"
+
+
+class ValidationFailed(QueueError):
+    slug, status, title = "validation", 422, "Request is not valid"
+
+
+class UnknownJobType(QueueError):
+    slug, status, title = "unknown-job-type", 422, "Job type is not configured"
+
+
+class PayloadTooLarge(QueueError):
+    slug, status, title = "payload-too-large", 422, "Payload or result is too large"
+
+
+class IdempotencyKeyReused(QueueError):
+    slug, status, title = (
+        "idempotency-key-reused",
+        422,
+        "Idempotency key was already used for a different request",
+    )
+
+
+class RateLimited(QueueError):
+    slug, status, title = "rate-limited", 429, "Too many requests"
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"Rate limit exceeded; retry after {retry_after} s")
+        self.retry_after = retry_after

@@ -1,0 +1,114 @@
+"""The queue's own words: jobs, their states and priorities, API keys. No I/O here."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+JsonObject = dict[str, Any]
+
+
+class Priority(enum.IntEnum):
+    """Job priority. Stored as a number so SQL sorts it; gaps leave room for new levels."""
+
+    LOW = 0
+    MEDIUM = 10
+    HIGH = 20
+    CRITICAL = 30
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def from_label(cls, label: str) -> Priority:
+        try:
+            return cls[label.strip().upper()]
+        except KeyError:
+            raise ValueError(f"unknown priority: {label!r}") from None
+
+
+class JobStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Role(enum.StrEnum):
+    PRODUCER = "producer"
+    WORKER = "worker"
+    ADMIN = "admin"
+
+
+class EventKind(enum.StrEnum):
+    ENQUEUED = "enqueued"
+    CLAIMED = "claimed"
+    COMPLETED = "completed"
+    RETRY_SCHEDULED = "retry_scheduled"
+    FAILED = "failed"
+    LEASE_EXPIRED = "lease_expired"
+    CANCELLED = "cancelled"
+    REQUEUED = "requeued"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    type: str
+    payload: JsonObject
+    priority: Priority
+    status: JobStatus
+    retry_count: int
+    max_retries: int
+    principal: str
+    idempotency_key: str | None
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    claimed_at: datetime | None = None
+    lease_expires_at: datetime | None = None
+    lease_token: str | None = None
+    worker_id: str | None = None
+    error: str | None = None
+    result: JsonObject | None = None
+    fingerprint: str | None = None
+    claimed_by: str | None = None  # name of the worker key holding the lease
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    job_id: int
+    at: datetime
+    event: EventKind
+    from_status: JobStatus | None
+    to_status: JobStatus
+    actor: str
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """An API key as stored: only the hash of the secret is kept."""
+
+    id: int
+    name: str
+    roles: frozenset[Role]
+    max_priority: Priority
+    types: tuple[str, ...] | None
+    key_hash: str
+    prefix: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+    def has(self, role: Role) -> bool:
+        return role in self.roles
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    oldest_ready_at: datetime | None = None

@@ -1,0 +1,340 @@
+"""JobService: the queue's rules. Knows nothing of HTTP or SQL."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import jsonschema
+
+from queuelog.clock import Clock, rfc3339
+from queuelog.config import JobTypeConfig, Settings
+from queuelog.errors import (
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    QueueError,
+    UnknownJobType,
+    ValidationFailed,
+)
+from queuelog.models import ApiKey, Job, JobEvent, JobStatus, JsonObject, Priority, QueueStats, Role
+from queuelog.retry import backoff_seconds
+from queuelog.sanitize import sanitize_error
+from queuelog.storage.base import ClaimParams, FinishParams, JobListParams, NewJob, Storage
+
+_DEFAULT_TYPE = JobTypeConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueSpec:
+    """What a producer asks for; validated for shape by the API, for rules here."""
+
+    type: str
+    payload: JsonObject = field(default_factory=dict)
+    priority: Priority = Priority.LOW
+    max_retries: int | None = None
+    run_at: datetime | None = None
+    delay_seconds: float | None = None
+    idempotency_key: str | None = None
+
+    def fingerprint(self) -> str:
+        """Identifies the request apart from its idempotency key."""
+        body = {
+            "type": self.type,
+            "payload": self.payload,
+            "priority": int(self.priority),
+            "max_retries": self.max_retries,
+            "run_at": rfc3339(self.run_at) if self.run_at else None,
+            "delay_seconds": self.delay_seconds,
+        }
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class FinishSpec:
+    """A worker's report on one held job: complete it, or fail it when ``error`` is set."""
+
+    job_id: int
+    lease_token: str
+    result: JsonObject | None = None
+    error: str | None = None
+    retryable: bool = True
+    retry_in_seconds: float | None = None
+
+
+def json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+class JobService:
+    def __init__(
+        self,
+        storage: Storage,
+        settings: Settings,
+        clock: Clock,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.storage = storage
+        self.settings = settings
+        self.clock = clock
+        self._rng = rng or random.Random()
+        self._schemas = {
+            name: jsonschema.Draft202012Validator(cfg.payload_schema)
+            for name, cfg in settings.types.items()
+            if cfg.payload_schema is not None
+        }
+
+    # -- producers ---------------------------------------------------------
+
+    def enqueue_many(
+        self, caller: ApiKey, specs: Sequence[EnqueueSpec], batch: bool = False
+    ) -> list[tuple[Job, bool]]:
+        """Enqueue all or nothing; ``(job, created)`` per spec, in order."""
+        now = self.clock.now()
+        new_jobs = [
+            self._new_job(caller, spec, now, index if batch else None)
+            for index, spec in enumerate(specs)
+        ]
+        try:
+            return self.storage.job_insert_many(new_jobs, now)
+        except QueueError as exc:
+            if not batch:
+                exc.extra.pop("index", None)
+            raise
+
+    def _new_job(
+        self, caller: ApiKey, spec: EnqueueSpec, now: datetime, index: int | None
+    ) -> NewJob:
+        where = {"index": index} if index is not None else {}
+        cfg = self.settings.job_type(spec.type)
+        if cfg is None:
+            raise UnknownJobType(f"Job type {spec.type!r} is not configured", **where)
+        if caller.types is not None and spec.type not in caller.types:
+            raise Forbidden(f"This key may not enqueue jobs of type {spec.type!r}", **where)
+        if spec.priority > caller.max_priority:
+            raise Forbidden(f"This key may set priority up to {caller.max_priority.label}", **where)
+        limit = self.settings.limits.max_payload_bytes
+        if json_size(spec.payload) > limit:
+            raise PayloadTooLarge(f"The payload exceeds {limit} bytes", **where)
+        self._check_schema(spec, where)
+        run_at = spec.run_at or now + timedelta(seconds=spec.delay_seconds or 0)
+        return NewJob(
+            type=spec.type,
+            payload=spec.payload,
+            priority=spec.priority,
+            max_retries=cfg.max_retries if spec.max_retries is None else spec.max_retries,
+            lease_seconds=cfg.lease_seconds,
+            run_at=max(run_at, now),
+            principal=caller.name,
+            idempotency_key=spec.idempotency_key,
+            fingerprint=spec.fingerprint() if spec.idempotency_key else None,
+        )
+
+    def _check_schema(self, spec: EnqueueSpec, where: dict[str, Any]) -> None:
+        validator = self._schemas.get(spec.type)
+        if validator is None:
+            return
+        problems = sorted(validator.iter_errors(spec.payload), key=lambda e: list(e.path))
+        if problems:
+            prefix = ["body", "jobs", where["index"]] if where else ["body"]
+            errors = [
+                {"loc": [*prefix, "payload", *p.absolute_path], "msg": p.message}
+                for p in problems[:20]
+            ]
+            raise ValidationFailed("The payload does not match the type's schema", errors=errors)
+
+    def cancel(self, caller: ApiKey, job_id: int) -> Job:
+        job = self.get(caller, job_id)
+        if not (caller.has(Role.ADMIN) or job.principal == caller.name):
+            raise NotFound("No such job")
+        return self.storage.job_cancel(job_id, caller.name, self.clock.now())
+
+    def retry(self, caller: ApiKey, job_id: int) -> Job:
+        """Dead-letter redrive (admin): failed or cancelled back to pending."""
+        return self.storage.job_requeue(job_id, caller.name, self.clock.now())
+
+    # -- reading -----------------------------------------------------------
+
+    def _visible(self, caller: ApiKey, job: Job) -> bool:
+        if caller.has(Role.ADMIN):
+            return True
+        if caller.has(Role.PRODUCER) and job.principal == caller.name:
+            return True
+        return (
+            caller.has(Role.WORKER)
+            and job.status == JobStatus.RUNNING
+            and job.claimed_by == caller.name
+        )
+
+    def get(self, caller: ApiKey, job_id: int) -> Job:
+        job = self.storage.job_get(job_id)
+        if job is None or not self._visible(caller, job):
+            raise NotFound("No such job")
+        return job
+
+    def events(self, caller: ApiKey, job_id: int) -> list[JobEvent]:
+        self.get(caller, job_id)
+        return self.storage.job_events(job_id)
+
+    def list_jobs(
+        self,
+        caller: ApiKey,
+        limit: int,
+        cursor: str | None = None,
+        status: JobStatus | None = None,
+        job_type: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[list[Job], str | None]:
+        """Newest first; the cursor is opaque to clients."""
+        admin = caller.has(Role.ADMIN)
+        params = JobListParams(
+            limit=limit + 1,
+            before_id=decode_cursor(cursor) if cursor else None,
+            status=status,
+            type=job_type,
+            principal=None if admin or not caller.has(Role.PRODUCER) else caller.name,
+            holder=None if admin or not caller.has(Role.WORKER) else caller.name,
+            idempotency_key=idempotency_key,
+        )
+        if not admin and params.principal is None and params.holder is None:
+            return [], None
+        jobs = self.storage.job_list(params)
+        if len(jobs) > limit:
+            return jobs[:limit], encode_cursor(jobs[limit - 1].id)
+        return jobs, None
+
+    def stats(self) -> QueueStats:
+        return self.storage.job_stats(self.clock.now())
+
+    # -- workers -----------------------------------------------------------
+
+    def claim(
+        self,
+        caller: ApiKey,
+        types: Sequence[str] | None = None,
+        limit: int = 1,
+        lease_seconds: int | None = None,
+        instance: str | None = None,
+    ) -> list[Job]:
+        """Atomically hand up to ``limit`` ready jobs to this worker."""
+        if types is not None:
+            for name in types:
+                if self.settings.job_type(name) is None:
+                    raise UnknownJobType(f"Job type {name!r} is not configured")
+                if caller.types is not None and name not in caller.types:
+                    raise Forbidden(f"This key may not claim jobs of type {name!r}")
+        elif caller.types is not None:
+            types = caller.types
+        now = self.clock.now()
+        params = ClaimParams(
+            worker_name=caller.name,
+            worker_id=f"{caller.name}/{instance}" if instance else caller.name,
+            limit=limit,
+            now=now,
+            types=types,
+            lease_seconds=lease_seconds,
+            retry_at=lambda job: self._retry_at(job, now),
+        )
+        return self.storage.job_claim(params)
+
+    def heartbeat(
+        self, caller: ApiKey, job_id: int, lease_token: str, lease_seconds: int | None = None
+    ) -> Job:
+        return self.storage.job_heartbeat(
+            job_id, lease_token, caller.name, lease_seconds, self.clock.now()
+        )
+
+    def finish_many(self, caller: ApiKey, specs: Sequence[FinishSpec]) -> list[Job | QueueError]:
+        """Complete or fail each held job; one answer per spec, in order."""
+        now = self.clock.now()
+        params: list[FinishParams | QueueError] = [
+            self._finish_params(caller, s, now) for s in specs
+        ]
+        ready = [p for p in params if isinstance(p, FinishParams)]
+        done = iter(self.storage.job_finish_many(ready) if ready else [])
+        return [next(done) if isinstance(p, FinishParams) else p for p in params]
+
+    def finish(self, caller: ApiKey, spec: FinishSpec) -> Job:
+        (outcome,) = self.finish_many(caller, [spec])
+        if isinstance(outcome, QueueError):
+            raise outcome
+        return outcome
+
+    def _finish_params(
+        self, caller: ApiKey, spec: FinishSpec, now: datetime
+    ) -> FinishParams | QueueError:
+        common = {
+            "job_id": spec.job_id,
+            "lease_token": spec.lease_token,
+            "worker_name": caller.name,
+        }
+        if spec.error is None:
+            limit = self.settings.limits.max_result_bytes
+            if spec.result is not None and json_size(spec.result) > limit:
+                return PayloadTooLarge(f"The result exceeds {limit} bytes")
+            return FinishParams(now=now, result=spec.result, **common)  # type: ignore[arg-type]
+        job = self.storage.job_get(spec.job_id)
+        if job is None:
+            return NotFound("No such job")
+        if spec.retry_in_seconds is not None:
+            retry_at = now + timedelta(seconds=spec.retry_in_seconds)
+        else:
+            retry_at = self._retry_at(job, now)
+        return FinishParams(
+            now=now,
+            error=sanitize_error(spec.error),
+            retryable=spec.retryable,
+            retry_at=retry_at,
+            **common,  # type: ignore[arg-type]
+        )
+
+    def _retry_at(self, job: Job, now: datetime) -> datetime:
+        cfg = self.settings.job_type(job.type) or _DEFAULT_TYPE
+        delay = backoff_seconds(
+            job.retry_count, cfg.backoff_base_seconds, cfg.backoff_cap_seconds, rng=self._rng
+        )
+        return now + timedelta(seconds=delay)
+
+    # -- maintenance -------------------------------------------------------
+
+    def rescue_expired(self) -> list[Job]:
+        """Treat jobs whose lease has passed as failed attempts."""
+        now = self.clock.now()
+        return self.storage.job_rescue_expired(now, lambda job: self._retry_at(job, now))
+
+    def prune(self) -> int:
+        """Delete finished jobs (and their events) older than the retention settings."""
+        now = self.clock.now()
+        keep = self.settings.retention
+        ages = {
+            JobStatus.COMPLETED: keep.completed_seconds,
+            JobStatus.CANCELLED: keep.cancelled_seconds,
+            JobStatus.FAILED: keep.failed_seconds,
+        }
+        cutoffs = {s: now - timedelta(seconds=age) for s, age in ages.items() if age > 0}
+        return self.storage.job_prune(cutoffs) if cutoffs else 0
+
+
+def encode_cursor(job_id: int) -> str:
+    return base64.urlsafe_b64encode(f"id:{job_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        kind, _, value = raw.partition(":")
+        if kind != "id":
+            raise ValueError(cursor)
+        return int(value)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ValidationFailed(
+            "The cursor is not valid", errors=[{"loc": ["query", "cursor"], "msg": "bad cursor"}]
+        ) from None

@@ -1,0 +1,18 @@
+"""Storage backends behind one protocol (see base.py)."""
+
+from __future__ import annotations
+
+from queuelog.config import Settings
+from queuelog.storage.base import Storage
+
+
+def open_storage(settings: Settings) -> Storage:
+    """Open the backend that ``settings.database`` names."""
+    url = settings.database
+    if url.startswith("sqlite:///"):
+        from queuelog.storage.sqlite.store import SqliteStorage
+
+        path = settings.sqlite_path
+        assert path is not None
+        return SqliteStorage(path, durability=settings.durability)
+    raise ValueError("database must be a sqlite:/// URL")

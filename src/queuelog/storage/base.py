@@ -1,0 +1,222 @@
+"""The Storage protocol: the domain operations every backend implements.
+
+Each operation takes an explicit ``now``; none knows of HTTP or roles. Every
+state change is guarded in SQL and writes a ``job_events`` row in the same
+transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from queuelog.clock import from_micros
+from queuelog.errors import InvalidState, NotFound, NotLeaseHolder, QueueError
+from queuelog.models import (
+    ApiKey,
+    EventKind,
+    Job,
+    JobEvent,
+    JobStatus,
+    JsonObject,
+    Priority,
+    QueueStats,
+    Role,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    type: str
+    payload: JsonObject
+    priority: Priority
+    max_retries: int
+    lease_seconds: int
+    run_at: datetime
+    principal: str
+    idempotency_key: str | None = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimParams:
+    worker_name: str
+    worker_id: str
+    limit: int
+    now: datetime
+    types: Sequence[str] | None = None
+    lease_seconds: int | None = None
+    # When an expired lease is rescued: the job's next run_at if it is retried.
+    retry_at: Callable[[Job], datetime] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FinishParams:
+    """Complete (``error is None``) or fail a job held by ``worker_name``."""
+
+    job_id: int
+    lease_token: str
+    worker_name: str
+    now: datetime
+    result: JsonObject | None = None
+    error: str | None = None
+    retryable: bool = True
+    retry_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobListParams:
+    limit: int
+    before_id: int | None = None
+    status: JobStatus | None = None
+    type: str | None = None
+    # Visibility: with either set, only jobs this producer enqueued or that
+    # this worker holds now; with neither, all jobs.
+    principal: str | None = None
+    holder: str | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewKey:
+    name: str
+    roles: frozenset[Role]
+    max_priority: Priority
+    types: tuple[str, ...] | None
+    key_hash: str
+    prefix: str
+
+
+class Storage(Protocol):
+    def migrate(self) -> None: ...
+    def close(self) -> None: ...
+    def ping(self) -> bool: ...
+
+    def job_insert_many(self, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
+        """Insert jobs in one transaction; ``(job, created)`` in order.
+
+        A job whose ``(principal, idempotency_key)`` exists is not inserted: the
+        existing one comes back with ``created=False``. If its fingerprint
+        differs, IdempotencyKeyReused (with ``index``) is raised and nothing is
+        inserted.
+        """
+        ...
+
+    def job_get(self, job_id: int) -> Job | None: ...
+    def job_list(self, params: JobListParams) -> list[Job]: ...
+    def job_events(self, job_id: int) -> list[JobEvent]: ...
+
+    def job_claim(self, params: ClaimParams) -> list[Job]:
+        """Rescue expired leases, then atomically claim up to ``limit`` ready jobs."""
+        ...
+
+    def job_heartbeat(
+        self,
+        job_id: int,
+        lease_token: str,
+        worker_name: str,
+        lease_seconds: int | None,
+        now: datetime,
+    ) -> Job:
+        """Extend the lease to ``now + lease_seconds`` (default: the job type's lease)."""
+        ...
+
+    def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
+        """Complete or fail each item under its guard; one answer per item, in order."""
+        ...
+
+    def job_rescue_expired(
+        self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500
+    ) -> list[Job]:
+        """Treat running jobs whose lease has passed as failed attempts."""
+        ...
+
+    def job_cancel(self, job_id: int, actor: str, now: datetime) -> Job: ...
+    def job_requeue(self, job_id: int, actor: str, now: datetime) -> Job: ...
+    def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int: ...
+    def job_stats(self, now: datetime) -> QueueStats: ...
+
+    def key_insert(self, key: NewKey, now: datetime) -> ApiKey: ...
+    def key_by_hash(self, key_hash: str) -> ApiKey | None: ...
+    def key_list(self) -> list[ApiKey]: ...
+    def key_revoke(self, key_id: int, now: datetime) -> bool: ...
+    def key_has_active_admin(self) -> bool: ...
+
+
+def guard_failure(job: Job | None, worker_name: str, lease_token: str) -> QueueError:
+    """Why a guarded transition on a held job changed no row (the seed's rule)."""
+    if job is None:
+        return NotFound("No such job")
+    if job.status != JobStatus.RUNNING:
+        return InvalidState(f"Job is {job.status.value}, not running")
+    return NotLeaseHolder("The job is held by another worker or under a newer lease")
+
+
+# A row maps column names to values: sqlite3.Row, or a psycopg dict row.
+Row = Any
+
+
+def _time(value: Any) -> datetime | None:
+    return None if value is None else from_micros(int(value))
+
+
+def _json(value: Any) -> Any:
+    if value is None or isinstance(value, dict):
+        return value
+    return json.loads(value)
+
+
+def job_from_row(row: Row) -> Job:
+    """A Job from a ``jobs`` row; both backends store the same column types."""
+    return Job(
+        id=int(row["id"]),
+        type=row["type"],
+        payload=_json(row["payload"]),
+        priority=Priority(row["priority"]),
+        status=JobStatus(row["status"]),
+        retry_count=row["retry_count"],
+        max_retries=row["max_retries"],
+        principal=row["principal"],
+        idempotency_key=row["idempotency_key"],
+        run_at=from_micros(row["run_at"]),
+        created_at=from_micros(row["created_at"]),
+        updated_at=from_micros(row["updated_at"]),
+        claimed_at=_time(row["claimed_at"]),
+        lease_expires_at=_time(row["lease_expires_at"]),
+        lease_token=row["lease_token"],
+        worker_id=row["worker_id"],
+        error=row["error"],
+        result=_json(row["result"]),
+        fingerprint=row["fingerprint"],
+        claimed_by=row["claimed_by"],
+    )
+
+
+def event_from_row(row: Row) -> JobEvent:
+    return JobEvent(
+        job_id=int(row["job_id"]),
+        at=from_micros(row["at"]),
+        event=EventKind(row["event"]),
+        from_status=JobStatus(row["from_status"]) if row["from_status"] else None,
+        to_status=JobStatus(row["to_status"]),
+        actor=row["actor"],
+        detail=row["detail"],
+    )
+
+
+def key_from_row(row: Row) -> ApiKey:
+    types = _json(row["types"])
+    return ApiKey(
+        id=int(row["id"]),
+        name=row["name"],
+        roles=frozenset(Role(r) for r in _json(row["roles"])),
+        max_priority=Priority(row["max_priority"]),
+        types=tuple(types) if types is not None else None,
+        key_hash=row["key_hash"],
+        prefix=row["prefix"],
+        created_at=from_micros(row["created_at"]),
+        revoked_at=_time(row["revoked_at"]),
+    )

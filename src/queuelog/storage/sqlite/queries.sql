@@ -1,0 +1,146 @@
+-- Named queries for the SQLite backend. Parameters are always bound, never formatted.
+
+-- name: job_insert
+INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
+                  idempotency_key, fingerprint, run_at, created_at, updated_at)
+VALUES (:type, :payload, :priority, :max_retries, :lease_seconds, :principal,
+        :idempotency_key, :fingerprint, :run_at, :now, :now)
+ON CONFLICT (principal, idempotency_key) DO NOTHING
+RETURNING *;
+
+-- name: job_by_idempotency_key
+SELECT * FROM jobs WHERE principal = :principal AND idempotency_key = :idempotency_key;
+
+-- name: job_get
+SELECT * FROM jobs WHERE id = :id;
+
+-- name: job_list
+SELECT * FROM jobs
+WHERE (:before_id IS NULL OR id < :before_id)
+  AND (:status IS NULL OR status = :status)
+  AND (:type IS NULL OR type = :type)
+  AND ((:principal IS NULL AND :holder IS NULL)
+       OR principal = :principal
+       OR (status = 'running' AND claimed_by = :holder))
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: job_events
+SELECT * FROM job_events WHERE job_id = :job_id ORDER BY id;
+
+-- name: event_insert
+INSERT INTO job_events (job_id, at, event, from_status, to_status, actor, detail)
+VALUES (:job_id, :at, :event, :from_status, :to_status, :actor, :detail);
+
+-- name: job_claim
+-- One statement: the sub-select picks the ready rows in claim order, the outer
+-- guard (status = 'pending') makes the hand-out atomic.
+UPDATE jobs
+SET status = 'running',
+    worker_id = :worker_id,
+    claimed_by = :worker_name,
+    claimed_at = :now,
+    lease_token = lower(hex(randomblob(16))),
+    lease_expires_at = :now + COALESCE(:lease_seconds, lease_seconds) * 1000000,
+    updated_at = :now
+WHERE id IN (
+        SELECT id FROM jobs
+        WHERE status = 'pending' AND run_at <= :now
+          AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)))
+        ORDER BY priority DESC, created_at, id
+        LIMIT :limit)
+  AND status = 'pending'
+RETURNING *;
+
+-- name: job_expired_leases
+SELECT * FROM jobs
+WHERE status = 'running' AND lease_expires_at <= :now
+ORDER BY lease_expires_at
+LIMIT :limit;
+
+-- name: job_heartbeat
+UPDATE jobs
+SET lease_expires_at = :now + COALESCE(:lease_seconds, lease_seconds) * 1000000,
+    updated_at = :now
+WHERE id = :id AND status = 'running' AND lease_token = :lease_token
+  AND claimed_by = :worker_name
+RETURNING *;
+
+-- name: job_complete
+UPDATE jobs
+SET status = 'completed', result = :result, lease_token = NULL, lease_expires_at = NULL,
+    updated_at = :now
+WHERE id = :id AND status = 'running' AND lease_token = :lease_token
+  AND claimed_by = :worker_name
+RETURNING *;
+
+-- name: job_fail
+-- Retry while attempts remain and the error is retryable; else fail for good,
+-- leaving retry_count as it was.
+UPDATE jobs
+SET status = CASE WHEN :retryable AND retry_count < max_retries
+                  THEN 'pending' ELSE 'failed' END,
+    retry_count = CASE WHEN :retryable AND retry_count < max_retries
+                       THEN retry_count + 1 ELSE retry_count END,
+    run_at = CASE WHEN :retryable AND retry_count < max_retries
+                  THEN :retry_at ELSE run_at END,
+    claimed_at = CASE WHEN :retryable AND retry_count < max_retries
+                      THEN NULL ELSE claimed_at END,
+    worker_id = CASE WHEN :retryable AND retry_count < max_retries
+                     THEN NULL ELSE worker_id END,
+    claimed_by = CASE WHEN :retryable AND retry_count < max_retries
+                      THEN NULL ELSE claimed_by END,
+    lease_token = NULL,
+    lease_expires_at = NULL,
+    error = :error,
+    updated_at = :now
+WHERE id = :id AND status = 'running' AND lease_token = :lease_token
+  AND claimed_by = :worker_name
+RETURNING *;
+
+-- name: job_cancel
+UPDATE jobs SET status = 'cancelled', updated_at = :now
+WHERE id = :id AND status = 'pending'
+RETURNING *;
+
+-- name: job_requeue
+UPDATE jobs
+SET status = 'pending', retry_count = 0, run_at = :now, claimed_at = NULL, worker_id = NULL,
+    claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE id = :id AND status IN ('failed', 'cancelled')
+RETURNING *;
+
+-- name: job_prunable
+SELECT id FROM jobs WHERE status = :status AND updated_at < :cutoff LIMIT :limit;
+
+-- name: job_delete
+DELETE FROM jobs WHERE id = :id;
+
+-- name: job_events_delete
+DELETE FROM job_events WHERE job_id = :id;
+
+-- name: job_counts
+SELECT status, type, count(*) AS n FROM jobs GROUP BY status, type;
+
+-- name: job_oldest_ready
+SELECT min(run_at) AS oldest FROM jobs WHERE status = 'pending' AND run_at <= :now;
+
+-- name: key_insert
+INSERT INTO api_keys (name, roles, max_priority, types, key_hash, prefix, created_at)
+VALUES (:name, :roles, :max_priority, :types, :key_hash, :prefix, :now)
+RETURNING *;
+
+-- name: key_by_hash
+SELECT * FROM api_keys WHERE key_hash = :key_hash;
+
+-- name: key_list
+SELECT * FROM api_keys ORDER BY id;
+
+-- name: key_revoke
+UPDATE api_keys SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL;
+
+-- name: key_active_admin
+SELECT 1 FROM api_keys
+WHERE revoked_at IS NULL AND EXISTS (SELECT 1 FROM json_each(roles) WHERE value = 'admin')
+LIMIT 1;

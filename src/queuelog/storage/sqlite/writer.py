@@ -1,0 +1,99 @@
+"""Group commit: one thread owns the write connection and commits many requests' work at once.
+
+Each request hands the writer a function of the connection and waits for its
+answer. The writer takes every function that is waiting, runs each inside its
+own SAVEPOINT (so a failing one is rolled back alone), and commits the lot in
+one transaction: one fsync for the group. A request is answered only after
+the commit that holds its work.
+"""
+
+from __future__ import annotations
+
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+Operation = Callable[[sqlite3.Connection], Any]
+
+_STOP = object()
+
+
+class GroupWriter:
+    def __init__(self, connect: Callable[[], sqlite3.Connection], max_group: int = 512) -> None:
+        self._connect = connect
+        self._max_group = max_group
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="queuelog-writer", daemon=True)
+        self._closed = False
+        self.groups_committed = 0
+        self._thread.start()
+        self._ready.wait()
+
+    def run(self, operation: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``operation`` in the next group; return its result once it is durable."""
+        if self._closed:
+            raise RuntimeError("storage is closed")
+        future: Future[T] = Future()
+        self._queue.put((operation, future))
+        return future.result()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._queue.put(_STOP)
+            self._thread.join()
+
+    def _loop(self) -> None:
+        conn = self._connect()
+        self._ready.set()
+        try:
+            while True:
+                item = self._queue.get()
+                if item is _STOP:
+                    return
+                group = [item]
+                while len(group) < self._max_group:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is _STOP:
+                        self._queue.put(_STOP)
+                        break
+                    group.append(nxt)
+                self._commit(conn, group)
+        finally:
+            conn.close()
+
+    def _commit(self, conn: sqlite3.Connection, group: list[tuple[Operation, Future[Any]]]) -> None:
+        outcomes: list[tuple[Future[Any], Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for operation, future in group:
+                conn.execute("SAVEPOINT op")
+                try:
+                    value = operation(conn)
+                except Exception as exc:  # the operation's own failure: undo it alone
+                    conn.execute("ROLLBACK TO op")
+                    outcomes.append((future, None, exc))
+                else:
+                    outcomes.append((future, value, None))
+                conn.execute("RELEASE op")
+            conn.execute("COMMIT")
+        except Exception as exc:  # the transaction itself failed: nothing was stored
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            for _, future in group:
+                future.set_exception(exc)
+            return
+        self.groups_committed += 1
+        for future, value, error in outcomes:
+            if error is None:
+                future.set_result(value)
+            else:
+                future.set_exception(error)
