@@ -1,0 +1,24 @@
+"""The storage conformance suite runs against every backend through one fixture."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from queuelog.storage.base import Storage
+from queuelog.storage.sqlite.store import SqliteStorage
+
+BACKENDS = ["sqlite"]
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+    """A fresh, migrated, empty store of each backend."""
+    if request.param == "sqlite":
+        backend: Storage = SqliteStorage(tmp_path / "conformance.db")
+    else:  # pragma: no cover - each backend adds its branch
+        raise AssertionError(request.param)
+    yield backend
+    backend.close()

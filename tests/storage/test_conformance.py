@@ -1,0 +1,283 @@
+"""What every Storage backend must do. A backend is done when it passes this suite."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from queuelog.errors import IdempotencyKeyReused, InvalidState, NotFound, NotLeaseHolder
+from queuelog.models import EventKind, Job, JobStatus, Priority, Role
+from queuelog.storage.base import ClaimParams, FinishParams, JobListParams, NewJob, NewKey, Storage
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def new_job(
+    job_type: str = "noop",
+    priority: Priority = Priority.LOW,
+    key: str | None = None,
+    fingerprint: str | None = None,
+    principal: str = "shop",
+    run_at: datetime = T0,
+    max_retries: int = 3,
+) -> NewJob:
+    return NewJob(
+        type=job_type,
+        payload={"n": 1},
+        priority=priority,
+        max_retries=max_retries,
+        lease_seconds=30,
+        run_at=run_at,
+        principal=principal,
+        idempotency_key=key,
+        fingerprint=fingerprint,
+    )
+
+
+def claim(store: Storage, now: datetime = T0, limit: int = 1, **kw: object) -> list[Job]:
+    params = ClaimParams(worker_name="w", worker_id="w/1", limit=limit, now=now, **kw)  # type: ignore[arg-type]
+    return store.job_claim(params)
+
+
+def finish(store: Storage, job: Job, now: datetime = T0, **kw: object) -> Job:
+    assert job.lease_token is not None
+    params = FinishParams(job.id, job.lease_token, "w", now, **kw)  # type: ignore[arg-type]
+    (outcome,) = store.job_finish_many([params])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+def test_insert_returns_jobs_in_order_and_records_enqueued(store: Storage) -> None:
+    results = store.job_insert_many([new_job(), new_job("send_email")], T0)
+    assert [created for _, created in results] == [True, True]
+    first, second = (job for job, _ in results)
+    assert first.id < second.id and second.type == "send_email"
+    assert first.status == JobStatus.PENDING and first.payload == {"n": 1}
+    events = store.job_events(first.id)
+    assert [e.event for e in events] == [EventKind.ENQUEUED]
+
+
+def test_idempotency_key_returns_existing_job_for_same_fingerprint(store: Storage) -> None:
+    ((first, created),) = store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
+    ((again, created_again),) = store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
+    assert created and not created_again and again.id == first.id
+
+
+def test_idempotency_key_with_other_fingerprint_rejects_whole_batch(store: Storage) -> None:
+    store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
+    with pytest.raises(IdempotencyKeyReused) as raised:
+        store.job_insert_many([new_job(), new_job(key="k", fingerprint="other")], T0)
+    assert raised.value.extra["index"] == 1
+    assert len(store.job_list(JobListParams(limit=10))) == 1
+
+
+def test_idempotency_keys_are_scoped_per_principal(store: Storage) -> None:
+    ((mine, _),) = store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
+    ((theirs, created),) = store.job_insert_many(
+        [new_job(key="k", fingerprint="g", principal="other")], T0
+    )
+    assert created and theirs.id != mine.id
+
+
+def test_claim_orders_by_priority_then_age_then_id(store: Storage) -> None:
+    store.job_insert_many([new_job(priority=Priority.LOW)], T0)
+    store.job_insert_many([new_job(priority=Priority.HIGH)], T0 + timedelta(seconds=2))
+    store.job_insert_many(
+        [new_job(priority=Priority.HIGH), new_job(priority=Priority.CRITICAL)],
+        T0 + timedelta(seconds=1),
+    )
+    now = T0 + timedelta(seconds=3)
+    order = [(j.priority, j.created_at) for j in claim(store, now, limit=10)]
+    assert order == [
+        (Priority.CRITICAL, T0 + timedelta(seconds=1)),
+        (Priority.HIGH, T0 + timedelta(seconds=1)),
+        (Priority.HIGH, T0 + timedelta(seconds=2)),
+        (Priority.LOW, T0),
+    ]
+
+
+def test_claim_sets_lease_and_worker(store: Storage) -> None:
+    store.job_insert_many([new_job()], T0)
+    (job,) = claim(store)
+    assert job.status == JobStatus.RUNNING and job.worker_id == "w/1" and job.claimed_by == "w"
+    assert job.lease_expires_at == T0 + timedelta(seconds=30)
+    assert job.lease_token and len(job.lease_token) >= 16
+    assert claim(store) == []
+
+
+def test_claim_skips_jobs_not_yet_due_and_other_types(store: Storage) -> None:
+    store.job_insert_many([new_job(run_at=T0 + timedelta(seconds=60))], T0)
+    store.job_insert_many([new_job("send_email")], T0)
+    assert claim(store, types=["noop"]) == []
+    assert [j.type for j in claim(store, types=["send_email", "other"])] == ["send_email"]
+    assert claim(store, T0 + timedelta(seconds=59)) == []
+    assert len(claim(store, T0 + timedelta(seconds=60))) == 1
+
+
+def test_claim_from_many_threads_hands_each_job_out_once(store: Storage) -> None:
+    store.job_insert_many([new_job() for _ in range(200)], T0)
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def drain() -> None:
+        while batch := claim(store, limit=3):
+            with lock:
+                seen.extend(j.id for j in batch)
+
+    threads = [threading.Thread(target=drain) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(seen) == 200 and len(set(seen)) == 200
+
+
+def test_complete_is_guarded_by_lease_token_and_holder(store: Storage) -> None:
+    store.job_insert_many([new_job()], T0)
+    (job,) = claim(store)
+    stale = FinishParams(job.id, "not-the-token", "w", T0)
+    other = FinishParams(job.id, job.lease_token or "", "someone-else", T0)
+    missing = FinishParams(9999, "x", "w", T0)
+    outcomes = store.job_finish_many([stale, other, missing])
+    assert [type(o) for o in outcomes] == [NotLeaseHolder, NotLeaseHolder, NotFound]
+    done = finish(store, job, result={"ok": True})
+    assert done.status == JobStatus.COMPLETED and done.result == {"ok": True}
+    again = store.job_finish_many([FinishParams(job.id, job.lease_token or "", "w", T0)])
+    assert isinstance(again[0], InvalidState)
+
+
+def test_fail_retries_until_exhausted_then_fails(store: Storage) -> None:
+    store.job_insert_many([new_job(max_retries=1)], T0)
+    (job,) = claim(store)
+    retry_at = T0 + timedelta(seconds=5)
+    retried = finish(store, job, error="boom", retry_at=retry_at)
+    assert retried.status == JobStatus.PENDING and retried.retry_count == 1
+    assert retried.run_at == retry_at and retried.worker_id is None and retried.error == "boom"
+    assert claim(store, T0 + timedelta(seconds=4)) == []
+    (again,) = claim(store, retry_at)
+    failed = finish(store, again, retry_at, error="boom again", retry_at=retry_at)
+    assert failed.status == JobStatus.FAILED and failed.retry_count == 1
+    kinds = [e.event for e in store.job_events(job.id)]
+    assert kinds == [
+        EventKind.ENQUEUED,
+        EventKind.CLAIMED,
+        EventKind.RETRY_SCHEDULED,
+        EventKind.CLAIMED,
+        EventKind.FAILED,
+    ]
+
+
+def test_fail_not_retryable_fails_at_once(store: Storage) -> None:
+    store.job_insert_many([new_job()], T0)
+    (job,) = claim(store)
+    failed = finish(store, job, error="bad input", retryable=False)
+    assert failed.status == JobStatus.FAILED and failed.retry_count == 0
+
+
+def test_heartbeat_extends_the_lease(store: Storage) -> None:
+    store.job_insert_many([new_job()], T0)
+    (job,) = claim(store)
+    later = T0 + timedelta(seconds=20)
+    beat = store.job_heartbeat(job.id, job.lease_token or "", "w", 100, later)
+    assert beat.lease_expires_at == later + timedelta(seconds=100)
+    default = store.job_heartbeat(job.id, job.lease_token or "", "w", None, later)
+    assert default.lease_expires_at == later + timedelta(seconds=30)
+    with pytest.raises(NotLeaseHolder):
+        store.job_heartbeat(job.id, "stale", "w", None, later)
+
+
+def test_expired_leases_are_rescued_as_failed_attempts(store: Storage) -> None:
+    store.job_insert_many([new_job(max_retries=1)], T0)
+    (job,) = claim(store)
+    just_before = T0 + timedelta(seconds=29, microseconds=999_999)
+    assert store.job_rescue_expired(just_before, lambda j: just_before) == []
+    deadline = T0 + timedelta(seconds=30)
+    (rescued,) = store.job_rescue_expired(deadline, lambda j: deadline)
+    assert rescued.status == JobStatus.PENDING and rescued.retry_count == 1
+    assert rescued.error == "lease expired"
+    (again,) = claim(store, deadline)
+    # The next claim rescues the expired lease in its own transaction.
+    late = deadline + timedelta(seconds=31)
+    assert claim(store, late, retry_at=lambda j: late) == []
+    final = store.job_get(again.id)
+    assert final is not None and final.status == JobStatus.FAILED
+    assert [e.event for e in store.job_events(job.id)].count(EventKind.LEASE_EXPIRED) == 2
+
+
+def test_cancel_and_requeue(store: Storage) -> None:
+    ((job, _),) = store.job_insert_many([new_job()], T0)
+    cancelled = store.job_cancel(job.id, "shop", T0)
+    assert cancelled.status == JobStatus.CANCELLED
+    with pytest.raises(InvalidState):
+        store.job_cancel(job.id, "shop", T0)
+    with pytest.raises(NotFound):
+        store.job_cancel(12345, "shop", T0)
+    requeued = store.job_requeue(job.id, "root", T0 + timedelta(seconds=9))
+    assert requeued.status == JobStatus.PENDING and requeued.retry_count == 0
+    assert requeued.run_at == T0 + timedelta(seconds=9)
+    with pytest.raises(InvalidState):
+        store.job_requeue(job.id, "root", T0)
+    assert [e.actor for e in store.job_events(job.id)][-2:] == ["shop", "root"]
+
+
+def test_list_filters_and_pages_newest_first(store: Storage) -> None:
+    store.job_insert_many([new_job() for _ in range(3)], T0)
+    store.job_insert_many([new_job("send_email", principal="other")], T0)
+    ids = [j.id for j in store.job_list(JobListParams(limit=10))]
+    assert ids == sorted(ids, reverse=True) and len(ids) == 4
+    mine = store.job_list(JobListParams(limit=10, principal="shop"))
+    assert {j.principal for j in mine} == {"shop"} and len(mine) == 3
+    page = store.job_list(JobListParams(limit=2, before_id=ids[1]))
+    assert [j.id for j in page] == ids[2:4]
+    assert [j.type for j in store.job_list(JobListParams(limit=10, type="send_email"))] == [
+        "send_email"
+    ]
+    claim(store, types=["noop"])
+    held = store.job_list(JobListParams(limit=10, holder="w"))
+    assert len(held) == 1 and held[0].status == JobStatus.RUNNING
+    running = store.job_list(JobListParams(limit=10, status=JobStatus.RUNNING))
+    assert [j.id for j in running] == [held[0].id]
+
+
+def test_prune_deletes_old_finished_jobs_and_their_events(store: Storage) -> None:
+    store.job_insert_many([new_job(key="k", fingerprint="f"), new_job()], T0)
+    (job,) = claim(store)
+    finish(store, job)
+    later = T0 + timedelta(days=8)
+    assert store.job_prune({JobStatus.COMPLETED: later - timedelta(days=7)}) == 1
+    assert store.job_get(job.id) is None and store.job_events(job.id) == []
+    # The idempotency key is freed with its job.
+    ((fresh, created),) = store.job_insert_many([new_job(key="k", fingerprint="x")], later)
+    assert created and fresh.id != job.id
+
+
+def test_stats_count_by_status_and_type(store: Storage) -> None:
+    store.job_insert_many([new_job(), new_job(), new_job("send_email")], T0)
+    claim(store, types=["send_email"])
+    stats = store.job_stats(T0 + timedelta(seconds=10))
+    assert stats.counts == {("pending", "noop"): 2, ("running", "send_email"): 1}
+    assert stats.oldest_ready_at == T0
+
+
+def test_keys_insert_lookup_revoke(store: Storage) -> None:
+    assert not store.key_has_active_admin()
+    key = store.key_insert(
+        NewKey("root", frozenset({Role.ADMIN}), Priority.CRITICAL, None, "h1", "ql_abc"), T0
+    )
+    assert store.key_has_active_admin()
+    found = store.key_by_hash("h1")
+    assert found == key and found.roles == frozenset({Role.ADMIN})
+    assert store.key_by_hash("nope") is None
+    assert store.key_revoke(key.id, T0)
+    assert not store.key_revoke(key.id, T0)
+    assert not store.key_has_active_admin()
+    revoked = store.key_by_hash("h1")
+    assert revoked is not None and revoked.revoked_at == T0
+    assert [k.id for k in store.key_list()] == [key.id]
+
+
+def test_ping(store: Storage) -> None:
+    assert store.ping()
