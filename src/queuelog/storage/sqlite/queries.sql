@@ -144,3 +144,8 @@ UPDATE api_keys SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL;
 SELECT 1 FROM api_keys
 WHERE revoked_at IS NULL AND EXISTS (SELECT 1 FROM json_each(roles) WHERE value = 'admin')
 LIMIT 1;
+
+-- name: job_next_due
+SELECT min(run_at) AS next_due FROM jobs
+WHERE status = 'pending' AND run_at > :now
+  AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)));

@@ -137,6 +137,14 @@ class SqliteStorage:
     def job_claim(self, params: ClaimParams) -> list[Job]:
         return self._writer.run(lambda conn: _claim(conn, params))
 
+    def job_next_due(self, now: datetime, types: Sequence[str] | None = None) -> datetime | None:
+        args = {
+            "now": to_micros(now),
+            "types": json.dumps(list(types)) if types is not None else None,
+        }
+        value = self._read("job_next_due", args)[0]["next_due"]
+        return from_micros(value) if value is not None else None
+
     def job_heartbeat(
         self,
         job_id: int,
