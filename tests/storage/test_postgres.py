@@ -1,0 +1,154 @@
+"""PostgreSQL only: several nodes (stores) on one database at once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import TypeVar
+
+import pytest
+
+from queuelog.models import EventKind, JobStatus
+from queuelog.storage.base import JobListParams, ReadySubscriber
+from queuelog.storage.postgres.store import PostgresStorage
+from tests.postgres import fresh_schema
+from tests.storage.test_conformance import T0, claim, finish, new_job
+
+T = TypeVar("T")
+NODES = 3
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[PostgresStorage]]:
+    """Three stores on one fresh schema, as three queuelog nodes would be."""
+    with fresh_schema() as url:
+        stores = [PostgresStorage(url, pool_size=4) for _ in range(NODES)]
+        yield stores
+        for store in stores:
+            store.close()
+
+
+def all_at_once(count: int, work: Callable[[int], T]) -> list[T]:
+    """Run ``work(i)`` for i in range(count) on as many threads, released together."""
+    barrier = threading.Barrier(count)
+    results: list[T | None] = [None] * count
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        barrier.wait(timeout=30)
+        try:
+            results[i] = work(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    if errors:
+        raise errors[0]
+    return results  # type: ignore[return-value]
+
+
+def test_nodes_migrating_at_once_all_succeed() -> None:
+    with fresh_schema() as url:
+        stores = all_at_once(4, lambda _: PostgresStorage(url, pool_size=1))
+        try:
+            assert all(store.ping() for store in stores)
+        finally:
+            for store in stores:
+                store.close()
+
+
+def test_claims_from_several_nodes_hand_each_job_out_once(
+    nodes: list[PostgresStorage],
+) -> None:
+    nodes[0].job_insert_many([new_job() for _ in range(300)], T0)
+
+    def drain(i: int) -> list[int]:
+        seen = []
+        while batch := claim(nodes[i % NODES], limit=7):
+            seen += [j.id for j in batch]
+        return seen
+
+    seen = [job_id for batch in all_at_once(9, drain) for job_id in batch]
+    assert len(seen) == 300 and len(set(seen)) == 300
+
+
+def test_same_idempotency_key_on_two_nodes_at_once_makes_one_job(
+    nodes: list[PostgresStorage],
+) -> None:
+    for round_ in range(10):
+        key = f"order-{round_}"
+        outcomes = all_at_once(
+            NODES,
+            lambda i, key=key: nodes[i].job_insert_many([new_job(key=key, fingerprint="f")], T0),
+        )
+        jobs = [job for ((job, _),) in outcomes]
+        created = [made for ((_, made),) in outcomes]
+        assert len({job.id for job in jobs}) == 1 and created.count(True) == 1
+
+
+def test_expired_leases_swept_by_every_node_are_rescued_once(
+    nodes: list[PostgresStorage],
+) -> None:
+    nodes[0].job_insert_many([new_job() for _ in range(60)], T0)
+    claimed = claim(nodes[0], limit=60)
+    later = T0 + timedelta(seconds=31)
+    rescued = all_at_once(
+        NODES, lambda i: nodes[i].job_rescue_expired(later, lambda j: later, limit=20)
+    )
+    ids = [job.id for batch in rescued for job in batch]
+    assert len(ids) == len(set(ids))
+    while more := nodes[1].job_rescue_expired(later, lambda j: later, limit=20):
+        ids += [job.id for job in more]
+    assert sorted(ids) == sorted(j.id for j in claimed)
+    for job in claimed:
+        kinds = [e.event for e in nodes[2].job_events(job.id)]
+        assert kinds.count(EventKind.LEASE_EXPIRED) == 1
+
+
+def test_pruners_on_every_node_delete_each_job_once(nodes: list[PostgresStorage]) -> None:
+    nodes[0].job_insert_many([new_job() for _ in range(50)], T0)
+    for job in claim(nodes[0], limit=50):
+        finish(nodes[0], job)
+    cutoffs = {JobStatus.COMPLETED: T0 + timedelta(days=1)}
+    pruned = all_at_once(NODES, lambda i: nodes[i].job_prune(cutoffs, limit=10))
+    while more := nodes[0].job_prune(cutoffs, limit=10):
+        pruned.append(more)
+    assert sum(pruned) == 50
+    assert nodes[1].job_list(JobListParams(limit=10)) == []
+
+
+def test_a_job_made_ready_on_one_node_wakes_listeners_on_another(
+    nodes: list[PostgresStorage],
+) -> None:
+    assert isinstance(nodes[1], ReadySubscriber)
+    woken = threading.Event()
+    nodes[1].subscribe(woken.set)
+    listener = nodes[1]._listener
+    assert listener is not None and listener.listening.wait(10)
+    woken.clear()  # the (re)connection itself wakes once
+    ((job, _),) = nodes[0].job_insert_many([new_job()], T0)
+    assert woken.wait(10), "enqueue on node 0 did not reach node 1"
+    nodes[0].job_cancel(job.id, "shop", T0)
+    woken.clear()
+    nodes[2].job_requeue(job.id, "root", T0)
+    assert woken.wait(10), "redrive on node 2 did not reach node 1"
+
+
+def test_notifications_of_another_schema_are_ignored(nodes: list[PostgresStorage]) -> None:
+    woken = threading.Event()
+    nodes[0].subscribe(woken.set)
+    listener = nodes[0]._listener
+    assert listener is not None and listener.listening.wait(10)
+    with fresh_schema() as other_url:
+        other = PostgresStorage(other_url, pool_size=1)
+        try:
+            woken.clear()
+            other.job_insert_many([new_job()], T0)
+            assert not woken.wait(1.0)
+        finally:
+            other.close()
