@@ -63,8 +63,8 @@ class ReadyListener:
             row = conn.execute(Q["current_schema"]).fetchone()
             schema = row[0] if row else None
             conn.execute(f"LISTEN {CHANNEL}")
-            self.listening.set()
             self._fire()
+            self.listening.set()
             while not self._stop.is_set():
                 for notification in conn.notifies(timeout=self._poll_seconds):
                     if notification.payload == schema:
