@@ -152,3 +152,17 @@ def test_notifications_of_another_schema_are_ignored(nodes: list[PostgresStorage
             assert not woken.wait(1.0)
         finally:
             other.close()
+
+
+@pytest.mark.parametrize(("durability", "expected"), [("full", "on"), ("normal", "off")])
+def test_durability_sets_synchronous_commit(durability: str, expected: str) -> None:
+    with fresh_schema() as url:
+        store = PostgresStorage(url, durability=durability, pool_size=1)
+        try:
+            rows = store._read("current_schema", {})
+            assert rows[0]["name"].startswith("ql_test_")
+            with store._pool.connection() as conn:
+                row = conn.execute("SHOW synchronous_commit").fetchone()
+            assert row is not None and row["synchronous_commit"] == expected
+        finally:
+            store.close()

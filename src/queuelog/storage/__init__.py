@@ -18,5 +18,5 @@ def open_storage(settings: Settings) -> Storage:
     if url.startswith(("postgresql://", "postgres://")):
         from queuelog.storage.postgres.store import PostgresStorage
 
-        return PostgresStorage(url)
+        return PostgresStorage(url, durability=settings.durability)
     raise ValueError("database must be a sqlite:/// or postgresql:// URL")

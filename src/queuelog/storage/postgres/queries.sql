@@ -17,6 +17,9 @@ SELECT version FROM schema_migrations;
 -- name: migration_record
 INSERT INTO schema_migrations (version) VALUES (%(version)s);
 
+-- name: session_durability
+SELECT set_config('synchronous_commit', %(value)s, false);
+
 -- name: job_ready_notify
 -- Delivered at commit, to every node LISTENing; the payload names the schema so
 -- nodes of another queue in the same database ignore it.

@@ -54,19 +54,30 @@ _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 
 
 class PostgresStorage:
-    def __init__(self, url: str, pool_size: int = 16, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        durability: str = "full",
+        pool_size: int = 16,
+        connect_timeout: float = 10.0,
+    ) -> None:
         """Args:
         url: a libpq URL; ``?options=-csearch_path%3Dname`` selects a schema.
+        durability: ``full`` waits for the WAL flush at each commit; ``normal``
+            turns ``synchronous_commit`` off for this node's sessions (a server
+            crash may lose the last fraction of a second of acknowledged work).
         pool_size: most connections this node opens (plus one for LISTEN).
         connect_timeout: how long to wait for the database when opening.
         """
         self._url = url
+        self._synchronous_commit = "on" if durability == "full" else "off"
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             url,
             min_size=1,
             max_size=pool_size,
             connection_class=psycopg.Connection[DictRow],
             kwargs={"autocommit": True, "row_factory": dict_row},
+            configure=self._configure,
             open=False,
             name="queuelog",
         )
@@ -80,6 +91,9 @@ class PostgresStorage:
             raise
 
     # -- connections -------------------------------------------------------
+
+    def _configure(self, conn: Conn) -> None:
+        conn.execute(Q["session_durability"], {"value": self._synchronous_commit})
 
     def _read(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
         with self._pool.connection() as conn:
