@@ -61,6 +61,13 @@ SELECT * FROM job_events WHERE job_id = %(job_id)s ORDER BY id;
 INSERT INTO job_events (job_id, at, event, from_status, to_status, actor, detail)
 VALUES (%(job_id)s, %(at)s, %(event)s, %(from_status)s, %(to_status)s, %(actor)s, %(detail)s);
 
+-- name: event_insert_many
+-- Many events in one statement: one array per column.
+INSERT INTO job_events (job_id, at, event, from_status, to_status, actor, detail)
+SELECT * FROM unnest(%(job_id)s::bigint[], %(at)s::bigint[], %(event)s::text[],
+                     %(from_status)s::text[], %(to_status)s::text[], %(actor)s::text[],
+                     %(detail)s::text[]);
+
 -- name: job_claim
 -- One statement: the CTE locks the first ready rows in claim order, skipping rows
 -- another node's claim has locked, so concurrent claimers never wait on each other

@@ -62,10 +62,16 @@ def _event(
     }
 
 
+_EVENT_COLUMNS = ("job_id", "at", "event", "from_status", "to_status", "actor", "detail")
+
+
 def _record(conn: Conn, events: Sequence[dict[str, Any]]) -> None:
-    if events:
-        with conn.cursor() as cur:
-            cur.executemany(Q["event_insert"], events)
+    """Insert events in one statement (executemany costs a round trip per row)."""
+    if len(events) == 1:
+        conn.execute(Q["event_insert"], events[0])
+    elif events:
+        columns = {name: [e[name] for e in events] for name in _EVENT_COLUMNS}
+        conn.execute(Q["event_insert_many"], columns)
 
 
 def _notify_ready(conn: Conn) -> None:
@@ -156,7 +162,8 @@ def rescue(conn: Conn, now: datetime, retry_at: Callable[[Job], datetime], limit
     """Fail expired leases; rows another node is rescuing right now are skipped."""
     args = {"now": to_micros(now), "limit": limit}
     expired = [job_from_row(r) for r in conn.execute(Q["job_expired_leases"], args)]
-    rescued = []
+    rescued: list[Job] = []
+    events: list[dict[str, Any]] = []
     for job in expired:
         assert job.lease_token is not None and job.claimed_by is not None
         params = FinishParams(
@@ -167,9 +174,10 @@ def rescue(conn: Conn, now: datetime, retry_at: Callable[[Job], datetime], limit
             error="lease expired",
             retry_at=retry_at(job),
         )
-        outcome = finish(conn, params, kind=EventKind.LEASE_EXPIRED, actor="queuelog")
+        outcome = _finish(conn, params, events, EventKind.LEASE_EXPIRED, "queuelog")
         if isinstance(outcome, Job):
             rescued.append(outcome)
+    _recorded(conn, events, rescued)
     return rescued
 
 
@@ -181,15 +189,27 @@ def heartbeat(conn: Conn, args: Mapping[str, Any]) -> Job:
 
 
 def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueError]:
-    return [finish(conn, item) for item in items]
+    events: list[dict[str, Any]] = []
+    outcomes = [_finish(conn, item, events) for item in items]
+    _recorded(conn, events, [o for o in outcomes if isinstance(o, Job)])
+    return outcomes
 
 
-def finish(
+def _recorded(conn: Conn, events: Sequence[dict[str, Any]], jobs: Sequence[Job]) -> None:
+    """Write the transitions' events; NOTIFY if one made a job pending."""
+    _record(conn, events)
+    if any(job.status == JobStatus.PENDING for job in jobs):
+        _notify_ready(conn)
+
+
+def _finish(
     conn: Conn,
     item: FinishParams,
+    events: list[dict[str, Any]],
     kind: EventKind | None = None,
     actor: str | None = None,
 ) -> Job | QueueError:
+    """Complete or fail one held job under its guard; its event goes to ``events``."""
     args: dict[str, Any] = {
         "id": item.job_id,
         "lease_token": item.lease_token,
@@ -212,10 +232,8 @@ def finish(
             JobStatus.PENDING: EventKind.RETRY_SCHEDULED,
             JobStatus.FAILED: EventKind.FAILED,
         }[job.status]
-    event = _event(job, item.now, kind, JobStatus.RUNNING, actor or item.worker_name, item.error)
-    _record(conn, [event])
-    if job.status == JobStatus.PENDING:
-        _notify_ready(conn)
+    actor = actor or item.worker_name
+    events.append(_event(job, item.now, kind, JobStatus.RUNNING, actor, item.error))
     return job
 
 
