@@ -19,9 +19,15 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 def _hold_writer(writer: GroupWriter) -> tuple[threading.Thread, threading.Event]:
     """Keep the writer busy until the returned event is set, so work piles up behind it."""
-    gate = threading.Event()
-    holder = threading.Thread(target=writer.run, args=(lambda c: gate.wait(timeout=10),))
+    gate, running = threading.Event(), threading.Event()
+
+    def hold(conn: sqlite3.Connection) -> None:
+        running.set()
+        gate.wait(timeout=10)
+
+    holder = threading.Thread(target=writer.run, args=(hold,))
     holder.start()
+    assert running.wait(timeout=10)
     return holder, gate
 
 
