@@ -9,8 +9,10 @@ from typing import TypeVar
 
 import pytest
 
-from queuelog.models import EventKind, JobStatus
-from queuelog.storage.base import JobListParams, ReadySubscriber
+from queuelog.auth import KeyRing, display_prefix
+from queuelog.clock import SystemClock
+from queuelog.models import EventKind, JobStatus, Priority, Role
+from queuelog.storage.base import JobListParams, NewJob, ReadySubscriber
 from queuelog.storage.postgres.store import PostgresStorage
 from tests.postgres import fresh_schema
 from tests.storage.test_conformance import T0, claim, finish, new_job
@@ -166,3 +168,42 @@ def test_durability_sets_synchronous_commit(durability: str, expected: str) -> N
             assert row is not None and row["synchronous_commit"] == expected
         finally:
             store.close()
+
+
+def table_dump(store: PostgresStorage) -> str:
+    with store._pool.connection() as conn:
+        rows = [
+            str(row)
+            for table in ("jobs", "job_events", "api_keys")
+            for row in conn.execute(f"SELECT * FROM {table}").fetchall()
+        ]
+    return "\n".join(rows)
+
+
+def test_v01_keys_are_stored_only_as_hashes(nodes: list[PostgresStorage]) -> None:
+    ring = KeyRing(nodes[0], SystemClock())
+    _, plaintext = ring.create("p", frozenset({Role.PRODUCER}))
+    assert ring.authenticate(plaintext).name == "p"
+    dump = table_dump(nodes[0])
+    assert plaintext not in dump and plaintext[len(display_prefix(plaintext)) :] not in dump
+
+
+def test_v08_sql_metacharacters_are_stored_as_text(nodes: list[PostgresStorage]) -> None:
+    hostile = "'); DELETE FROM jobs; --"
+    job = NewJob(
+        type="noop' OR '1'='1",
+        payload={"q": "'; DROP TABLE jobs; --"},
+        priority=Priority.LOW,
+        max_retries=3,
+        lease_seconds=30,
+        run_at=T0,
+        principal=hostile,
+        idempotency_key=hostile,
+        fingerprint="f",
+    )
+    ((stored, _),) = nodes[0].job_insert_many([job], T0)
+    again = nodes[1].job_get(stored.id)
+    assert again is not None and again.payload == {"q": "'; DROP TABLE jobs; --"}
+    assert again.principal == hostile and again.idempotency_key == hostile
+    assert nodes[1].job_list(JobListParams(limit=10, type="noop")) == []
+    assert claim(nodes[2], types=["noop' OR '1'='1"])[0].id == stored.id
