@@ -23,7 +23,7 @@ class ReadyListener:
     long poll's periodic re-check covers the rest.
     """
 
-    def __init__(self, url: str, poll_seconds: float = 0.5, retry_seconds: float = 1.0) -> None:
+    def __init__(self, url: str, poll_seconds: float = 0.1, retry_seconds: float = 1.0) -> None:
         self._url = url
         self._poll_seconds = poll_seconds
         self._retry_seconds = retry_seconds
