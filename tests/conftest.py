@@ -1,4 +1,4 @@
-"""Shared fixtures: settings, a fake clock, real SQLite storage in a temp file, an app."""
+"""Shared fixtures: settings, a fake clock, real storage (SQLite, PostgreSQL), an app."""
 
 from __future__ import annotations
 

@@ -207,3 +207,17 @@ def test_v08_sql_metacharacters_are_stored_as_text(nodes: list[PostgresStorage])
     assert again.principal == hostile and again.idempotency_key == hostile
     assert nodes[1].job_list(JobListParams(limit=10, type="noop")) == []
     assert claim(nodes[2], types=["noop' OR '1'='1"])[0].id == stored.id
+
+
+def test_next_due_is_the_earliest_future_run_at_of_the_types(
+    nodes: list[PostgresStorage],
+) -> None:
+    store = nodes[0]
+    assert store.job_next_due(T0) is None
+    soon, later = T0 + timedelta(seconds=5), T0 + timedelta(seconds=9)
+    store.job_insert_many([new_job(run_at=T0), new_job("send_email", run_at=soon)], T0)
+    store.job_insert_many([new_job(run_at=later)], T0)
+    assert store.job_next_due(T0) == soon
+    assert store.job_next_due(T0, ["noop"]) == later
+    assert store.job_next_due(T0, ["other"]) is None
+    assert store.job_next_due(later) is None

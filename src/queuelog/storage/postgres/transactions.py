@@ -90,7 +90,7 @@ def apply_migrations(conn: Conn) -> None:
     done = {r["version"] for r in conn.execute(Q["migrations_done"])}
     for version, sql in load_migrations(PACKAGE):
         if version not in done:
-            conn.execute(sql.encode())
+            conn.execute(sql)  # no parameters: sent as is, several statements
             conn.execute(Q["migration_record"], {"version": version})
 
 
