@@ -31,6 +31,7 @@ from queuelog.storage.sqlfile import load_migrations, load_queries
 PACKAGE = "queuelog.storage.postgres"
 Q = load_queries(PACKAGE)
 Conn = psycopg.Connection[DictRow]
+_INSERT_ATTEMPTS = 5
 
 
 def dumps(value: Any) -> str | None:
@@ -131,13 +132,14 @@ def _insert_or_existing(conn: Conn, args: Mapping[str, Any]) -> tuple[Job, bool]
     commit or roll back, so the SELECT after it sees the winner. If that job is
     pruned in between, the insert is simply tried again.
     """
-    while True:
+    for _ in range(_INSERT_ATTEMPTS):
         row = conn.execute(Q["job_insert"], args).fetchone()
         if row is not None:
             return job_from_row(row), True
         existing = conn.execute(Q["job_by_idempotency_key"], args).fetchone()
         if existing is not None:
             return job_from_row(existing), False
+    raise RuntimeError("idempotency key kept conflicting with a job that then vanished")
 
 
 def claim(conn: Conn, params: ClaimParams) -> list[Job]:
