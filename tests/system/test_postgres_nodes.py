@@ -21,10 +21,12 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from queuelog.api.app import create_app
 from queuelog.auth import KeyRing
+from queuelog.cli import main
 from queuelog.clock import SystemClock
 from queuelog.models import Priority, Role
 from queuelog.storage.postgres.store import PostgresStorage
@@ -317,3 +319,22 @@ def test_enqueue_on_one_node_wakes_a_long_poll_on_another(tmp_path: Path) -> Non
             assert [j["id"] for j in answer.json()["jobs"]] == [enqueued.json()["id"]]
             # Node B heard of the job through the database: nothing on B made it ready.
             assert node_b.state.queuelog.wakeup.notifications > woken_before
+
+
+def test_migrate_and_keys_commands_work_against_postgresql() -> None:
+    with fresh_schema() as url:
+        runner = CliRunner()
+        env = {"QUEUELOG_DATABASE_URL": url, "QUEUELOG_CONFIG": ""}
+        migrated = runner.invoke(main, ["migrate"], env=env)
+        assert migrated.exit_code == 0, migrated.output
+        again = runner.invoke(main, ["migrate"], env=env)
+        assert again.exit_code == 0, again.output
+        created = runner.invoke(
+            main, ["keys", "create", "--name", "ops", "--role", "admin"], env=env
+        )
+        assert created.exit_code == 0, created.output
+        listed = runner.invoke(main, ["keys", "list"], env=env)
+        assert "ops" in listed.output and "active" in listed.output
+        with psycopg.connect(url) as conn:
+            versions = [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
+        assert versions == [1]
