@@ -35,6 +35,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealServe
         name: {"max_retries": 3, "lease_seconds": 30, "backoff_base_seconds": 1}
         for name in ("wake", "empty", "retry", "gone", "latency")
     }
+    types["expire"] = {"lease_seconds": 1, "backoff_base_seconds": 0.2, "backoff_cap_seconds": 1}
     real = RealServer(Path(tmp_path_factory.mktemp("long_poll")), types=types)
     keys = Keys(
         admin=real.create_key("root", "admin"),
@@ -104,6 +105,27 @@ def test_waiting_claim_wakes_when_a_retried_job_is_due(server: tuple[RealServer,
     assert [j["id"] for j in jobs] == [job["id"]]
     assert jobs[0]["retry_count"] == 1
     assert 1.5 <= answered < 15, answered
+
+
+def test_waiting_claim_gets_a_job_whose_lease_expired_meanwhile(
+    server: tuple[RealServer, Keys],
+) -> None:
+    real, keys = server
+    with (
+        real.client(keys.producer) as prod,
+        real.client(keys.worker) as work,
+        real.client(keys.admin) as root,
+    ):
+        job = prod.post("/jobs", json={"type": "expire"}).json()
+        held = work.post("/jobs/claim", json={"types": ["expire"]}).json()["jobs"]
+        assert [j["id"] for j in held] == [job["id"]]
+        # Nobody reports on it: the sweeper rescues it and wakes the waiting claim.
+        response = work.post("/jobs/claim", json={"types": ["expire"], "wait_seconds": 20})
+        jobs = response.json()["jobs"]
+        assert [j["id"] for j in jobs] == [job["id"]]
+        assert jobs[0]["retry_count"] == 1
+        events = root.get(f"/jobs/{job['id']}/events").json()["events"]
+    assert [e["event"] for e in events] == ["enqueued", "claimed", "lease_expired", "claimed"]
 
 
 def _abandoned_claim(real: RealServer, key: str, wait_seconds: int) -> socket.socket:
