@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from queuelog import __version__
 from queuelog.api.deps import AppState
+from queuelog.api.docs import mount_docs
 from queuelog.api.metrics import Metrics, MetricsMiddleware
 from queuelog.api.middleware import BodyLimitMiddleware
 from queuelog.api.problems import install_handlers
@@ -78,7 +79,10 @@ def create_app(
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    mount_docs(app)
     app.state.queuelog = state
     app.state.maintenance = maintenance
     app.state.metrics = Metrics(service)
