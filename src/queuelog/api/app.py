@@ -42,6 +42,8 @@ Choices where the contract is silent:
   sanitised error text, shown to admins only, like the job's `error`.
 * `POST /jobs/batch/complete` answers 422 `payload-too-large` for an item whose
   result is too large, besides 200, 404 and 409.
+* Ids are positive 64-bit integers; an id outside that range is 422 `validation`.
+* A claim request may have an empty body (all fields default).
 """
 
 
