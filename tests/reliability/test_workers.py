@@ -103,34 +103,41 @@ def test_eight_worker_processes_drain_jobs_exactly_as_scripted(tmp_path: Path) -
             process.start()
         for process in processes:
             process.join(timeout=200)
+        for process in processes:
             if process.exitcode is None:
                 process.kill()
+                process.join(timeout=30)
         assert [p.exitcode for p in processes] == [0] * WORKERS
 
         records = [json.loads(line) for log in logs for line in log.read_text().splitlines()]
-        assert all(r["status"] == 200 for r in records), "no report was refused"
-        tokens = [r["token"] for r in records]
-        assert len(tokens) == len(set(tokens)), "a lease token was handed out twice"
-        attempts: dict[int, list[tuple[int, str]]] = defaultdict(list)
-        for record in sorted(records, key=lambda r: (r["id"], r["retry_count"])):
-            attempts[record["id"]].append((record["retry_count"], record["action"]))
-
         with server.client(admin) as root:
-            final = _all_jobs(root)
-            assert len(final) == JOBS
-            for job_id, script in scripts.items():
-                status, expected_attempts = _expected(script)
-                assert attempts[job_id] == expected_attempts, (job_id, script)
-                assert final[job_id]["status"] == status, (job_id, script)
-                assert final[job_id]["retry_count"] == expected_attempts[-1][0]
-            # The history of every job that ran more than once: one claim at a time.
-            for job_id in (i for i, a in attempts.items() if len(a) > 1):
-                events = root.get(f"/jobs/{job_id}/events").json()["events"]
-                _assert_one_lease_at_a_time(events)
-        busy = {r["id"] for r in records}
-        assert len(busy) == JOBS
+            _check_outcomes(root, scripts, records)
     finally:
         server.close()
+
+
+def _check_outcomes(
+    root: httpx.Client, scripts: dict[int, dict[str, Any]], records: list[dict[str, Any]]
+) -> None:
+    """Every job ran exactly as scripted, under one lease at a time."""
+    assert all(r["status"] == 200 for r in records), "no report was refused"
+    tokens = [r["token"] for r in records]
+    assert len(tokens) == len(set(tokens)), "a lease token was handed out twice"
+    attempts: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for record in sorted(records, key=lambda r: (r["id"], r["retry_count"])):
+        attempts[record["id"]].append((record["retry_count"], record["action"]))
+    assert set(attempts) == set(scripts)
+    final = _all_jobs(root)
+    assert len(final) == JOBS
+    for job_id, script in scripts.items():
+        status, expected_attempts = _expected(script)
+        assert attempts[job_id] == expected_attempts, (job_id, script)
+        assert final[job_id]["status"] == status, (job_id, script)
+        assert final[job_id]["retry_count"] == expected_attempts[-1][0]
+    # The history of every job that ran more than once: one claim at a time.
+    for job_id in (i for i, a in attempts.items() if len(a) > 1):
+        events = root.get(f"/jobs/{job_id}/events").json()["events"]
+        _assert_one_lease_at_a_time(events)
 
 
 def _assert_one_lease_at_a_time(events: list[dict[str, Any]]) -> None:
