@@ -18,8 +18,8 @@ run: $(STAMP)
 	$(BIN)/queuelog serve --config $(CONFIG)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests $(wildcard bench)
+	$(BIN)/ruff format --check src tests $(wildcard bench)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
