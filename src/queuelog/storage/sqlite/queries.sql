@@ -124,7 +124,8 @@ DELETE FROM job_events WHERE job_id = :id;
 SELECT status, type, count(*) AS n FROM jobs GROUP BY status, type;
 
 -- name: job_oldest_ready
-SELECT min(run_at) AS oldest FROM jobs WHERE status = 'pending' AND run_at <= :now;
+SELECT min(run_at) AS oldest, count(*) AS ready
+FROM jobs WHERE status = 'pending' AND run_at <= :now;
 
 -- name: key_insert
 INSERT INTO api_keys (name, roles, max_priority, types, key_hash, prefix, created_at)
@@ -144,3 +145,16 @@ UPDATE api_keys SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL;
 SELECT 1 FROM api_keys
 WHERE revoked_at IS NULL AND EXISTS (SELECT 1 FROM json_each(roles) WHERE value = 'admin')
 LIMIT 1;
+
+-- name: job_event_counts
+SELECT (at - :since) / :bucket AS bucket, event, count(*) AS n
+FROM job_events
+WHERE at >= :since AND at < :until
+GROUP BY bucket, event;
+
+-- name: job_requeue_failed
+UPDATE jobs
+SET status = 'pending', retry_count = 0, run_at = :now, claimed_at = NULL, worker_id = NULL,
+    claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE status = 'failed' AND type = :type
+RETURNING id;
