@@ -117,14 +117,19 @@ def site(tmp_path: Path, chromium: Any) -> Iterator[Site]:
 
 
 @pytest.fixture
-def page(chromium: Any, site: Site) -> Iterator[Any]:
+def dialogs() -> list[str]:
+    """The messages of every alert or confirm the page opened (each one is accepted)."""
+    return []
+
+
+@pytest.fixture
+def page(chromium: Any, site: Site, dialogs: list[str]) -> Iterator[Any]:
     context = chromium.new_context(base_url=site.url, viewport={"width": 1280, "height": 900})
     context.set_default_timeout(TIMEOUT_MS)
     page = context.new_page()
-    page.dialogs = []  # type: ignore[attr-defined]
 
     def on_dialog(dialog: Any) -> None:
-        page.dialogs.append(dialog.message)  # type: ignore[attr-defined]
+        dialogs.append(dialog.message)
         dialog.accept()
 
     page.on("dialog", on_dialog)
@@ -156,7 +161,9 @@ def test_a_job_enqueued_through_the_api_appears(page: Any, site: Site) -> None:
     expect(row).to_contain_text("pending")
 
 
-def test_retry_button_puts_a_failed_job_back_to_pending(page: Any, site: Site) -> None:
+def test_retry_button_puts_a_failed_job_back_to_pending(
+    page: Any, site: Site, dialogs: list[str]
+) -> None:
     from playwright.sync_api import expect
 
     job = site.enqueue(max_retries=0)
@@ -169,7 +176,7 @@ def test_retry_button_puts_a_failed_job_back_to_pending(page: Any, site: Site) -
     expect(page.locator(".notice")).to_have_text("The job is pending again.")
     expect(page.locator(".timeline li").last).to_contain_text("requeued")
     expect(page.locator(".timeline li").last).to_contain_text("root")
-    assert page.dialogs == [f"Retry job #{job['id']}?"]
+    assert dialogs == [f"Retry job #{job['id']}?"]
 
 
 def test_cancel_button_cancels_a_pending_job(page: Any, site: Site) -> None:
@@ -205,7 +212,9 @@ def test_create_a_key_then_revoke_it(page: Any, site: Site) -> None:
     assert api.get("/jobs").status_code == 401
 
 
-def test_html_in_payload_and_error_is_shown_as_text(page: Any, site: Site) -> None:
+def test_html_in_payload_and_error_is_shown_as_text(
+    page: Any, site: Site, dialogs: list[str]
+) -> None:
     from playwright.sync_api import expect
 
     job = site.enqueue(payload={"note": "<script>alert(1)</script>"}, max_retries=0)
@@ -216,8 +225,10 @@ def test_html_in_payload_and_error_is_shown_as_text(page: Any, site: Site) -> No
     expect(page.locator("#error")).to_contain_text('<img src=x onerror="alert(2)"><b>bold')
     assert page.locator("#error b").count() == 0 and page.locator("#error img").count() == 0
     page.goto("/ui/jobs")
+    expect(page.locator(f'tr[data-job-id="{job["id"]}"]')).to_contain_text("failed")
     page.goto("/ui")
-    assert page.dialogs == []
+    expect(page.locator(".tile.t-failed .n")).to_have_text("1")
+    assert dialogs == []
 
 
 def test_log_out(page: Any, site: Site) -> None:

@@ -86,7 +86,7 @@ def test_job_page_shows_payload_result_error_and_events(
 
 
 def test_unknown_job_is_a_404_page(browser: Browser) -> None:
-    for path in ("/ui/jobs/424242", "/ui/jobs/not-a-number"):
+    for path in ("/ui/jobs/424242", "/ui/jobs/not-a-number", "/ui/nothing/here"):
         response = browser.get(path)
         assert response.status_code == 404
         assert response.headers["content-type"].startswith("text/html")
@@ -131,6 +131,8 @@ def test_retry_all_failed_of_a_type_confirms_the_count_first(
     assert '<strong id="count">3</strong>' in confirm
     done = browser.post("/ui/retry-failed", type="noop")
     assert done.status_code == 303 and done.headers["location"].startswith("/ui/jobs?type=noop")
+    listing = browser.get(done.headers["location"]).text
+    assert "3 failed job(s) of this type are pending again." in listing
     stats = admin.get("/stats").json()["by_type"]
     assert stats["noop"]["pending"] == 3 and stats["send_email"]["failed"] == 1
 

@@ -41,8 +41,8 @@ def retry_failed(request: Request, posted: Posted) -> Response:
     job_type = field_of(posted.form, "type")
     if not job_type:
         raise ValidationFailed("Name the job type whose failed jobs to retry")
-    state_of(request).service.retry_failed(posted.admin, job_type)
-    query = urlencode({"type": job_type, "notice": "requeued"})
+    count = state_of(request).service.retry_failed(posted.admin, job_type)
+    query = urlencode({"type": job_type, "notice": "requeued", "count": count})
     return _see(f"/ui/jobs?{query}")
 
 

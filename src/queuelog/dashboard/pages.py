@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from queuelog.api.deps import state_of
 from queuelog.dashboard import views
 from queuelog.dashboard.web import Admin, DashboardRoute, now_of, render
-from queuelog.errors import ValidationFailed
+from queuelog.errors import NotFound, ValidationFailed
 from queuelog.models import JobStatus
 
 router = APIRouter(prefix="/ui", route_class=DashboardRoute)
@@ -21,13 +21,14 @@ LEASED_SHOWN = 100
 NOTICES = {
     "retried": "The job is pending again.",
     "cancelled": "The job was cancelled.",
-    "requeued": "The failed jobs are pending again.",
+    "requeued": "{count} failed job(s) of this type are pending again.",
     "key-revoked": "The key was revoked; it stops working at once.",
 }
 
 
-def _notice(code: str | None) -> str | None:
-    return NOTICES.get(code or "")
+def _notice(code: str | None, count: int = 0) -> str | None:
+    text = NOTICES.get(code or "")
+    return text.format(count=count) if text else None
 
 
 @router.get("")
@@ -68,6 +69,7 @@ def jobs(
     idempotency_key: Annotated[str | None, Query(max_length=255)] = None,
     cursor: Annotated[str | None, Query(max_length=100)] = None,
     notice: Annotated[str | None, Query(max_length=30)] = None,
+    count: Annotated[int, Query(ge=0)] = 0,
 ) -> Response:
     service = state_of(request).service
     found, next_cursor = service.list_jobs(
@@ -92,7 +94,7 @@ def jobs(
         statuses=views.STATUSES,
         types=sorted(service.settings.types),
         first_page=not cursor,
-        notice=_notice(notice),
+        notice=_notice(notice, count),
     )
 
 
@@ -143,3 +145,9 @@ def key_page(request: Request) -> dict[str, object]:
         "plaintext": None,
         "form_error": None,
     }
+
+
+@router.get("/{path:path}")
+def unknown(request: Request, path: str) -> Response:
+    """Anything else under /ui: an HTML 404 with the dashboard's headers."""
+    raise NotFound("No such page")

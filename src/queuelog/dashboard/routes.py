@@ -50,8 +50,8 @@ def dashboard_router(session_seconds: int | None = None) -> APIRouter:
 
     outer = APIRouter(dependencies=[Depends(attach)], route_class=DashboardRoute)
     outer.include_router(router)
-    outer.include_router(pages.router)
     outer.include_router(actions.router)
+    outer.include_router(pages.router)  # last: it ends with the catch-all 404
     return outer
 
 
