@@ -21,6 +21,7 @@ from queuelog.maintenance import Maintenance
 from queuelog.service import JobService
 from queuelog.storage import open_storage
 from queuelog.storage.base import Storage
+from queuelog.wakeup import Wakeup
 
 DESCRIPTION = """
 A durable background job queue. Producers enqueue jobs; workers claim them,
@@ -53,11 +54,13 @@ def create_app(
     """Build the application; it owns (and closes) the storage it is given or opens."""
     clock = clock or SystemClock()
     storage = storage or open_storage(settings)
-    service = JobService(storage, settings, clock)
+    wakeup = Wakeup()
+    service = JobService(storage, settings, clock, on_ready=wakeup.notify)
     state = AppState(
         service=service,
         keys=KeyRing(storage, clock),
         limiter=RateLimiter(settings.limits.rate_per_second, settings.limits.rate_burst),
+        wakeup=wakeup,
     )
     maintenance = Maintenance(service, settings.sweep_interval_seconds)
 

@@ -146,6 +146,11 @@ SELECT 1 FROM api_keys
 WHERE revoked_at IS NULL AND EXISTS (SELECT 1 FROM json_each(roles) WHERE value = 'admin')
 LIMIT 1;
 
+-- name: job_next_due
+SELECT min(run_at) AS next_due FROM jobs
+WHERE status = 'pending' AND run_at > :now
+  AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)));
+
 -- name: job_event_counts
 SELECT (at - :since) / :bucket AS bucket, event, count(*) AS n
 FROM job_events
