@@ -162,4 +162,4 @@ UPDATE jobs
 SET status = 'pending', retry_count = 0, run_at = :now, claimed_at = NULL, worker_id = NULL,
     claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE status = 'failed' AND type = :type
-RETURNING id;
+RETURNING *;

@@ -410,19 +410,8 @@ def _transition(
 
 
 def _requeue_failed(conn: sqlite3.Connection, job_type: str, actor: str, now: datetime) -> int:
-    at = to_micros(now)
-    ids = [r["id"] for r in conn.execute(Q["job_requeue_failed"], {"type": job_type, "now": at})]
-    events = [
-        {
-            "job_id": job_id,
-            "at": at,
-            "event": EventKind.REQUEUED.value,
-            "from_status": JobStatus.FAILED.value,
-            "to_status": JobStatus.PENDING.value,
-            "actor": actor,
-            "detail": None,
-        }
-        for job_id in ids
-    ]
+    args = {"type": job_type, "now": to_micros(now)}
+    jobs = [job_from_row(r) for r in conn.execute(Q["job_requeue_failed"], args)]
+    events = [_event(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
     conn.executemany(Q["event_insert"], events)
-    return len(ids)
+    return len(jobs)
