@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
+from queuelog.api.app import create_app
 from queuelog.clock import FakeClock
+from queuelog.config import Settings
+from queuelog.storage.sqlite.store import SqliteStorage
 from tests.conftest import Api, KeyMaker, enqueue
 from tests.dashboard.conftest import Browser, csrf_of, log_in
 
@@ -146,3 +150,20 @@ def test_logging_in_replaces_the_anonymous_session_id(
 def test_dashboard_is_not_in_the_openapi_schema(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert not [p for p in paths if p.startswith("/ui")]
+
+
+def test_session_lifetime_is_configurable(
+    settings: Settings,
+    storage: SqliteStorage,
+    clock: FakeClock,
+    make_key: KeyMaker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("QUEUELOG_UI_SESSION_SECONDS", "600")
+    app = create_app(settings, storage=storage, clock=clock, run_maintenance=False)
+    _, key = make_key("root", "admin")
+    with TestClient(app) as client:
+        response = log_in(client, key)
+        assert "max-age=600" in response.headers["set-cookie"].lower()
+        clock.advance(600)
+        assert client.get("/ui", follow_redirects=False).headers["location"] == "/ui/login"
