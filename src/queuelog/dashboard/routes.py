@@ -91,9 +91,7 @@ Form = Annotated[FormData, Depends(read_form)]
 
 @router.post("/login")
 def login(request: Request, form: Form) -> Response:
-    session = current_session(request)
-    check_csrf(session, form)
-    assert session is not None
+    session = check_csrf(current_session(request), form)
     state = state_of(request)
     try:
         key = state.keys.authenticate(field_of(form, "key"))
@@ -110,9 +108,7 @@ def login(request: Request, form: Form) -> Response:
 
 @router.post("/logout")
 def logout(request: Request, form: Form) -> Response:
-    session = current_session(request)
-    check_csrf(session, form)
-    assert session is not None
+    session = check_csrf(current_session(request), form)
     dashboard_of(request).sessions.end(session.id)
     response = RedirectResponse("/ui/login", status_code=303)
     clear_session_cookie(request, response)

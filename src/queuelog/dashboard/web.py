@@ -171,10 +171,12 @@ async def read_form(request: Request) -> FormData:
     return FormData(pairs)
 
 
-def check_csrf(session: Session | None, form: FormData) -> None:
+def check_csrf(session: Session | None, form: FormData) -> Session:
+    """The session whose synchroniser token the form carries, or CsrfRejected."""
     token = form.get("csrf_token")
     if session is None or not isinstance(token, str) or not session.csrf_ok(token):
         raise CsrfRejected
+    return session
 
 
 @dataclass(frozen=True, slots=True)
