@@ -76,6 +76,7 @@ class Site:
         self.settings = settings
         self.url = server.url
         self.storage = storage
+        self._clients: list[httpx.Client] = []
         ring = KeyRing(storage, SystemClock())
         self.admin_key = self.key(ring, "root", Role.ADMIN)
         self.producer = self.api(self.key(ring, "shop", Role.PRODUCER))
@@ -88,7 +89,13 @@ class Site:
 
     def api(self, key: str) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        client = httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        self._clients.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
 
     def enqueue(self, **body: Any) -> dict[str, Any]:
         response = self.producer.post("/jobs", json={"type": "noop", **body})
@@ -113,7 +120,9 @@ def site(tmp_path: Path, chromium: Any) -> Iterator[Site]:
     storage = SqliteStorage(path)
     app = create_app(settings, storage=storage)
     with LiveServer(app) as server:
-        yield Site(settings, server, storage)
+        running = Site(settings, server, storage)
+        yield running
+        running.close()
 
 
 @pytest.fixture
