@@ -24,7 +24,17 @@ from queuelog.errors import (
     UnknownJobType,
     ValidationFailed,
 )
-from queuelog.models import ApiKey, Job, JobEvent, JobStatus, JsonObject, Priority, QueueStats, Role
+from queuelog.models import (
+    ApiKey,
+    EventKind,
+    Job,
+    JobEvent,
+    JobStatus,
+    JsonObject,
+    Priority,
+    QueueStats,
+    Role,
+)
 from queuelog.retry import backoff_seconds
 from queuelog.sanitize import sanitize_error
 from queuelog.storage.base import ClaimParams, FinishParams, JobListParams, NewJob, Storage
@@ -361,6 +371,41 @@ class JobService:
             if deleted == 0:
                 break
         return pruned
+
+    # -- dashboard -----------------------------------------------------------
+
+    def retry_failed(self, caller: ApiKey, job_type: str) -> int:
+        """Dead-letter redrive of every failed job of one type (admin); how many moved."""
+        if not caller.has(Role.ADMIN):
+            raise Forbidden("Only an admin may retry jobs")
+        count = self.storage.job_requeue_failed(job_type, caller.name, self.clock.now())
+        if count:
+            self._on_ready()
+        return count
+
+    def throughput(self, minutes: int = 60) -> list[MinuteCounts]:
+        """Jobs completed and failed (for good) in each of the last ``minutes`` whole minutes.
+
+        The current, unfinished minute is the last one.
+        """
+        now = self.clock.now()
+        until = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+        since = until - timedelta(minutes=minutes)
+        slots = [MinuteCounts(since + timedelta(minutes=i)) for i in range(minutes)]
+        for count in self.storage.job_event_counts(since, until, 60):
+            index = int((count.bucket_start - since).total_seconds()) // 60
+            if count.event == EventKind.COMPLETED:
+                slots[index].completed += count.count
+            elif count.event == EventKind.FAILED:
+                slots[index].failed += count.count
+        return slots
+
+
+@dataclass(slots=True)
+class MinuteCounts:
+    start: datetime
+    completed: int = 0
+    failed: int = 0
 
 
 def encode_cursor(job_id: int) -> str:
