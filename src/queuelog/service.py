@@ -40,6 +40,8 @@ from queuelog.sanitize import sanitize_error
 from queuelog.storage.base import ClaimParams, FinishParams, JobListParams, NewJob, Storage
 
 _DEFAULT_TYPE = JobTypeConfig()
+# One prune pass deletes at most this many batches (of up to 1,000 jobs per status).
+_PRUNE_MAX_BATCHES = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +360,17 @@ class JobService:
             JobStatus.FAILED: keep.failed_seconds,
         }
         cutoffs = {s: now - timedelta(seconds=age) for s, age in ages.items() if age > 0}
-        return self.storage.job_prune(cutoffs) if cutoffs else 0
+        if not cutoffs:
+            return 0
+        # Batch after batch (each its own short transaction) until caught up: a busy
+        # queue finishes more jobs between two passes than one batch holds.
+        pruned = 0
+        for _ in range(_PRUNE_MAX_BATCHES):
+            deleted = self.storage.job_prune(cutoffs)
+            pruned += deleted
+            if deleted == 0:
+                break
+        return pruned
 
     # -- dashboard -----------------------------------------------------------
 

@@ -72,7 +72,7 @@ async def _claim_or_wait(
 
     The wait sleeps until a notification (enqueue, retry, redrive, lease rescue)
     or until the next scheduled job's ``run_at``; it does not poll in a loop. A
-    client that has gone away claims nothing.
+    client that has gone away claims nothing; a server shutting down stops waiting.
     """
     types = service.claimable_types(caller, body.types)
     deadline = time.monotonic() + float(body.wait_seconds)
@@ -85,7 +85,7 @@ async def _claim_or_wait(
                 service.claim, caller, types, body.limit, body.lease_seconds, body.instance
             )
             remaining = deadline - time.monotonic()
-            if jobs or remaining <= 0:
+            if jobs or remaining <= 0 or wakeup.closed:
                 return jobs
             next_due = await run_in_threadpool(service.next_due, types)
             if next_due is not None:
