@@ -35,7 +35,8 @@ VALUES (:job_id, :at, :event, :from_status, :to_status, :actor, :detail);
 
 -- name: job_claim
 -- One statement: the sub-select picks the ready rows in claim order, the outer
--- guard (status = 'pending') makes the hand-out atomic.
+-- guard (status = 'pending') makes the hand-out atomic. INDEXED BY keeps the
+-- planner on the index that is already in claim order (no sort, whatever the size).
 UPDATE jobs
 SET status = 'running',
     worker_id = :worker_id,
@@ -45,7 +46,7 @@ SET status = 'running',
     lease_expires_at = :now + COALESCE(:lease_seconds, lease_seconds) * 1000000,
     updated_at = :now
 WHERE id IN (
-        SELECT id FROM jobs
+        SELECT id FROM jobs INDEXED BY jobs_ready
         WHERE status = 'pending' AND run_at <= :now
           AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)))
         ORDER BY priority DESC, created_at, id
@@ -124,7 +125,8 @@ DELETE FROM job_events WHERE job_id = :id;
 SELECT status, type, count(*) AS n FROM jobs GROUP BY status, type;
 
 -- name: job_oldest_ready
-SELECT min(run_at) AS oldest FROM jobs WHERE status = 'pending' AND run_at <= :now;
+SELECT min(run_at) AS oldest, count(*) AS ready
+FROM jobs WHERE status = 'pending' AND run_at <= :now;
 
 -- name: key_insert
 INSERT INTO api_keys (name, roles, max_priority, types, key_hash, prefix, created_at)
@@ -149,3 +151,16 @@ LIMIT 1;
 SELECT min(run_at) AS next_due FROM jobs
 WHERE status = 'pending' AND run_at > :now
   AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)));
+
+-- name: job_event_counts
+SELECT (at - :since) / :bucket AS bucket, event, count(*) AS n
+FROM job_events
+WHERE at >= :since AND at < :until
+GROUP BY bucket, event;
+
+-- name: job_requeue_failed
+UPDATE jobs
+SET status = 'pending', retry_count = 0, run_at = :now, claimed_at = NULL, worker_id = NULL,
+    claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE status = 'failed' AND type = :type
+RETURNING *;
