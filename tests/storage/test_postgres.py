@@ -10,10 +10,11 @@ from typing import TypeVar
 import pytest
 
 from queuelog.auth import KeyRing, display_prefix
-from queuelog.clock import SystemClock
+from queuelog.clock import SystemClock, to_micros
 from queuelog.models import EventKind, JobStatus, Priority, Role
 from queuelog.storage.base import JobListParams, NewJob, ReadySubscriber
 from queuelog.storage.postgres.store import PostgresStorage
+from queuelog.storage.postgres.transactions import Q
 from tests.postgres import fresh_schema
 from tests.storage.test_conformance import T0, claim, finish, new_job
 
@@ -221,3 +222,28 @@ def test_next_due_is_the_earliest_future_run_at_of_the_types(
     assert store.job_next_due(T0, ["noop"]) == later
     assert store.job_next_due(T0, ["other"]) is None
     assert store.job_next_due(later) is None
+
+
+@pytest.mark.parametrize("types", [None, ["noop"]])
+def test_claim_walks_the_ready_index_without_sorting(
+    nodes: list[PostgresStorage], types: list[str] | None
+) -> None:
+    store = nodes[0]
+    store.job_insert_many([new_job() for _ in range(500)], T0)
+    for job in claim(store, limit=100):
+        finish(store, job)
+    # Every pending job is due: the planner walks the ready index in claim order. (When
+    # most pending jobs are scheduled later it may rather take jobs_due and sort the few.)
+    args = {
+        "now": to_micros(T0 + timedelta(hours=1)),
+        "types": types,
+        "limit": 10,
+        "worker_id": "w/1",
+        "worker_name": "w",
+        "lease_seconds": None,
+    }
+    with store._pool.connection() as conn:
+        conn.execute("ANALYZE jobs")
+        rows = conn.execute("EXPLAIN " + Q["job_claim"], args).fetchall()
+    plan = "\n".join(row["QUERY PLAN"] for row in rows)
+    assert "jobs_ready" in plan and "Sort" not in plan, plan

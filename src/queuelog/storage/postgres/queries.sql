@@ -173,7 +173,8 @@ DELETE FROM job_events WHERE job_id = ANY(%(ids)s::bigint[]);
 SELECT status, type, count(*) AS n FROM jobs GROUP BY status, type;
 
 -- name: job_oldest_ready
-SELECT min(run_at) AS oldest FROM jobs WHERE status = 'pending' AND run_at <= %(now)s::bigint;
+SELECT min(run_at) AS oldest, count(*) AS ready
+FROM jobs WHERE status = 'pending' AND run_at <= %(now)s::bigint;
 
 -- name: job_next_due
 SELECT min(run_at) AS next_due FROM jobs
@@ -199,3 +200,17 @@ UPDATE api_keys SET revoked_at = %(now)s::bigint WHERE id = %(id)s AND revoked_a
 SELECT 1 FROM api_keys
 WHERE revoked_at IS NULL AND roles::jsonb @> '["admin"]'::jsonb
 LIMIT 1;
+
+-- name: job_event_counts
+SELECT (at - %(since)s::bigint) / %(bucket)s::bigint AS bucket, event, count(*) AS n
+FROM job_events
+WHERE at >= %(since)s::bigint AND at < %(until)s::bigint
+GROUP BY bucket, event;
+
+-- name: job_requeue_failed
+UPDATE jobs
+SET status = 'pending', retry_count = 0, run_at = %(now)s::bigint, claimed_at = NULL,
+    worker_id = NULL, claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+    updated_at = %(now)s::bigint
+WHERE status = 'failed' AND type = %(type)s
+RETURNING *;

@@ -30,9 +30,10 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from queuelog.clock import from_micros, to_micros
 from queuelog.errors import QueueError
-from queuelog.models import ApiKey, Job, JobEvent, JobStatus, QueueStats
+from queuelog.models import ApiKey, EventKind, Job, JobEvent, JobStatus, QueueStats
 from queuelog.storage.base import (
     ClaimParams,
+    EventCount,
     FinishParams,
     JobListParams,
     NewJob,
@@ -208,8 +209,27 @@ class PostgresStorage:
 
     def job_stats(self, now: datetime) -> QueueStats:
         counts = {(r["status"], r["type"]): r["n"] for r in self._read("job_counts", {})}
-        oldest = self._read("job_oldest_ready", {"now": to_micros(now)})[0]["oldest"]
-        return QueueStats(counts=counts, oldest_ready_at=from_micros(oldest) if oldest else None)
+        ready = self._read("job_oldest_ready", {"now": to_micros(now)})[0]
+        oldest = ready["oldest"]
+        return QueueStats(
+            counts=counts,
+            oldest_ready_at=from_micros(oldest) if oldest is not None else None,
+            ready=ready["ready"],
+        )
+
+    def job_event_counts(
+        self, since: datetime, until: datetime, bucket_seconds: int
+    ) -> list[EventCount]:
+        start = to_micros(since)
+        bucket = bucket_seconds * 1_000_000
+        args = {"since": start, "until": to_micros(until), "bucket": bucket}
+        return [
+            EventCount(from_micros(start + r["bucket"] * bucket), EventKind(r["event"]), r["n"])
+            for r in self._read("job_event_counts", args)
+        ]
+
+    def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
+        return self._write(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
 
     # -- keys --------------------------------------------------------------
 

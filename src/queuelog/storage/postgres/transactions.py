@@ -249,6 +249,14 @@ def requeue(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:
     return job
 
 
+def requeue_failed(conn: Conn, job_type: str, actor: str, now: datetime) -> int:
+    args = {"type": job_type, "now": to_micros(now)}
+    jobs = [job_from_row(r) for r in conn.execute(Q["job_requeue_failed"], args)]
+    events = [_event(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
+    _recorded(conn, events, jobs)
+    return len(jobs)
+
+
 def _transition(
     conn: Conn, query: str, job_id: int, actor: str, now: datetime, kind: EventKind
 ) -> Job:
