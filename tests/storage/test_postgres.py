@@ -15,6 +15,7 @@ from queuelog.models import EventKind, JobStatus, Priority, Role
 from queuelog.storage.base import JobListParams, NewJob, ReadySubscriber
 from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.postgres.transactions import Q
+from queuelog.storage.sqlfile import load_migrations, load_queries
 from tests.postgres import fresh_schema
 from tests.storage.test_conformance import T0, claim, finish, new_job
 
@@ -247,3 +248,13 @@ def test_claim_walks_the_ready_index_without_sorting(
         rows = conn.execute("EXPLAIN " + Q["job_claim"], args).fetchall()
     plan = "\n".join(row["QUERY PLAN"] for row in rows)
     assert "jobs_ready" in plan and "Sort" not in plan, plan
+
+
+def test_both_backends_number_migrations_and_name_queries_alike() -> None:
+    numbers = {
+        backend: [n for n, _ in load_migrations(f"queuelog.storage.{backend}")]
+        for backend in ("sqlite", "postgres")
+    }
+    assert numbers["postgres"] == numbers["sqlite"]
+    sqlite_names = set(load_queries("queuelog.storage.sqlite"))
+    assert sqlite_names <= set(load_queries("queuelog.storage.postgres"))

@@ -30,6 +30,7 @@ from queuelog.cli import main
 from queuelog.clock import SystemClock
 from queuelog.models import Priority, Role
 from queuelog.storage.postgres.store import PostgresStorage
+from queuelog.storage.sqlfile import load_migrations
 from tests.conftest import make_settings
 from tests.postgres import fresh_schema
 
@@ -337,4 +338,4 @@ def test_migrate_and_keys_commands_work_against_postgresql() -> None:
         assert "ops" in listed.output and "active" in listed.output
         with psycopg.connect(url) as conn:
             versions = [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
-        assert versions == [1]
+        assert versions == [n for n, _ in load_migrations("queuelog.storage.postgres")]
