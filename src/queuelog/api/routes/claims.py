@@ -116,7 +116,7 @@ def _item(job_id: IdPath, outcome: Job | QueueError, admin: bool) -> dict[str, A
 
 
 @router.post(
-    "/{job_id}/heartbeat",
+    "/{job_id:int}/heartbeat",
     response_model=JobOut,
     summary="Extend the lease of a held job",
     description="`lease_seconds` defaults to the job type's lease." + _HELD,
@@ -130,7 +130,7 @@ def heartbeat(
 
 
 @router.post(
-    "/{job_id}/complete",
+    "/{job_id:int}/complete",
     response_model=JobOut,
     summary="Complete a held job",
     description="`result` is at most `max_result_bytes` serialised (422)." + _HELD,
@@ -144,7 +144,7 @@ def complete(
 
 
 @router.post(
-    "/{job_id}/fail",
+    "/{job_id:int}/fail",
     response_model=JobOut,
     summary="Fail a held job (retried while attempts remain)",
     description=(

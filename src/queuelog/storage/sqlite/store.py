@@ -33,7 +33,7 @@ Q = load_queries(_PACKAGE)
 
 
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+    return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
 def _types_json(types: Sequence[str] | None) -> str | None:
