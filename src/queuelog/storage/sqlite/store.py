@@ -106,6 +106,8 @@ class SqliteStorage:
             self._readers.clear()
 
     def ping(self) -> bool:
+        if not self._writer.alive:
+            return False
         try:
             self._reader().execute("SELECT 1").fetchone()
         except sqlite3.Error:
