@@ -65,7 +65,7 @@ UPDATE jobs
 SET lease_expires_at = :now + COALESCE(:lease_seconds, lease_seconds) * 1000000,
     updated_at = :now
 WHERE id = :id AND status = 'running' AND lease_token = :lease_token
-  AND claimed_by = :worker_name
+  AND claimed_by = :worker_name AND lease_expires_at > :now
 RETURNING *;
 
 -- name: job_complete
@@ -73,12 +73,13 @@ UPDATE jobs
 SET status = 'completed', result = :result, lease_token = NULL, lease_expires_at = NULL,
     updated_at = :now
 WHERE id = :id AND status = 'running' AND lease_token = :lease_token
-  AND claimed_by = :worker_name
+  AND claimed_by = :worker_name AND lease_expires_at > :now
 RETURNING *;
 
 -- name: job_fail
 -- Retry while attempts remain and the error is retryable; else fail for good,
--- leaving retry_count as it was.
+-- leaving retry_count as it was. A lease past its deadline is no longer held
+-- (:expired is set only by the rescue of such leases).
 UPDATE jobs
 SET status = CASE WHEN :retryable AND retry_count < max_retries
                   THEN 'pending' ELSE 'failed' END,
@@ -97,7 +98,7 @@ SET status = CASE WHEN :retryable AND retry_count < max_retries
     error = :error,
     updated_at = :now
 WHERE id = :id AND status = 'running' AND lease_token = :lease_token
-  AND claimed_by = :worker_name
+  AND claimed_by = :worker_name AND (:expired OR lease_expires_at > :now)
 RETURNING *;
 
 -- name: job_cancel

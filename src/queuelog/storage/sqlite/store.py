@@ -33,7 +33,7 @@ Q = load_queries(_PACKAGE)
 
 
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+    return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
 def _types_json(types: Sequence[str] | None) -> str | None:
@@ -106,6 +106,8 @@ class SqliteStorage:
             self._readers.clear()
 
     def ping(self) -> bool:
+        if not self._writer.alive:
+            return False
         try:
             self._reader().execute("SELECT 1").fetchone()
         except sqlite3.Error:
@@ -378,7 +380,12 @@ def _finish(
         row = conn.execute(Q["job_complete"], args).fetchone()
     else:
         retry_at = item.retry_at or item.now
-        args.update(error=item.error, retryable=item.retryable, retry_at=to_micros(retry_at))
+        args.update(
+            error=item.error,
+            retryable=item.retryable,
+            retry_at=to_micros(retry_at),
+            expired=kind is EventKind.LEASE_EXPIRED,
+        )
         row = conn.execute(Q["job_fail"], args).fetchone()
     if row is None:
         return guard_failure(_get(conn, item.job_id), item.worker_name, item.lease_token)
