@@ -108,7 +108,7 @@ SET lease_expires_at = %(now)s::bigint
         + COALESCE(%(lease_seconds)s::integer, lease_seconds)::bigint * 1000000,
     updated_at = %(now)s::bigint
 WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
-  AND claimed_by = %(worker_name)s
+  AND claimed_by = %(worker_name)s AND lease_expires_at > %(now)s::bigint
 RETURNING *;
 
 -- name: job_complete
@@ -116,12 +116,13 @@ UPDATE jobs
 SET status = 'completed', result = %(result)s::text, lease_token = NULL,
     lease_expires_at = NULL, updated_at = %(now)s::bigint
 WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
-  AND claimed_by = %(worker_name)s
+  AND claimed_by = %(worker_name)s AND lease_expires_at > %(now)s::bigint
 RETURNING *;
 
 -- name: job_fail
 -- Retry while attempts remain and the error is retryable; else fail for good,
--- leaving retry_count as it was.
+-- leaving retry_count as it was. A lease past its deadline is no longer held
+-- (the expired flag is set only by the rescue of such leases).
 UPDATE jobs
 SET status = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
                   THEN 'pending' ELSE 'failed' END,
@@ -141,6 +142,7 @@ SET status = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
     updated_at = %(now)s::bigint
 WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
   AND claimed_by = %(worker_name)s
+  AND (%(expired)s::boolean OR lease_expires_at > %(now)s::bigint)
 RETURNING *;
 
 -- name: job_cancel

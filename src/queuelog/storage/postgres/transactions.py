@@ -35,7 +35,7 @@ _INSERT_ATTEMPTS = 5
 
 
 def dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+    return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
 def one(conn: Conn, name: str, args: Mapping[str, Any]) -> DictRow:
@@ -223,7 +223,12 @@ def _finish(
         row = conn.execute(Q["job_complete"], args).fetchone()
     else:
         retry_at = item.retry_at or item.now
-        args.update(error=item.error, retryable=item.retryable, retry_at=to_micros(retry_at))
+        args.update(
+            error=item.error,
+            retryable=item.retryable,
+            retry_at=to_micros(retry_at),
+            expired=kind is EventKind.LEASE_EXPIRED,
+        )
         row = conn.execute(Q["job_fail"], args).fetchone()
     if row is None:
         return guard_failure(_get(conn, item.job_id), item.worker_name, item.lease_token)
