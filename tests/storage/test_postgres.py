@@ -258,3 +258,21 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
     assert numbers["postgres"] == numbers["sqlite"]
     sqlite_names = set(load_queries("queuelog.storage.sqlite"))
     assert sqlite_names <= set(load_queries("queuelog.storage.postgres"))
+
+
+def test_listener_reconnects_after_losing_its_connection(nodes: list[PostgresStorage]) -> None:
+    woken = threading.Event()
+    nodes[1].subscribe(woken.set)
+    listener = nodes[1]._listener
+    assert listener is not None and listener.listening.wait(10)
+    with nodes[0]._pool.connection() as conn:
+        killed = conn.execute(
+            "SELECT pg_terminate_backend(%s) AS done", (listener.backend_pid,)
+        ).fetchall()
+    assert killed and all(row["done"] for row in killed)
+    for _ in range(100):  # bounded: the listener notices, waits a second, reconnects
+        woken.clear()
+        nodes[0].job_insert_many([new_job()], T0)
+        if woken.wait(0.5):
+            break
+    assert woken.is_set() and listener.listening.is_set()

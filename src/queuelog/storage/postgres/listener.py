@@ -13,6 +13,7 @@ from queuelog.storage.postgres.transactions import Q
 log = logging.getLogger("queuelog.storage.postgres")
 
 CHANNEL = "queuelog_ready"
+APPLICATION = "queuelog-listener"
 
 
 class ReadyListener:
@@ -31,6 +32,7 @@ class ReadyListener:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="queuelog-pg-listener", daemon=True)
         self.listening = threading.Event()
+        self.backend_pid: int | None = None
 
     def add(self, callback: Callable[[], None]) -> None:
         self._callbacks.append(callback)
@@ -59,7 +61,10 @@ class ReadyListener:
                 self._stop.wait(self._retry_seconds)
 
     def _listen(self) -> None:
-        with psycopg.connect(self._url, autocommit=True) as conn:
+        with psycopg.connect(
+            self._url, autocommit=True, application_name=APPLICATION, connect_timeout=10
+        ) as conn:
+            self.backend_pid = conn.info.backend_pid
             row = conn.execute(Q["current_schema"]).fetchone()
             schema = row[0] if row else None
             conn.execute(f"LISTEN {CHANNEL}")
