@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import TypeVar
 
 import pytest
+from psycopg_pool import PoolTimeout
 
 from queuelog.auth import KeyRing, display_prefix
 from queuelog.clock import SystemClock, to_micros
@@ -276,3 +277,10 @@ def test_listener_reconnects_after_losing_its_connection(nodes: list[PostgresSto
         if woken.wait(0.5):
             break
     assert woken.is_set() and listener.listening.is_set()
+
+
+def test_an_unreachable_database_fails_to_open_and_leaves_no_threads() -> None:
+    before = set(threading.enumerate())
+    with pytest.raises(PoolTimeout):
+        PostgresStorage("postgresql://nobody@127.0.0.1:9/none", connect_timeout=1)
+    assert set(threading.enumerate()) <= before

@@ -83,12 +83,12 @@ class PostgresStorage:
             open=False,
             name="queuelog",
         )
-        self._pool.open(wait=True, timeout=connect_timeout)
         self._listener: ReadyListener | None = None
         self._listener_lock = threading.Lock()
         try:
+            self._pool.open(wait=True, timeout=connect_timeout)
             self.migrate()
-        except BaseException:
+        except BaseException:  # unreachable or failed to migrate: stop the pool's threads
             self._pool.close()
             raise
 
