@@ -82,6 +82,23 @@ def test_claims_from_several_nodes_hand_each_job_out_once(
     assert len(seen) == 300 and len(set(seen)) == 300
 
 
+def test_scheduled_jobs_promoted_by_several_nodes_are_each_claimed_once(
+    nodes: list[PostgresStorage],
+) -> None:
+    due = T0 + timedelta(seconds=10)
+    nodes[0].job_insert_many([new_job(run_at=due) for _ in range(200)], T0)
+    assert claim(nodes[1], T0, limit=10) == []
+
+    def drain(i: int) -> list[int]:
+        seen = []
+        while batch := claim(nodes[i % NODES], due, limit=5):
+            seen += [j.id for j in batch]
+        return seen
+
+    seen = [job_id for batch in all_at_once(6, drain) for job_id in batch]
+    assert len(seen) == 200 and len(set(seen)) == 200
+
+
 def test_same_idempotency_key_on_two_nodes_at_once_makes_one_job(
     nodes: list[PostgresStorage],
 ) -> None:

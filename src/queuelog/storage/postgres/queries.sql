@@ -30,9 +30,10 @@ SELECT current_schema() AS name;
 
 -- name: job_insert
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
-                  idempotency_key, fingerprint, run_at, created_at, updated_at)
+                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
 VALUES (%(type)s, %(payload)s, %(priority)s, %(max_retries)s, %(lease_seconds)s, %(principal)s,
-        %(idempotency_key)s::text, %(fingerprint)s::text, %(run_at)s, %(now)s, %(now)s)
+        %(idempotency_key)s::text, %(fingerprint)s::text, %(run_at)s,
+        %(run_at)s::bigint > %(now)s::bigint, %(now)s, %(now)s)
 ON CONFLICT (principal, idempotency_key) DO NOTHING
 RETURNING *;
 
@@ -43,13 +44,33 @@ SELECT * FROM jobs WHERE principal = %(principal)s AND idempotency_key = %(idemp
 SELECT * FROM jobs WHERE id = %(id)s;
 
 -- name: job_list
+-- Every job (an admin's view), newest first.
 SELECT * FROM jobs
 WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(type)s::text IS NULL OR type = %(type)s::text)
-  AND ((%(principal)s::text IS NULL AND %(holder)s::text IS NULL)
-       OR principal = %(principal)s::text
-       OR (status = 'running' AND claimed_by = %(holder)s::text))
+  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_list_by_principal
+-- The jobs one producer enqueued, newest first, walking its own index.
+SELECT * FROM jobs
+WHERE principal = %(principal)s::text
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(type)s::text IS NULL OR type = %(type)s::text)
+  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_list_by_holder
+-- The jobs one worker holds now: running jobs are few, whatever the table's size.
+SELECT * FROM jobs
+WHERE status = 'running' AND claimed_by = %(holder)s::text
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(type)s::text IS NULL OR type = %(type)s::text)
   AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
 ORDER BY id DESC
 LIMIT %(limit)s;
@@ -74,7 +95,7 @@ SELECT * FROM unnest(%(job_id)s::bigint[], %(at)s::bigint[], %(event)s::text[],
 -- and never get the same job. The lease token is 128 random bits, fresh per claim.
 WITH ready AS (
     SELECT id FROM jobs
-    WHERE status = 'pending' AND run_at <= %(now)s::bigint
+    WHERE status = 'pending' AND NOT scheduled AND run_at <= %(now)s::bigint
       AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]))
     ORDER BY priority DESC, created_at, id
     LIMIT %(limit)s
@@ -92,6 +113,15 @@ SET status = 'running',
 FROM ready
 WHERE jobs.id = ready.id AND jobs.status = 'pending'
 RETURNING jobs.*;
+
+-- name: job_promote_due
+-- Scheduled jobs whose run_at has come join the ready index. SKIP LOCKED: rows
+-- another node is promoting right now are its to promote; no claim waits here.
+UPDATE jobs SET scheduled = false
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE status = 'pending' AND scheduled AND run_at <= %(now)s::bigint
+    FOR UPDATE SKIP LOCKED);
 
 -- name: job_expired_leases
 -- SKIP LOCKED: a lease another node is rescuing (or a worker is finishing) right
@@ -130,6 +160,8 @@ SET status = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
                        THEN retry_count + 1 ELSE retry_count END,
     run_at = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
                   THEN %(retry_at)s::bigint ELSE run_at END,
+    scheduled = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
+                     THEN %(retry_at)s::bigint > %(now)s::bigint ELSE false END,
     claimed_at = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
                       THEN NULL ELSE claimed_at END,
     worker_id = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
@@ -152,16 +184,17 @@ RETURNING *;
 
 -- name: job_requeue
 UPDATE jobs
-SET status = 'pending', retry_count = 0, run_at = %(now)s::bigint, claimed_at = NULL,
-    worker_id = NULL, claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
-    updated_at = %(now)s::bigint
+SET status = 'pending', retry_count = 0, run_at = %(now)s::bigint, scheduled = false,
+    claimed_at = NULL, worker_id = NULL, claimed_by = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s::bigint
 WHERE id = %(id)s AND status IN ('failed', 'cancelled')
 RETURNING *;
 
 -- name: job_prunable
 -- SKIP LOCKED: pruners on several nodes take disjoint rows.
 SELECT id FROM jobs
-WHERE status = %(status)s AND updated_at < %(cutoff)s::bigint
+WHERE status = %(status)s AND status IN ('completed', 'failed', 'cancelled')
+  AND updated_at < %(cutoff)s::bigint
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
@@ -175,12 +208,19 @@ DELETE FROM job_events WHERE job_id = ANY(%(ids)s::bigint[]);
 SELECT status, type, count(*) AS n FROM jobs GROUP BY status, type;
 
 -- name: job_oldest_ready
-SELECT min(run_at) AS oldest, count(*) AS ready
-FROM jobs WHERE status = 'pending' AND run_at <= %(now)s::bigint;
+-- Two index seeks: the oldest of the ready set, and of the scheduled jobs now due.
+SELECT min(at) AS oldest FROM (
+    SELECT min(run_at) AS at FROM jobs WHERE status = 'pending' AND NOT scheduled
+    UNION ALL
+    SELECT min(run_at) FROM jobs
+    WHERE status = 'pending' AND scheduled AND run_at <= %(now)s::bigint) AS candidates;
+
+-- name: job_ready_count
+SELECT count(*) AS ready FROM jobs WHERE status = 'pending' AND run_at <= %(now)s::bigint;
 
 -- name: job_next_due
 SELECT min(run_at) AS next_due FROM jobs
-WHERE status = 'pending' AND run_at > %(now)s::bigint
+WHERE status = 'pending' AND scheduled AND run_at > %(now)s::bigint
   AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]));
 
 -- name: key_insert
@@ -211,8 +251,8 @@ GROUP BY bucket, event;
 
 -- name: job_requeue_failed
 UPDATE jobs
-SET status = 'pending', retry_count = 0, run_at = %(now)s::bigint, claimed_at = NULL,
-    worker_id = NULL, claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
-    updated_at = %(now)s::bigint
+SET status = 'pending', retry_count = 0, run_at = %(now)s::bigint, scheduled = false,
+    claimed_at = NULL, worker_id = NULL, claimed_by = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s::bigint
 WHERE status = 'failed' AND type = %(type)s
 RETURNING *;

@@ -145,6 +145,7 @@ def _insert_or_existing(conn: Conn, args: Mapping[str, Any]) -> tuple[Job, bool]
 def claim(conn: Conn, params: ClaimParams) -> list[Job]:
     if params.retry_at is not None:
         rescue(conn, params.now, params.retry_at, limit=500)
+    conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
     args = {
         "worker_id": params.worker_id,
         "worker_name": params.worker_name,
