@@ -2,9 +2,11 @@
 
 from queuelog.client.aio import AsyncClient
 from queuelog.client.errors import BodyTooLarge, ServerError, ServerUnavailable
+from queuelog.client.outcome import Fail, Retry
 from queuelog.client.policy import RetryPolicy
 from queuelog.client.sync import Client
 from queuelog.client.types import Acknowledged, Enqueued, Event, Job, Key, Page
+from queuelog.client.worker import Worker
 
 __all__ = [
     "Acknowledged",
@@ -13,10 +15,13 @@ __all__ = [
     "Client",
     "Enqueued",
     "Event",
+    "Fail",
     "Job",
     "Key",
     "Page",
+    "Retry",
     "RetryPolicy",
     "ServerError",
     "ServerUnavailable",
+    "Worker",
 ]
