@@ -10,6 +10,7 @@ A job's payload says what to do; besides ``to`` it may script the job's fate:
 - ``retry_after``: with ``fail_attempts``, ask for the next attempt this many seconds later.
 
 Unscripted jobs fail at random with probability ``$MAILER_FAILURE_RATE`` (default 0.1).
+If ``$MAILER_OUTBOX`` names a file, every e-mail "sent" appends a line to it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from queuelog import Fail, Job, Retry, Worker
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per job is enough
 
 worker = Worker(concurrency=8, wait_seconds=5, instance=f"mailer-{os.getpid()}")
 
@@ -38,7 +40,15 @@ def send_email(job: Job) -> dict[str, Any]:
         raise Retry("SMTP server busy", after=float(after) if after is not None else None)
     if "fail_attempts" not in payload and random.random() < _failure_rate():
         raise ConnectionError("SMTP connection reset")
+    _deliver(job)
     return {"sent_to": payload["to"], "attempts": job.retry_count + 1}
+
+
+def _deliver(job: Job) -> None:
+    outbox = os.environ.get("MAILER_OUTBOX")
+    if outbox:
+        with open(outbox, "a", encoding="utf-8") as fh:
+            fh.write(f"{job.id} {job.payload['to']}\n")
 
 
 def _failure_rate() -> float:

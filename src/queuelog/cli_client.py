@@ -147,6 +147,7 @@ def worker(target: str, url: str | None, api_key: str | None, concurrency: int |
         runtime.configure(concurrency=concurrency)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # the worker logs each job
     with reported("worker stopped"):
         runtime.run(url=url, api_key=api_key)
 

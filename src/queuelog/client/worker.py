@@ -11,6 +11,7 @@ def send_email(job: Job) -> dict[str, Any]:
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -77,7 +78,7 @@ class Worker:
 
     def configure(self, **changes: Any) -> None:
         """Change options after construction (the CLI's ``--concurrency``, for example)."""
-        self.options = Options(**{**self.options.__dict__, **changes})
+        self.options = dataclasses.replace(self.options, **changes)
 
     def run(
         self, client: Client | None = None, *, url: str | None = None, api_key: str | None = None
