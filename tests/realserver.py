@@ -97,6 +97,19 @@ class RealServer:
         self.keys[name] = key
         return key
 
+    def create_key_over_http(self, name: str, *roles: str) -> str:
+        """Create a key with the admin key ``root`` on the running server."""
+        response = httpx.post(
+            f"{self.url}/keys",
+            json={"name": name, "roles": list(roles), "max_priority": "high"},
+            headers={"Authorization": f"Bearer {self.keys['root']}"},
+            timeout=30,
+        )
+        assert response.status_code == 201, response.text
+        key: str = response.json()["key"]
+        self.keys[name] = key
+        return key
+
     def start(self) -> None:
         log = open(self.directory / "server.log", "ab")  # noqa: SIM115 - lives with the process
         self.process = subprocess.Popen(
@@ -143,10 +156,10 @@ def start_server(directory: Path, config_text: str = CONFIG) -> RealServer:
     """A started server with keys ``shop`` (producer), ``mailer`` (worker), ``root`` (admin)."""
     server = RealServer(directory, config_text)
     server.write_config()
-    server.create_key("shop", "producer")
-    server.create_key("mailer", "worker")
-    server.create_key("root", "admin")
+    server.create_key("root", "admin")  # with the command, before the server starts
     server.start()
+    server.create_key_over_http("shop", "producer")
+    server.create_key_over_http("mailer", "worker")
     return server
 
 
