@@ -190,7 +190,7 @@ def enqueue_file(client: Client, jobs: list[dict[str, Any]], batch_size: int) ->
         task = progress.add_task("enqueueing", total=len(jobs))
         for start in range(0, len(jobs), batch_size):
             batch = jobs[start : start + batch_size]
-            with reported(f"batch starting at line item {start + 1} refused"):
+            with reported(f"cannot enqueue the batch starting at job {start + 1}"):
                 answers = client.enqueue_many(batch)
             created += sum(1 for a in answers if a.created)
             existing += sum(1 for a in answers if not a.created)
@@ -233,7 +233,7 @@ def enqueue(
             return
         assert job_type is not None
         body = _payload(payload)
-        with reported("enqueue refused"):
+        with reported("cannot enqueue"):
             job = client.enqueue(job_type, body, priority=priority, idempotency_key=idempotency_key)
     if as_json:
         print_json(job)

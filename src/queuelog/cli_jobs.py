@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import click
 from rich.console import Console
@@ -15,6 +16,7 @@ from queuelog.cli_client import (
     print_jobs,
     print_json,
     reported,
+    to_json,
     url_option,
 )
 from queuelog.client import Client, Job
@@ -70,11 +72,15 @@ def show(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> No
 
 
 def _fields(job: Job) -> list[tuple[str, str]]:
-    from queuelog.cli_client import to_json
-
     data = to_json(job)
     data.pop("lease_token", None)
-    return [(k, "" if v is None else str(v)) for k, v in data.items()]
+    return [(k, _cell(v)) for k, v in data.items()]
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    return json.dumps(value) if isinstance(value, dict | list) else str(value)
 
 
 @jobs.command("events", epilog=EXIT_CODES)
