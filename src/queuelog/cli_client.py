@@ -7,6 +7,7 @@ import enum
 import importlib
 import json
 import logging
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -97,6 +98,11 @@ def print_json(value: Any) -> None:
     click.echo(json.dumps(to_json(value), indent=2, sort_keys=False))
 
 
+def console() -> Console:
+    """Standard output; when it is not a terminal, wide enough not to wrap job rows."""
+    return Console(soft_wrap=True, width=shutil.get_terminal_size((160, 24)).columns)
+
+
 def _when(at: datetime | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S") if at else ""
 
@@ -113,7 +119,7 @@ def print_jobs(jobs: list[Job]) -> None:
             _when(job.run_at),
             job.worker_id or "",
         )
-    Console(soft_wrap=True).print(table)
+    console().print(table)
 
 
 # -- worker ---------------------------------------------------------------------

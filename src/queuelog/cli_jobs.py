@@ -6,11 +6,11 @@ import itertools
 import json
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from queuelog.cli_client import (
     EXIT_CODES,
+    console,
     json_option,
     key_option,
     print_jobs,
@@ -68,7 +68,7 @@ def show(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> No
     table = Table("field", "value", show_header=False)
     for name, value in _fields(job):
         table.add_row(name, value)
-    Console(soft_wrap=True).print(table)
+    console().print(table)
 
 
 def _fields(job: Job) -> list[tuple[str, str]]:
@@ -105,7 +105,7 @@ def events(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> 
             event.actor,
             event.detail or "",
         )
-    Console(soft_wrap=True).print(table)
+    console().print(table)
 
 
 @jobs.command("cancel", epilog=EXIT_CODES)
