@@ -9,7 +9,7 @@ REDACTED = "[redacted]"
 
 _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     # scheme://user:password@host -> scheme://[redacted]@host
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), rf"\1{REDACTED}@"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]*:[^/\s@]+@"), rf"\1{REDACTED}@"),
     (re.compile(r"(?i)\bbearer\s+[a-z0-9._~+/=-]+"), f"Bearer {REDACTED}"),
     (re.compile(r"\bql_[A-Za-z0-9]{16,}\b"), REDACTED),
     (re.compile(r"\b(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{8,}\b"), REDACTED),

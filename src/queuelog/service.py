@@ -7,7 +7,7 @@ import binascii
 import hashlib
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -81,11 +81,20 @@ class JobService:
         settings: Settings,
         clock: Clock,
         rng: random.Random | None = None,
+        on_ready: Callable[[], None] | None = None,
     ) -> None:
+        """Args:
+        storage: the backend.
+        settings: limits, job types, retention.
+        clock: the source of ``now``.
+        rng: randomness for backoff jitter; tests pass a seeded one.
+        on_ready: called whenever a job may have become ready (wakes long polls).
+        """
         self.storage = storage
         self.settings = settings
         self.clock = clock
         self._rng = rng or random.Random()
+        self._on_ready = on_ready or (lambda: None)
         self._schemas = {
             name: jsonschema.Draft202012Validator(cfg.payload_schema)
             for name, cfg in settings.types.items()
@@ -104,11 +113,14 @@ class JobService:
             for index, spec in enumerate(specs)
         ]
         try:
-            return self.storage.job_insert_many(new_jobs, now)
+            results = self.storage.job_insert_many(new_jobs, now)
         except QueueError as exc:
             if not batch:
                 exc.extra.pop("index", None)
             raise
+        if any(created for _, created in results):
+            self._on_ready()
+        return results
 
     def _new_job(
         self, caller: ApiKey, spec: EnqueueSpec, now: datetime, index: int | None
@@ -159,7 +171,9 @@ class JobService:
 
     def retry(self, caller: ApiKey, job_id: int) -> Job:
         """Dead-letter redrive (admin): failed or cancelled back to pending."""
-        return self.storage.job_requeue(job_id, caller.name, self.clock.now())
+        job = self.storage.job_requeue(job_id, caller.name, self.clock.now())
+        self._on_ready()
+        return job
 
     # -- reading -----------------------------------------------------------
 
@@ -225,14 +239,7 @@ class JobService:
         instance: str | None = None,
     ) -> list[Job]:
         """Atomically hand up to ``limit`` ready jobs to this worker."""
-        if types is not None:
-            for name in types:
-                if self.settings.job_type(name) is None:
-                    raise UnknownJobType(f"Job type {name!r} is not configured")
-                if caller.types is not None and name not in caller.types:
-                    raise Forbidden(f"This key may not claim jobs of type {name!r}")
-        elif caller.types is not None:
-            types = caller.types
+        types = self.claimable_types(caller, types)
         now = self.clock.now()
         params = ClaimParams(
             worker_name=caller.name,
@@ -244,6 +251,21 @@ class JobService:
             retry_at=lambda job: self._retry_at(job, now),
         )
         return self.storage.job_claim(params)
+
+    def claimable_types(self, caller: ApiKey, types: Sequence[str] | None) -> Sequence[str] | None:
+        """The types a claim looks at (None: all); 422/403 for types it may not name."""
+        if types is None:
+            return caller.types
+        for name in types:
+            if self.settings.job_type(name) is None:
+                raise UnknownJobType(f"Job type {name!r} is not configured")
+            if caller.types is not None and name not in caller.types:
+                raise Forbidden(f"This key may not claim jobs of type {name!r}")
+        return types
+
+    def next_due(self, types: Sequence[str] | None) -> datetime | None:
+        """When the next scheduled job of ``types`` becomes ready, if any is waiting."""
+        return self.storage.job_next_due(self.clock.now(), types)
 
     def heartbeat(
         self, caller: ApiKey, job_id: int, lease_token: str, lease_seconds: int | None = None
@@ -259,7 +281,10 @@ class JobService:
             self._finish_params(caller, s, now) for s in specs
         ]
         ready = [p for p in params if isinstance(p, FinishParams)]
-        done = iter(self.storage.job_finish_many(ready) if ready else [])
+        outcomes = self.storage.job_finish_many(ready) if ready else []
+        if any(isinstance(o, Job) and o.status == JobStatus.PENDING for o in outcomes):
+            self._on_ready()
+        done = iter(outcomes)
         return [next(done) if isinstance(p, FinishParams) else p for p in params]
 
     def finish(self, caller: ApiKey, spec: FinishSpec) -> Job:
@@ -308,7 +333,10 @@ class JobService:
     def rescue_expired(self) -> list[Job]:
         """Treat jobs whose lease has passed as failed attempts."""
         now = self.clock.now()
-        return self.storage.job_rescue_expired(now, lambda job: self._retry_at(job, now))
+        rescued = self.storage.job_rescue_expired(now, lambda job: self._retry_at(job, now))
+        if any(job.status == JobStatus.PENDING for job in rescued):
+            self._on_ready()
+        return rescued
 
     def prune(self) -> int:
         """Delete finished jobs (and their events) older than the retention settings."""

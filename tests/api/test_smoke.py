@@ -9,7 +9,8 @@ def test_job_goes_from_enqueue_to_completed(producer: Api, worker: Api) -> None:
     claimed = claim_one(worker)
     assert claimed["id"] == job["id"] and claimed["worker_id"] == "mailer"
     done = worker.post(
-        f"/jobs/{job['id']}/complete", json={"lease_token": claimed["lease_token"], "result": {"ok": 1}}
+        f"/jobs/{job['id']}/complete",
+        json={"lease_token": claimed["lease_token"], "result": {"ok": 1}},
     )
     assert done.status_code == 200, done.text
     assert done.json()["status"] == "completed"

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from queuelog import __version__
 from queuelog.api.deps import AppState
+from queuelog.api.docs import mount_docs
 from queuelog.api.metrics import Metrics, MetricsMiddleware
 from queuelog.api.middleware import BodyLimitMiddleware
 from queuelog.api.problems import install_handlers
@@ -20,6 +21,7 @@ from queuelog.maintenance import Maintenance
 from queuelog.service import JobService
 from queuelog.storage import open_storage
 from queuelog.storage.base import Storage
+from queuelog.wakeup import Wakeup
 
 DESCRIPTION = """
 A durable background job queue. Producers enqueue jobs; workers claim them,
@@ -40,6 +42,8 @@ Choices where the contract is silent:
   sanitised error text, shown to admins only, like the job's `error`.
 * `POST /jobs/batch/complete` answers 422 `payload-too-large` for an item whose
   result is too large, besides 200, 404 and 409.
+* Ids are positive 64-bit integers; an id outside that range is 422 `validation`.
+* A claim request may have an empty body (all fields default).
 """
 
 
@@ -52,11 +56,13 @@ def create_app(
     """Build the application; it owns (and closes) the storage it is given or opens."""
     clock = clock or SystemClock()
     storage = storage or open_storage(settings)
-    service = JobService(storage, settings, clock)
+    wakeup = Wakeup()
+    service = JobService(storage, settings, clock, on_ready=wakeup.notify)
     state = AppState(
         service=service,
         keys=KeyRing(storage, clock),
         limiter=RateLimiter(settings.limits.rate_per_second, settings.limits.rate_burst),
+        wakeup=wakeup,
     )
     maintenance = Maintenance(service, settings.sweep_interval_seconds)
 
@@ -75,7 +81,10 @@ def create_app(
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    mount_docs(app)
     app.state.queuelog = state
     app.state.maintenance = maintenance
     app.state.metrics = Metrics(service)

@@ -13,6 +13,7 @@ from queuelog.auth import KeyRing, RateLimiter
 from queuelog.errors import Forbidden
 from queuelog.models import ApiKey, Role
 from queuelog.service import JobService
+from queuelog.wakeup import Wakeup
 
 
 @dataclass
@@ -22,6 +23,7 @@ class AppState:
     service: JobService
     keys: KeyRing
     limiter: RateLimiter
+    wakeup: Wakeup
 
 
 def state_of(request: Request) -> AppState:

@@ -113,6 +113,10 @@ class Storage(Protocol):
         """Rescue expired leases, then atomically claim up to ``limit`` ready jobs."""
         ...
 
+    def job_next_due(self, now: datetime, types: Sequence[str] | None = None) -> datetime | None:
+        """The earliest ``run_at`` after ``now`` among pending jobs (of ``types``)."""
+        ...
+
     def job_heartbeat(
         self,
         job_id: int,

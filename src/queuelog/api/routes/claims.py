@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from queuelog.api.deps import ServiceDep, Worker
+from queuelog.api.deps import ServiceDep, Worker, state_of
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.schemas import (
     BatchCompleteOut,
@@ -17,14 +19,20 @@ from queuelog.api.schemas import (
     CompleteRequest,
     FailRequest,
     HeartbeatRequest,
+    IdPath,
     JobOut,
     job_json,
 )
 from queuelog.errors import QueueError
-from queuelog.models import Job, Role
-from queuelog.service import FinishSpec
+from queuelog.models import ApiKey, Job, Role
+from queuelog.service import FinishSpec, JobService
+from queuelog.wakeup import Wakeup
 
 router = APIRouter(prefix="/jobs", tags=["workers"])
+
+# A waiting claim also looks again this often, as a fallback for wake-ups it cannot
+# hear (another process writing to the same database without notifying).
+_RECHECK_SECONDS = 1.0
 
 _HELD = (
     " 404 if there is no such job; 409 `invalid-state` if it is not running; 409 "
@@ -41,15 +49,49 @@ _HELD = (
         "Atomic: each job is handed to exactly one claimer. Eligible jobs are pending with "
         "`run_at <= now`, in order `priority DESC, created_at ASC, id ASC`. Expired leases "
         "are rescued first. `worker_id` is the key's name, or `name/instance`; the caller "
-        "never chooses it. An empty body claims one job of any type the key may claim."
+        "never chooses it. An empty body claims one job of any type the key may claim. "
+        "With `wait_seconds`, an empty queue is long-polled: the answer comes as soon as "
+        "a matching job is ready (enqueued, retried, redriven or its `run_at` reached), or "
+        '`{"jobs": []}` when the time is up.'
     ),
     responses=problems(*AUTHED, 413, 415, 422),
 )
-def claim(caller: Worker, service: ServiceDep, body: ClaimRequest | None = None) -> Response:
+async def claim(
+    request: Request, caller: Worker, service: ServiceDep, body: ClaimRequest | None = None
+) -> Response:
     body = body or ClaimRequest()
-    jobs = service.claim(caller, body.types, body.limit, body.lease_seconds, body.instance)
+    jobs = await _claim_or_wait(request, caller, service, body)
     admin = caller.has(Role.ADMIN)
     return JSONResponse({"jobs": [job_json(j, admin, lease_token=True) for j in jobs]})
+
+
+async def _claim_or_wait(
+    request: Request, caller: ApiKey, service: JobService, body: ClaimRequest
+) -> list[Job]:
+    """Claim now, or long-poll up to ``wait_seconds`` for a matching job to become ready.
+
+    The wait sleeps until a notification (enqueue, retry, redrive, lease rescue)
+    or until the next scheduled job's ``run_at``; it does not poll in a loop. A
+    client that has gone away claims nothing.
+    """
+    types = service.claimable_types(caller, body.types)
+    deadline = time.monotonic() + float(body.wait_seconds)
+    wakeup: Wakeup = state_of(request).wakeup
+    while True:
+        with wakeup.waiter() as waiter:
+            if body.wait_seconds and await request.is_disconnected():
+                return []
+            jobs = await run_in_threadpool(
+                service.claim, caller, types, body.limit, body.lease_seconds, body.instance
+            )
+            remaining = deadline - time.monotonic()
+            if jobs or remaining <= 0:
+                return jobs
+            next_due = await run_in_threadpool(service.next_due, types)
+            if next_due is not None:
+                until_due = (next_due - service.clock.now()).total_seconds()
+                remaining = min(remaining, max(until_due, 0.001))
+            await waiter.wait(min(remaining, _RECHECK_SECONDS))
 
 
 @router.post(
@@ -67,7 +109,7 @@ def complete_batch(body: BatchCompleteRequest, caller: Worker, service: ServiceD
     return JSONResponse({"results": results})
 
 
-def _item(job_id: int, outcome: Job | QueueError, admin: bool) -> dict[str, Any]:
+def _item(job_id: IdPath, outcome: Job | QueueError, admin: bool) -> dict[str, Any]:
     if isinstance(outcome, QueueError):
         return {"id": job_id, "status": outcome.status, "type": outcome.slug}
     return {"id": job_id, "status": 200, "job": job_json(outcome, admin)}
@@ -80,7 +122,9 @@ def _item(job_id: int, outcome: Job | QueueError, admin: bool) -> dict[str, Any]
     description="`lease_seconds` defaults to the job type's lease." + _HELD,
     responses=problems(*AUTHED, 404, 409, 413, 415, 422),
 )
-def heartbeat(job_id: int, body: HeartbeatRequest, caller: Worker, service: ServiceDep) -> Response:
+def heartbeat(
+    job_id: IdPath, body: HeartbeatRequest, caller: Worker, service: ServiceDep
+) -> Response:
     job = service.heartbeat(caller, job_id, body.lease_token, body.lease_seconds)
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
 
@@ -92,7 +136,9 @@ def heartbeat(job_id: int, body: HeartbeatRequest, caller: Worker, service: Serv
     description="`result` is at most `max_result_bytes` serialised (422)." + _HELD,
     responses=problems(*AUTHED, 404, 409, 413, 415, 422),
 )
-def complete(job_id: int, body: CompleteRequest, caller: Worker, service: ServiceDep) -> Response:
+def complete(
+    job_id: IdPath, body: CompleteRequest, caller: Worker, service: ServiceDep
+) -> Response:
     job = service.finish(caller, FinishSpec(job_id, body.lease_token, result=body.result))
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
 
@@ -110,7 +156,7 @@ def complete(job_id: int, body: CompleteRequest, caller: Worker, service: Servic
     ),
     responses=problems(*AUTHED, 404, 409, 413, 415, 422),
 )
-def fail(job_id: int, body: FailRequest, caller: Worker, service: ServiceDep) -> Response:
+def fail(job_id: IdPath, body: FailRequest, caller: Worker, service: ServiceDep) -> Response:
     spec = FinishSpec(
         job_id,
         body.lease_token,

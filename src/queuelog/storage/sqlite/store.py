@@ -35,6 +35,11 @@ def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"))
 
 
+def _types_json(types: Sequence[str] | None) -> str | None:
+    """A type filter for ``json_each``; None matches every type."""
+    return None if types is None else json.dumps(list(types))
+
+
 def _event(
     job: Job,
     at: datetime,
@@ -136,6 +141,11 @@ class SqliteStorage:
 
     def job_claim(self, params: ClaimParams) -> list[Job]:
         return self._writer.run(lambda conn: _claim(conn, params))
+
+    def job_next_due(self, now: datetime, types: Sequence[str] | None = None) -> datetime | None:
+        args = {"now": to_micros(now), "types": _types_json(types)}
+        value = self._read("job_next_due", args)[0]["next_due"]
+        return from_micros(value) if value is not None else None
 
     def job_heartbeat(
         self,
@@ -319,7 +329,7 @@ def _claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Job]:
         "worker_name": params.worker_name,
         "now": to_micros(params.now),
         "lease_seconds": params.lease_seconds,
-        "types": json.dumps(list(params.types)) if params.types is not None else None,
+        "types": _types_json(params.types),
         "limit": params.limit,
     }
     jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]

@@ -1,0 +1,127 @@
+"""Every failure is problem+json; limits are enforced before work is done."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from queuelog.api.app import create_app
+from queuelog.auth import KeyRing
+from queuelog.clock import FakeClock
+from queuelog.models import Role
+from queuelog.storage.sqlite.store import SqliteStorage
+from tests.conftest import Api, enqueue, make_settings
+
+
+def test_non_json_body_is_415(producer: Api) -> None:
+    response = producer.post("/jobs", content=b"type=noop", headers={"Content-Type": "text/plain"})
+    assert response.status_code == 415
+    assert response.json()["type"] == "unsupported-media-type"
+    form = producer.post("/jobs", data={"type": "noop"})
+    assert form.status_code == 415
+
+
+def test_json_with_charset_is_accepted(producer: Api) -> None:
+    response = producer.post(
+        "/jobs",
+        content=b'{"type": "noop"}',
+        headers={"Content-Type": "application/json; charset=utf-8"},
+    )
+    assert response.status_code == 201
+
+
+def test_malformed_json_is_422_validation(producer: Api) -> None:
+    response = producer.post(
+        "/jobs", content=b'{"type": "noop",', headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert response.json()["type"] == "validation"
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+def test_body_over_the_limit_is_413_before_parsing(producer: Api) -> None:
+    big = b'{"type": "noop", "payload": {"x": "' + b"a" * 1_100_000 + b'"}}'
+    response = producer.post("/jobs", content=big, headers={"Content-Type": "application/json"})
+    assert response.status_code == 413 and response.json()["type"] == "body-too-large"
+
+
+def test_streamed_body_over_the_limit_is_413(producer: Api) -> None:
+    def chunks() -> object:
+        yield b'{"type": "noop", "payload": {"x": "'
+        for _ in range(20):
+            yield b"a" * 65_536
+        yield b'"}}'
+
+    response = producer.post(
+        "/jobs", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 413 and response.json()["type"] == "body-too-large"
+
+
+def test_unknown_route_and_method_are_problems(producer: Api) -> None:
+    missing = producer.get("/nowhere")
+    assert missing.status_code == 404 and missing.json()["type"] == "not-found"
+    wrong = producer.request("PUT", "/jobs")
+    assert wrong.status_code == 405 and wrong.json()["type"] == "method-not-allowed"
+
+
+def test_internal_error_reveals_no_trace_sql_or_path(
+    producer: Api, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = enqueue(producer)
+    service = client.app.state.queuelog.service  # type: ignore[attr-defined]
+
+    def broken(job_id: int) -> None:
+        raise sqlite3.OperationalError(
+            "no such column: secret_col in SELECT * FROM jobs WHERE id = ? "
+            "(/var/lib/queuelog/data/queuelog.db)"
+        )
+
+    monkeypatch.setattr(service.storage, "job_get", broken)
+    response = producer.get(f"/jobs/{job['id']}")
+    assert response.status_code == 500
+    body = response.json()
+    assert body == {
+        "type": "internal",
+        "title": "Internal server error",
+        "status": 500,
+        "detail": "The server could not do this",
+    }
+    for leak in ["SELECT", "secret_col", "/var/lib", "Traceback", "sqlite3"]:
+        assert leak not in response.text
+
+
+def test_rate_limit_is_429_with_retry_after(tmp_path: Path, clock: FakeClock) -> None:
+    settings = make_settings(tmp_path, limits={"rate_per_second": 1, "rate_burst": 3})
+    path = settings.sqlite_path
+    assert path is not None
+    storage = SqliteStorage(path)
+    app = create_app(settings, storage=storage, clock=clock, run_maintenance=False)
+    with TestClient(app) as client:
+        _, key = KeyRing(storage, clock).create("busy", frozenset({Role.PRODUCER}))
+        _, other = KeyRing(storage, clock).create("calm", frozenset({Role.PRODUCER}))
+        busy = Api(client, key)
+        statuses = [busy.get("/jobs").status_code for _ in range(4)]
+        assert statuses == [200, 200, 200, 429]
+        limited = busy.get("/jobs")
+        assert limited.json()["type"] == "rate-limited"
+        assert int(limited.headers["retry-after"]) >= 1
+        assert Api(client, other).get("/jobs").status_code == 200
+
+
+def test_payload_limit_is_configurable(tmp_path: Path, clock: FakeClock) -> None:
+    settings = make_settings(tmp_path, limits={"max_payload_bytes": 100, "rate_per_second": 0})
+    path = settings.sqlite_path
+    assert path is not None
+    app = create_app(settings, storage=SqliteStorage(path), clock=clock, run_maintenance=False)
+    with TestClient(app) as client:
+        storage = app.state.queuelog.service.storage
+        _, key = KeyRing(storage, clock).create("p", frozenset({Role.PRODUCER}))
+        api = Api(client, key)
+        fits = api.post("/jobs", json={"type": "noop", "payload": {"x": "a" * 80}})
+        assert fits.status_code == 201
+        over = api.post("/jobs", json={"type": "noop", "payload": {"x": "a" * 100}})
+        assert over.status_code == 422 and over.json()["type"] == "payload-too-large"

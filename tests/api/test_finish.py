@@ -1,0 +1,182 @@
+"""Heartbeat, complete, fail and batch complete: guarded by lease and holder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from queuelog.clock import FakeClock, rfc3339
+from tests.conftest import Api, claim_one, enqueue
+
+
+def _post(api: Api, job: dict[str, Any], action: str, **body: Any) -> Any:
+    return api.post(f"/jobs/{job['id']}/{action}", json={"lease_token": job["lease_token"], **body})
+
+
+def test_heartbeat_extends_the_lease(producer: Api, worker: Api, clock: FakeClock) -> None:
+    enqueue(producer)
+    job = claim_one(worker)
+    clock.advance(20)
+    response = _post(worker, job, "heartbeat")
+    assert response.status_code == 200
+    expected = rfc3339(clock.now() + timedelta(seconds=30))
+    assert response.json()["lease_expires_at"] == expected
+    longer = _post(worker, job, "heartbeat", lease_seconds=600)
+    expected = rfc3339(clock.now() + timedelta(seconds=600))
+    assert longer.json()["lease_expires_at"] == expected
+
+
+def test_held_job_routes_answer_404_for_unknown_job(worker: Api) -> None:
+    for action, extra in [("heartbeat", {}), ("complete", {}), ("fail", {"error": "x"})]:
+        response = worker.post(f"/jobs/999/{action}", json={"lease_token": "t", **extra})
+        assert response.status_code == 404 and response.json()["type"] == "not-found", action
+
+
+def test_held_job_routes_answer_409_invalid_state_when_not_running(
+    producer: Api, worker: Api
+) -> None:
+    job = enqueue(producer)
+    for action, extra in [("heartbeat", {}), ("complete", {}), ("fail", {"error": "x"})]:
+        response = worker.post(f"/jobs/{job['id']}/{action}", json={"lease_token": "t", **extra})
+        assert response.status_code == 409, action
+        assert response.json()["type"] == "invalid-state"
+
+
+def test_another_workers_job_is_409_not_lease_holder_and_unchanged(
+    producer: Api, worker: Api, as_key: Callable[..., Api], admin: Api
+) -> None:
+    enqueue(producer)
+    job = claim_one(worker)
+    thief = as_key("thief", "worker")
+    for action, extra in [("heartbeat", {}), ("complete", {}), ("fail", {"error": "x"})]:
+        response = _post(thief, job, action, **extra)
+        assert response.status_code == 409, action
+        assert response.json()["type"] == "not-lease-holder"
+    after = admin.get(f"/jobs/{job['id']}").json()
+    assert after["status"] == "running" and after["worker_id"] == "mailer"
+    assert after["lease_expires_at"] == job["lease_expires_at"] and after["error"] is None
+
+
+def test_stale_lease_token_is_409_not_lease_holder(producer: Api, worker: Api) -> None:
+    enqueue(producer)
+    job = claim_one(worker)
+    stale = {**job, "lease_token": "0" * 32}
+    for action, extra in [("heartbeat", {}), ("complete", {}), ("fail", {"error": "x"})]:
+        response = _post(worker, stale, action, **extra)
+        assert response.status_code == 409
+        assert response.json()["type"] == "not-lease-holder"
+
+
+def test_complete_stores_the_result(producer: Api, worker: Api) -> None:
+    enqueue(producer)
+    job = claim_one(worker)
+    done = _post(worker, job, "complete", result={"rows": 3})
+    assert done.json()["status"] == "completed"
+    assert done.json()["result"] == {"rows": 3}
+    again = _post(worker, job, "complete")
+    assert again.status_code == 409
+    assert again.json()["type"] == "invalid-state"
+
+
+def test_result_over_the_limit_is_422_payload_too_large(producer: Api, worker: Api) -> None:
+    enqueue(producer)
+    job = claim_one(worker)
+    response = _post(worker, job, "complete", result={"blob": "x" * 70_000})
+    assert response.status_code == 422
+    assert response.json()["type"] == "payload-too-large"
+
+
+def test_fail_retries_with_backoff_until_exhausted(
+    producer: Api, worker: Api, admin: Api, clock: FakeClock
+) -> None:
+    job = enqueue(producer, "resize_image")  # max_retries = 2, backoff base 2 s
+    for attempt in range(2):
+        held = claim_one(worker)
+        failed = _post(worker, held, "fail", error="timeout").json()
+        assert failed["status"] == "pending" and failed["retry_count"] == attempt + 1
+        assert failed["worker_id"] is None and failed["claimed_at"] is None
+        delay = (2.0 * 2**attempt) * 1.2
+        assert worker.post("/jobs/claim", json={}).json()["jobs"] == []
+        clock.advance(delay)
+    held = claim_one(worker)
+    final = _post(worker, held, "fail", error="timeout").json()
+    assert final["status"] == "failed" and final["retry_count"] == 2
+    events = [e["event"] for e in admin.get(f"/jobs/{job['id']}/events").json()["events"]]
+    assert events == [
+        "enqueued",
+        "claimed",
+        "retry_scheduled",
+        "claimed",
+        "retry_scheduled",
+        "claimed",
+        "failed",
+    ]
+
+
+def test_fail_not_retryable_fails_at_once(producer: Api, worker: Api) -> None:
+    enqueue(producer)
+    job = claim_one(worker)
+    failed = _post(worker, job, "fail", error="bad input", retryable=False)
+    body = failed.json()
+    assert body["status"] == "failed" and body["retry_count"] == 0
+
+
+def test_retry_in_seconds_overrides_backoff(producer: Api, worker: Api, clock: FakeClock) -> None:
+    enqueue(producer)
+    job = claim_one(worker)
+    body = _post(worker, job, "fail", error="busy", retry_in_seconds=300).json()
+    assert body["run_at"] == rfc3339(clock.now() + timedelta(seconds=300))
+
+
+def test_fail_body_needs_error_and_lease_token(producer: Api, worker: Api) -> None:
+    enqueue(producer)
+    job = claim_one(worker)
+    assert worker.post(f"/jobs/{job['id']}/fail", json={"lease_token": "t"}).status_code == 422
+    assert worker.post(f"/jobs/{job['id']}/complete", json={}).status_code == 422
+
+
+def test_batch_complete_answers_each_item_in_order(
+    producer: Api, worker: Api, as_key: Callable[..., Api]
+) -> None:
+    for _ in range(3):
+        enqueue(producer)
+    jobs = worker.post("/jobs/claim", json={"limit": 3}).json()["jobs"]
+    items = [
+        {"id": jobs[0]["id"], "lease_token": jobs[0]["lease_token"], "result": {"n": 0}},
+        {"id": 9999, "lease_token": "x"},
+        {"id": jobs[1]["id"], "lease_token": "stale"},
+        {"id": jobs[2]["id"], "lease_token": jobs[2]["lease_token"]},
+    ]
+    response = worker.post("/jobs/batch/complete", json={"items": items})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [r["status"] for r in results] == [200, 404, 409, 200]
+    assert results[0]["job"]["result"] == {"n": 0}
+    assert results[1]["type"] == "not-found" and results[2]["type"] == "not-lease-holder"
+    assert [r["id"] for r in results] == [i["id"] for i in items]
+
+
+def test_batch_complete_of_0_or_101_items_is_422(worker: Api) -> None:
+    assert worker.post("/jobs/batch/complete", json={"items": []}).status_code == 422
+    items = [{"id": i, "lease_token": "t"} for i in range(101)]
+    assert worker.post("/jobs/batch/complete", json={"items": items}).status_code == 422
+
+
+def test_expired_lease_is_rescued_by_the_next_claim(
+    producer: Api, worker: Api, as_key: Callable[..., Api], admin: Api, clock: FakeClock
+) -> None:
+    job = enqueue(producer)
+    first = claim_one(worker)
+    clock.advance(31)
+    other = as_key("other", "worker")
+    assert other.post("/jobs/claim", json={}).json()["jobs"] == []  # backoff not yet over
+    clock.advance(3)
+    second = claim_one(other)
+    assert second["id"] == job["id"] and second["retry_count"] == 1
+    late = _post(worker, first, "complete")
+    assert late.status_code == 409
+    assert late.json()["type"] == "not-lease-holder"
+    events = admin.get(f"/jobs/{job['id']}/events").json()["events"]
+    expired = [e for e in events if e["event"] == "lease_expired"]
+    assert expired and expired[0]["detail"] == "lease expired"

@@ -1,0 +1,72 @@
+"""Idempotency keys: same request 200, different request 422, scoped per principal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tests.conftest import Api, enqueue
+
+
+def test_same_key_same_request_returns_existing_job_unchanged(producer: Api) -> None:
+    first = enqueue(producer, payload={"a": 1}, idempotency_key="k-1")
+    again = producer.post(
+        "/jobs", json={"type": "noop", "payload": {"a": 1}, "idempotency_key": "k-1"}
+    )
+    assert again.status_code == 200
+    assert again.json() == first
+    assert again.headers["location"] == f"/jobs/{first['id']}"
+    assert len(producer.get("/jobs").json()["jobs"]) == 1
+
+
+def test_same_key_different_request_is_422_idempotency_key_reused(producer: Api) -> None:
+    enqueue(producer, payload={"a": 1}, idempotency_key="k-1")
+    response = producer.post(
+        "/jobs", json={"type": "noop", "payload": {"a": 2}, "idempotency_key": "k-1"}
+    )
+    assert response.status_code == 422
+    assert response.json()["type"] == "idempotency-key-reused"
+    priority = producer.post(
+        "/jobs",
+        json={"type": "noop", "payload": {"a": 1}, "priority": "high", "idempotency_key": "k-1"},
+    )
+    assert priority.status_code == 422
+
+
+def test_header_is_the_same_as_the_body_field(producer: Api) -> None:
+    first = producer.post("/jobs", json={"type": "noop"}, headers={"Idempotency-Key": "h-1"})
+    assert first.status_code == 201 and first.json()["idempotency_key"] == "h-1"
+    again = producer.post("/jobs", json={"type": "noop", "idempotency_key": "h-1"})
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    both = producer.post(
+        "/jobs", json={"type": "noop", "idempotency_key": "h-1"}, headers={"Idempotency-Key": "h-1"}
+    )
+    assert both.status_code == 200
+
+
+def test_header_and_body_that_differ_are_422(producer: Api) -> None:
+    response = producer.post(
+        "/jobs", json={"type": "noop", "idempotency_key": "a"}, headers={"Idempotency-Key": "b"}
+    )
+    assert response.status_code == 422 and response.json()["type"] == "validation"
+
+
+def test_key_must_be_1_to_255_printable_ascii(producer: Api) -> None:
+    for bad in ["", "x" * 256, "caf\u00e9", "tab\there"]:
+        response = producer.post("/jobs", json={"type": "noop", "idempotency_key": bad})
+        assert response.status_code == 422, bad
+    long = producer.post("/jobs", json={"type": "noop"}, headers={"Idempotency-Key": "x" * 256})
+    assert long.status_code == 422
+    assert enqueue(producer, idempotency_key="x" * 255)["idempotency_key"] == "x" * 255
+
+
+def test_keys_are_scoped_per_principal_and_reveal_nothing(
+    producer: Api, as_key: Callable[..., Api]
+) -> None:
+    mine = enqueue(producer, payload={"secret": 1}, idempotency_key="order-1")
+    other = as_key("rival", "producer")
+    theirs = other.post(
+        "/jobs", json={"type": "noop", "payload": {"x": 2}, "idempotency_key": "order-1"}
+    )
+    assert theirs.status_code == 201
+    assert theirs.json()["id"] != mine["id"] and theirs.json()["payload"] == {"x": 2}
+    assert other.get(f"/jobs/{mine['id']}").status_code == 404

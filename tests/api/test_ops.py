@@ -1,0 +1,77 @@
+"""Health, readiness, stats, metrics and the OpenAPI description."""
+
+from __future__ import annotations
+
+from queuelog.clock import FakeClock
+from tests.conftest import Api, claim_one, enqueue
+
+
+def test_healthz_and_readyz(anonymous: Api) -> None:
+    assert anonymous.get("/healthz").json() == {"status": "ok"}
+    assert anonymous.get("/readyz").json() == {"status": "ready"}
+
+
+def test_stats_count_by_status_and_type(
+    producer: Api, worker: Api, admin: Api, clock: FakeClock
+) -> None:
+    enqueue(producer, "noop")
+    enqueue(producer, "noop")
+    enqueue(producer, "send_email", payload={"to": "x"})
+    claim_one(worker, types=["send_email"])
+    clock.advance(12)
+    stats = admin.get("/stats").json()
+    assert stats["by_status"] == {"pending": 2, "running": 1}
+    assert stats["by_type"] == {"noop": {"pending": 2}, "send_email": {"running": 1}}
+    assert stats["oldest_ready_age_seconds"] == 12
+
+
+def test_metrics_are_prometheus_text(producer: Api, admin: Api) -> None:
+    enqueue(producer)
+    producer.get("/jobs/77")
+    response = admin.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert 'queuelog_jobs{status="pending",type="noop"} 1.0' in text
+    assert 'queuelog_http_requests_total{method="POST",route="/jobs",status="201"} 1.0' in text
+    assert 'route="/jobs/{job_id}",status="404"' in text
+    assert "queuelog_http_request_duration_seconds_bucket" in text
+
+
+def test_openapi_documents_every_route_and_its_errors(anonymous: Api) -> None:
+    spec = anonymous.get("/openapi.json").json()
+    paths = spec["paths"]
+    expected = {
+        ("post", "/jobs"): {"401", "403", "413", "415", "422", "429"},
+        ("post", "/jobs/batch"): {"401", "403", "422"},
+        ("get", "/jobs"): {"401", "403", "422"},
+        ("get", "/jobs/{job_id}"): {"401", "404"},
+        ("get", "/jobs/{job_id}/events"): {"404"},
+        ("post", "/jobs/claim"): {"401", "403", "422"},
+        ("post", "/jobs/{job_id}/heartbeat"): {"404", "409"},
+        ("post", "/jobs/{job_id}/complete"): {"404", "409", "422"},
+        ("post", "/jobs/{job_id}/fail"): {"404", "409", "422"},
+        ("post", "/jobs/batch/complete"): {"422"},
+        ("post", "/jobs/{job_id}/cancel"): {"404", "409"},
+        ("post", "/jobs/{job_id}/retry"): {"404", "409"},
+        ("post", "/keys"): {"422"},
+        ("get", "/keys"): {"401"},
+        ("delete", "/keys/{key_id}"): {"404"},
+        ("get", "/stats"): {"403"},
+        ("get", "/metrics"): {"403"},
+        ("get", "/healthz"): set(),
+        ("get", "/readyz"): set(),
+    }
+    for (method, path), statuses in expected.items():
+        documented = set(paths[path][method]["responses"])
+        assert statuses <= documented, (method, path, statuses - documented)
+    assert "bearer" in str(spec["components"]["securitySchemes"]).lower()
+
+
+def test_docs_load_nothing_from_outside_the_server(anonymous: Api) -> None:
+    page = anonymous.get("/docs")
+    assert page.status_code == 200 and "/openapi.json" in page.text
+    assert "https://" not in page.text and "http://" not in page.text
+    for asset in ["swagger-ui-bundle.js", "swagger-ui.css"]:
+        assert f"/docs/assets/{asset}" in page.text
+        assert anonymous.get(f"/docs/assets/{asset}").status_code == 200

@@ -1,0 +1,129 @@
+"""GET /jobs, /jobs/{id}, /jobs/{id}/events, cancel and admin retry; visibility."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tests.conftest import Api, claim_one, enqueue
+
+
+def test_list_is_newest_first_and_pages_with_a_cursor(producer: Api) -> None:
+    ids = [enqueue(producer)["id"] for _ in range(5)]
+    first = producer.get("/jobs", params={"limit": 2}).json()
+    assert [j["id"] for j in first["jobs"]] == ids[::-1][:2]
+    second = producer.get("/jobs", params={"limit": 2, "cursor": first["next_cursor"]}).json()
+    assert [j["id"] for j in second["jobs"]] == ids[::-1][2:4]
+    third = producer.get("/jobs", params={"limit": 2, "cursor": second["next_cursor"]}).json()
+    assert [j["id"] for j in third["jobs"]] == ids[:1] and third["next_cursor"] is None
+
+
+def test_list_filters_by_status_and_type(producer: Api, worker: Api) -> None:
+    enqueue(producer, "noop")
+    mail = enqueue(producer, "send_email", payload={"to": "x"})
+    claim_one(worker, types=["noop"])
+    pending = producer.get("/jobs", params={"status": "pending"}).json()["jobs"]
+    assert [j["id"] for j in pending] == [mail["id"]]
+    by_type = producer.get("/jobs", params={"type": "noop"}).json()["jobs"]
+    assert [j["type"] for j in by_type] == ["noop"]
+
+
+def test_list_with_bad_status_limit_or_cursor_is_422(producer: Api) -> None:
+    for params in [{"status": "done"}, {"limit": 0}, {"limit": 501}, {"cursor": "!!"}]:
+        response = producer.get("/jobs", params=params)
+        assert response.status_code == 422, params
+        assert response.json()["type"] == "validation"
+
+
+def test_producer_sees_only_its_own_jobs(producer: Api, as_key: Callable[..., Api]) -> None:
+    mine = enqueue(producer)
+    other = as_key("rival", "producer")
+    theirs = enqueue(other)
+    assert [j["id"] for j in producer.get("/jobs").json()["jobs"]] == [mine["id"]]
+    assert producer.get(f"/jobs/{theirs['id']}").status_code == 404
+    assert producer.get(f"/jobs/{theirs['id']}/events").status_code == 404
+
+
+def test_worker_sees_only_the_jobs_it_holds_now(producer: Api, worker: Api) -> None:
+    waiting = enqueue(producer)
+    assert worker.get(f"/jobs/{waiting['id']}").status_code == 404
+    held = claim_one(worker)
+    assert worker.get(f"/jobs/{held['id']}").json()["status"] == "running"
+    assert [j["id"] for j in worker.get("/jobs").json()["jobs"]] == [held["id"]]
+    worker.post(f"/jobs/{held['id']}/complete", json={"lease_token": held["lease_token"]})
+    assert worker.get(f"/jobs/{held['id']}").status_code == 404
+    assert worker.get("/jobs").json()["jobs"] == []
+
+
+def test_admin_sees_all_jobs(producer: Api, as_key: Callable[..., Api], admin: Api) -> None:
+    enqueue(producer)
+    enqueue(as_key("rival", "producer"))
+    assert len(admin.get("/jobs").json()["jobs"]) == 2
+
+
+def test_unknown_job_is_404(producer: Api) -> None:
+    response = producer.get("/jobs/424242")
+    assert response.status_code == 404 and response.json()["type"] == "not-found"
+    assert producer.get("/jobs/424242/events").status_code == 404
+
+
+def test_events_record_the_history_oldest_first(producer: Api, worker: Api) -> None:
+    job = enqueue(producer)
+    held = claim_one(worker, instance="a")
+    worker.post(f"/jobs/{job['id']}/complete", json={"lease_token": held["lease_token"]})
+    events = producer.get(f"/jobs/{job['id']}/events").json()["events"]
+    assert [(e["event"], e["from_status"], e["to_status"], e["actor"]) for e in events] == [
+        ("enqueued", None, "pending", "shop"),
+        ("claimed", "pending", "running", "mailer/a"),
+        ("completed", "running", "completed", "mailer"),
+    ]
+
+
+def test_owner_cancels_a_pending_job(producer: Api) -> None:
+    job = enqueue(producer)
+    response = producer.post(f"/jobs/{job['id']}/cancel")
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+    again = producer.post(f"/jobs/{job['id']}/cancel")
+    assert again.status_code == 409 and again.json()["type"] == "invalid-state"
+
+
+def test_cancel_of_a_running_job_is_409(producer: Api, worker: Api) -> None:
+    job = enqueue(producer)
+    claim_one(worker)
+    assert producer.post(f"/jobs/{job['id']}/cancel").status_code == 409
+
+
+def test_another_producer_cannot_cancel(producer: Api, as_key: Callable[..., Api]) -> None:
+    job = enqueue(producer)
+    response = as_key("rival", "producer").post(f"/jobs/{job['id']}/cancel")
+    assert response.status_code == 404
+    assert producer.get(f"/jobs/{job['id']}").json()["status"] == "pending"
+
+
+def test_admin_cancels_and_redrives(producer: Api, admin: Api) -> None:
+    job = enqueue(producer)
+    assert admin.post(f"/jobs/{job['id']}/cancel").json()["status"] == "cancelled"
+    redriven = admin.post(f"/jobs/{job['id']}/retry")
+    assert redriven.status_code == 200
+    assert redriven.json()["status"] == "pending" and redriven.json()["retry_count"] == 0
+    again = admin.post(f"/jobs/{job['id']}/retry")
+    assert again.status_code == 409 and again.json()["type"] == "invalid-state"
+    assert admin.post("/jobs/99999/retry").status_code == 404
+    events = [e["event"] for e in admin.get(f"/jobs/{job['id']}/events").json()["events"]]
+    assert events == ["enqueued", "cancelled", "requeued"]
+
+
+def test_redrive_of_a_failed_job_resets_retries(producer: Api, worker: Api, admin: Api) -> None:
+    job = enqueue(producer, max_retries=0)
+    held = claim_one(worker)
+    worker.post(f"/jobs/{job['id']}/fail", json={"lease_token": held["lease_token"], "error": "x"})
+    assert admin.get(f"/jobs/{job['id']}").json()["status"] == "failed"
+    assert admin.post(f"/jobs/{job['id']}/retry").json()["status"] == "pending"
+    assert claim_one(worker)["id"] == job["id"]
+
+
+def test_ids_outside_64_bits_or_below_1_are_422(producer: Api, worker: Api) -> None:
+    for path in ["/jobs/0", f"/jobs/{2**63}", "/jobs/-5/events"]:
+        response = producer.get(path)
+        assert response.status_code == 422 and response.json()["type"] == "validation", path
+    items = [{"id": 2**64, "lease_token": "t"}]
+    assert worker.post("/jobs/batch/complete", json={"items": items}).status_code == 422

@@ -1,0 +1,95 @@
+"""Who may call what: 401 without a valid key, 403 without the role."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from fastapi.testclient import TestClient
+
+from queuelog.auth import generate_key
+from tests.conftest import Api
+
+# (method, path, body, roles that may call it)
+ROUTES: list[tuple[str, str, dict[str, object] | None, set[str]]] = [
+    ("POST", "/jobs", {"type": "noop"}, {"producer"}),
+    ("POST", "/jobs/batch", {"jobs": [{"type": "noop"}]}, {"producer"}),
+    ("GET", "/jobs", None, {"producer", "worker", "admin"}),
+    ("GET", "/jobs/1", None, {"producer", "worker", "admin"}),
+    ("GET", "/jobs/1/events", None, {"producer", "worker", "admin"}),
+    ("POST", "/jobs/claim", {}, {"worker"}),
+    ("POST", "/jobs/1/heartbeat", {"lease_token": "t"}, {"worker"}),
+    ("POST", "/jobs/1/complete", {"lease_token": "t"}, {"worker"}),
+    ("POST", "/jobs/1/fail", {"lease_token": "t", "error": "e"}, {"worker"}),
+    ("POST", "/jobs/batch/complete", {"items": [{"id": 1, "lease_token": "t"}]}, {"worker"}),
+    ("POST", "/jobs/1/cancel", None, {"producer", "admin"}),
+    ("POST", "/jobs/1/retry", None, {"admin"}),
+    ("POST", "/keys", {"name": "k", "roles": ["worker"]}, {"admin"}),
+    ("GET", "/keys", None, {"admin"}),
+    ("DELETE", "/keys/999", None, {"admin"}),
+    ("GET", "/stats", None, {"admin"}),
+    ("GET", "/metrics", None, {"admin"}),
+]
+ROLES = ["producer", "worker", "admin"]
+
+
+def _call(api: Api, method: str, path: str, body: dict[str, object] | None) -> int:
+    kwargs = {"json": body} if body is not None else {}
+    status: int = api.request(method, path, **kwargs).status_code
+    return status
+
+
+@pytest.mark.parametrize(("method", "path", "body", "allowed"), ROUTES)
+@pytest.mark.parametrize("role", ROLES)
+def test_role_matrix(
+    as_key: Callable[..., Api],
+    role: str,
+    method: str,
+    path: str,
+    body: dict[str, object] | None,
+    allowed: set[str],
+) -> None:
+    status = _call(as_key(f"{role}-key", role), method, path, body)
+    if role in allowed:
+        assert status not in (401, 403), (role, method, path, status)
+    else:
+        assert status == 403, (role, method, path, status)
+
+
+@pytest.mark.parametrize(("method", "path", "body", "allowed"), ROUTES)
+def test_every_route_needs_a_key(
+    anonymous: Api, method: str, path: str, body: dict[str, object] | None, allowed: set[str]
+) -> None:
+    response = anonymous.request(method, path, **({"json": body} if body is not None else {}))
+    assert response.status_code == 401
+    assert response.json()["type"] == "unauthenticated"
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Bearer",
+        "Bearer not-a-key",
+        "Basic dXNlcjpwYXNz",
+        f"Bearer {generate_key()}",  # well formed, unknown
+        f"Bearer {generate_key()[:-1]}x",  # bad checksum
+    ],
+)
+def test_malformed_or_unknown_keys_are_401(client: TestClient, header: str) -> None:
+    response = client.get("/jobs", headers={"Authorization": header})
+    assert response.status_code == 401 and response.json()["type"] == "unauthenticated"
+
+
+def test_revoked_key_is_401_at_once(admin: Api, client: TestClient) -> None:
+    created = admin.post("/keys", json={"name": "temp", "roles": ["producer"]}).json()
+    key = Api(client, created["key"])
+    assert key.get("/jobs").status_code == 200
+    assert admin.delete(f"/keys/{created['id']}").status_code == 204
+    assert key.get("/jobs").status_code == 401
+
+
+def test_public_routes_need_no_key(anonymous: Api) -> None:
+    for path in ["/healthz", "/readyz", "/openapi.json", "/docs"]:
+        assert anonymous.get(path).status_code == 200, path

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from queuelog.config import load_settings
+from queuelog.retry import backoff_seconds
+
+
+def test_backoff_doubles_within_jitter_and_caps() -> None:
+    rng = random.Random(7)
+    for retry_count, expected in [(0, 2), (1, 4), (2, 8), (5, 64), (20, 100)]:
+        for _ in range(50):
+            delay = backoff_seconds(retry_count, base=2, cap=100, rng=rng)
+            assert expected * 0.8 <= delay <= expected * 1.2
+
+
+def test_backoff_jitter_spreads_delays() -> None:
+    rng = random.Random(1)
+    delays = {round(backoff_seconds(3, 1, 3600, rng=rng), 6) for _ in range(20)}
+    assert len(delays) > 10
+
+
+def test_config_reads_toml_and_env_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "q.toml"
+    path.write_text(
+        'database = "sqlite:///x.db"\n[limits]\nrate_per_second = 5\n'
+        "[types.send_email]\nmax_retries = 7\n"
+    )
+    env = {"QUEUELOG_DATABASE_URL": "sqlite:///y.db", "QUEUELOG_MAX_PAYLOAD_BYTES": "100"}
+    settings = load_settings(path, env)
+    assert settings.database == "sqlite:///y.db" and settings.sqlite_path == Path("y.db")
+    assert settings.limits.max_payload_bytes == 100 and settings.limits.rate_per_second == 5
+    assert settings.types["send_email"].max_retries == 7
+    assert settings.durability == "full"
+
+
+def test_config_env_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "q.toml"
+    path.write_text('durability = "normal"\n')
+    assert load_settings(None, {"QUEUELOG_CONFIG": str(path)}).durability == "normal"
+
+
+def test_config_rejects_unknown_settings_and_bad_values(tmp_path: Path) -> None:
+    path = tmp_path / "q.toml"
+    path.write_text("typo_setting = 1\n")
+    with pytest.raises(ValidationError):
+        load_settings(path, {})
+    with pytest.raises(ValidationError):
+        load_settings(None, {"QUEUELOG_DURABILITY": "sometimes"})
