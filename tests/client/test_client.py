@@ -184,17 +184,36 @@ def test_async_client_speaks_the_same_calls(real_server: RealServer) -> None:
 # -- errors that need a scripted answer --------------------------------------------
 
 
-def scripted(status: int, body: Any, headers: dict[str, str] | None = None) -> Client:
+def scripted(
+    status: int, body: Any, headers: dict[str, str] | None = None, retry: RetryPolicy = FAST
+) -> Client:
     def answer(_: httpx.Request) -> httpx.Response:
         return httpx.Response(status, json=body, headers=headers)
 
-    return Client("http://127.0.0.1:1", "ql_x", retry=FAST, transport=httpx.MockTransport(answer))
+    return Client("http://127.0.0.1:1", "ql_x", retry=retry, transport=httpx.MockTransport(answer))
+
+
+def test_a_rate_limited_claim_is_sent_again_after_retry_after() -> None:
+    answers = [
+        httpx.Response(429, json={"type": "rate-limited"}, headers={"Retry-After": "0"}),
+        httpx.Response(200, json={"jobs": []}),
+    ]
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return answers[len(sent) - 1]
+
+    transport = httpx.MockTransport(answer)
+    with Client("http://127.0.0.1:1", "ql_x", retry=FAST, transport=transport) as worker:
+        assert worker.claim() == []
+    assert len(sent) == 2  # refused before anything happened, so even a claim is safe
 
 
 def test_rate_limited_carries_retry_after() -> None:
     problem = {"type": "rate-limited", "title": "Too many", "status": 429, "detail": "slow"}
     with pytest.raises(RateLimited) as raised:
-        scripted(429, problem, {"Retry-After": "7"}).get(1)
+        scripted(429, problem, {"Retry-After": "7"}, RetryPolicy(attempts=1)).get(1)
     assert raised.value.retry_after == 7
 
 

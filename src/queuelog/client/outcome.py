@@ -8,6 +8,9 @@ from typing import Any
 
 from queuelog.client.types import JsonObject
 
+# The server keeps 2,000 characters of an error; sending far more only risks a refusal.
+ERROR_CHARS = 4000
+
 
 class Retry(Exception):
     """Raise from a handler to fail this attempt and run the job again.
@@ -66,9 +69,11 @@ def outcome_of_return(value: Any) -> Outcome:
 def outcome_of_error(error: BaseException) -> Outcome:
     """A handler's exception fails the job: ``Fail`` for good, anything else to retry."""
     if isinstance(error, Fail):
-        return Outcome(completed=False, error=error.reason, retryable=False)
+        return Outcome(completed=False, error=error.reason[:ERROR_CHARS], retryable=False)
     if isinstance(error, Retry):
-        return Outcome(completed=False, error=error.reason, retry_in_seconds=error.after)
+        reason = error.reason[:ERROR_CHARS]
+        return Outcome(completed=False, error=reason, retry_in_seconds=error.after)
     text = str(error)
     name = type(error).__name__
-    return Outcome(completed=False, error=f"{name}: {text}" if text else name)
+    message = f"{name}: {text}" if text else name
+    return Outcome(completed=False, error=message[:ERROR_CHARS])

@@ -13,7 +13,7 @@ import httpx
 from queuelog import __version__
 from queuelog.client.calls import Call
 from queuelog.client.errors import ServerError, ServerUnavailable
-from queuelog.errors import QueueError
+from queuelog.errors import QueueError, RateLimited
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # Answers that mean "not now" from a proxy or a server that is starting or stopping.
@@ -49,8 +49,8 @@ class Connection:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Sends tried again after a connection failure: ``attempts`` in all, with exponential
-    backoff and full jitter between ``base_delay`` and ``max_delay`` seconds."""
+    """Sends tried again after a connection failure or a 429: ``attempts`` in all, with
+    exponential backoff and jitter up to ``max_delay`` seconds (or ``Retry-After``)."""
 
     attempts: int = 4
     base_delay: float = 0.2
@@ -64,6 +64,8 @@ class RetryPolicy:
     def should_retry(self, call: Call[Any], error: Exception, attempt: int) -> bool:
         if attempt >= self.attempts:
             return False
+        if isinstance(error, RateLimited):
+            return True  # refused before the server did anything: safe for every call
         if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
             return True  # the request never reached the server
         if isinstance(error, httpx.TransportError):
@@ -75,6 +77,8 @@ class RetryPolicy:
     ) -> float:
         """Seconds to wait before sending ``call`` again; raises when it must not be."""
         if self.should_retry(call, error, attempt):
+            if isinstance(error, RateLimited):
+                return max(float(error.retry_after), self.delay(attempt))
             return self.delay(attempt)
         if isinstance(error, QueueError):
             raise error

@@ -15,6 +15,7 @@ from queuelog.client.calls import Call, answer
 from queuelog.client.errors import ServerError
 from queuelog.client.policy import Connection, RetryPolicy
 from queuelog.client.types import Job
+from queuelog.errors import RateLimited
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -72,7 +73,7 @@ class Client:
                     timeout=self.connection.timeout_for(call),
                 )
                 return answer(call, response)
-            except (httpx.TransportError, ServerError) as error:
+            except (httpx.TransportError, ServerError, RateLimited) as error:
                 delay = self.retry_policy.retry_or_raise(call, error, attempt, self.connection)
             time.sleep(delay)
             attempt += 1
