@@ -75,7 +75,7 @@ class AsyncClient:
                     timeout=self.connection.timeout_for(call),
                 )
                 return answer(call, response)
-            except (httpx.TransportError, ServerError, RateLimited) as error:
+            except (httpx.HTTPError, ServerError, RateLimited) as error:
                 delay = self.retry_policy.retry_or_raise(call, error, attempt, self.connection)
             await asyncio.sleep(delay)
             attempt += 1

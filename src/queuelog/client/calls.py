@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
-from queuelog.client.errors import error_from_item, error_from_problem
+from queuelog.client.errors import ServerError, error_from_item, error_from_problem
 from queuelog.client.types import Acknowledged, Enqueued, Event, Job, JsonObject, Key, Page
 from queuelog.clock import rfc3339
 
@@ -41,13 +41,19 @@ class Call(Generic[T]):
 
 def answer(call: Call[T], response: httpx.Response) -> T:
     """What a call returns for a (fully read) response, or the error it raises."""
+    try:
+        body = response.json() if response.content else None
+    except ValueError:
+        body = _NOT_JSON
     if response.status_code >= 400:
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        raise error_from_problem(response.status_code, body, response.headers.get("Retry-After"))
-    return call.read(response.json() if response.content else None)
+        retry_after = response.headers.get("Retry-After")
+        raise error_from_problem(response.status_code, body, retry_after)
+    if body is _NOT_JSON:
+        raise ServerError(f"the answer to {call.method} {call.path} is not JSON", 502, "not-json")
+    return call.read(body)
+
+
+_NOT_JSON = object()
 
 
 def new_idempotency_key() -> str:

@@ -147,11 +147,13 @@ class Run:
                 log.error("cannot claim jobs: %s", error.detail)
                 self.fatal = error
                 self.stop()
-            else:
-                wait = getattr(error, "retry_after", self.options.idle_seconds)
-                log.warning("claim failed (%s); trying again in %s s", error.detail, wait)
-                self.stopping.wait(wait)
-            return []
+            else:  # the client already tried again (after any Retry-After): pause a bit
+                log.warning("claim failed (%s); trying again soon", error.detail)
+                self.stopping.wait(self.options.idle_seconds)
+        except Exception:  # an answer this client cannot read: keep going, but say so
+            log.exception("claim failed")
+            self.stopping.wait(self.options.idle_seconds)
+        return []
 
     def _hand_out(self, job: Job) -> None:
         lease = float(self.options.lease_seconds or job.lease_seconds or 30)
@@ -179,7 +181,7 @@ class Run:
             value = handler(running.job)
             if isinstance(value, Awaitable):
                 value = self._await(running, value)
-        except Exception as error:
+        except BaseException as error:  # whatever a handler raises fails its job, nothing more
             return outcome_of_error(error)
         return outcome_of_return(value)
 
@@ -260,7 +262,11 @@ class Run:
             with self.changed:
                 due = [r for r in self.held.values() if r.next_beat <= now]
             for running in due:
-                self._beat_one(running)
+                try:
+                    self._beat_one(running)
+                except Exception:  # a surprise must not end heartbeats for every other job
+                    log.exception("job_id=%s heartbeat failed", running.job.id)
+                    running.next_beat = time.monotonic() + min(1.0, running.lease / 6)
 
     def _beat_one(self, running: Running) -> None:
         try:

@@ -73,7 +73,7 @@ class Client:
                     timeout=self.connection.timeout_for(call),
                 )
                 return answer(call, response)
-            except (httpx.TransportError, ServerError, RateLimited) as error:
+            except (httpx.HTTPError, ServerError, RateLimited) as error:
                 delay = self.retry_policy.retry_or_raise(call, error, attempt, self.connection)
             time.sleep(delay)
             attempt += 1
