@@ -196,7 +196,8 @@ def enqueue_file(client: Client, jobs: list[dict[str, Any]], batch_size: int) ->
         task = progress.add_task("enqueueing", total=len(jobs))
         for start in range(0, len(jobs), batch_size):
             batch = jobs[start : start + batch_size]
-            with reported(f"cannot enqueue the batch starting at job {start + 1}"):
+            what = f"jobs {start + 1}-{start + len(batch)} refused (those before were enqueued)"
+            with reported(what):
                 answers = client.enqueue_many(batch)
             created += sum(1 for a in answers if a.created)
             existing += sum(1 for a in answers if not a.created)

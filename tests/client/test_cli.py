@@ -52,6 +52,9 @@ def test_enqueue_from_file_sends_batches(real_server: RealServer, tmp_path: Path
     done = cli(real_server, "shop", "enqueue", "--from-file", str(path), "--batch-size", "100")
     assert done.returncode == 0, done.stderr
     assert "enqueued 250 jobs (250 new, 0 existing)" in done.stdout
+    path.write_text("\n".join([*lines[:3], json.dumps({"type": "no_such_type"})]))
+    bad = cli(real_server, "shop", "enqueue", "--from-file", str(path), "--batch-size", "2")
+    assert bad.returncode == 1 and "jobs 3-4 refused" in bad.stderr.strip().splitlines()[-1]
 
 
 def test_jobs_list_cancel_and_retry(real_server: RealServer) -> None:

@@ -12,7 +12,10 @@ def send_email(job: Job) -> dict[str, Any]:
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import signal
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +28,13 @@ from queuelog.client.sync import Client
 H = TypeVar("H", bound=Handler)
 
 
+def default_instance() -> str:
+    """``<host>-<pid>``, cut to what the API accepts: ``[A-Za-z0-9._-]{1,64}``."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()) or "host"
+    pid = str(os.getpid())
+    return f"{host[: 63 - len(pid)]}-{pid}"
+
+
 class Worker:
     """Runs handlers for claimed jobs, keeps their leases alive and reports their outcome.
 
@@ -34,7 +44,8 @@ class Worker:
         wait_seconds: How long a claim may wait on the server for a job (long-poll).
         lease_seconds: Lease to claim with; default the job type's. Heartbeats renew it
             every third of the lease while the handler runs.
-        instance: Names this process in ``worker_id`` (``<key name>/<instance>``).
+        instance: Names this process in ``worker_id`` (``<key name>/<instance>``); default
+            ``<host>-<pid>``.
         shutdown_seconds: After SIGTERM/SIGINT or ``stop``, how long running jobs may take
             to finish. Those still running then are failed as retryable.
         idle_seconds: Longest pause between claims when the server answers at once with
@@ -58,7 +69,7 @@ class Worker:
             concurrency=concurrency,
             wait_seconds=wait_seconds,
             lease_seconds=lease_seconds,
-            instance=instance,
+            instance=instance or default_instance(),
             shutdown_seconds=shutdown_seconds,
             idle_seconds=idle_seconds,
         )
