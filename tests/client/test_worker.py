@@ -133,6 +133,33 @@ def test_async_handlers_run_on_the_worker_loop(server: RealServer) -> None:
         assert [root.get(i).result for i in ids] == [{"n": n * 2} for n in range(10)]
 
 
+def test_arun_runs_async_handlers_on_the_callers_loop(server: RealServer) -> None:
+    worker = Worker(concurrency=3, wait_seconds=1)
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    @worker.handler("noop")
+    async def handle(job: Job) -> dict[str, Any]:
+        loops.append(asyncio.get_running_loop())
+        await asyncio.sleep(0.01)
+        return {"n": job.payload["n"]}
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        ids = [m.job.id for m in shop.enqueue_many([{"type": "noop", "payload": {"n": 1}}] * 5)]
+
+    async def main() -> asyncio.AbstractEventLoop:
+        with Client(server.url, server.keys["mailer"]) as client:
+            task = asyncio.create_task(worker.arun(client))
+            while not settled(server, *ids)():  # bounded by the wait_for below
+                await asyncio.sleep(0.2)
+            task.cancel()  # cancelling stops the worker gracefully
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        return asyncio.get_running_loop()
+
+    caller_loop = asyncio.run(asyncio.wait_for(main(), timeout=DEADLINE))
+    assert len(loops) == 5 and set(loops) == {caller_loop}
+
+
 def test_a_job_still_running_at_the_shutdown_deadline_is_failed_as_retryable(
     server: RealServer,
 ) -> None:

@@ -3,7 +3,8 @@ one thread that acknowledges completions in batches.
 
 A job is *busy* from its claim until its handler returns (that is what ``concurrency``
 counts) and *held* until the server has its outcome (heartbeats keep its lease alive until
-then). Async handlers run on one event loop thread shared by the handler threads.
+then). Async handlers run on one event loop shared by the handler threads: the caller's
+loop under ``Worker.arun``, else a loop thread of the run's own.
 """
 
 from __future__ import annotations
@@ -77,7 +78,13 @@ def log_outcome(running: Running, outcome: str, level: int = logging.INFO) -> No
 class Run:
     """The threads of one ``Worker.run``; ``stop`` ends it gracefully."""
 
-    def __init__(self, client: Client, handlers: dict[str, Handler], options: Options) -> None:
+    def __init__(
+        self,
+        client: Client,
+        handlers: dict[str, Handler],
+        options: Options,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         self.client = client
         self.handlers = handlers
         self.options = options
@@ -88,7 +95,8 @@ class Run:
         self.held: dict[int, Running] = {}
         self.tasks: queue.Queue[Running | None] = queue.Queue()
         self.acks: queue.Queue[tuple[Running, Outcome] | None] = queue.Queue()
-        self.loop = asyncio.new_event_loop()  # for async def handlers
+        self.own_loop = loop is None
+        self.loop = loop or asyncio.new_event_loop()  # for async def handlers
         self.acks_done = threading.Event()
         self.fatal: QueueError | None = None
 
@@ -286,8 +294,10 @@ class Run:
         threads = [threading.Thread(target=self._handle_tasks, name=n, daemon=True) for n in names]
         threads.append(threading.Thread(target=self._acknowledge, name="queuelog-ack", daemon=True))
         threads.append(threading.Thread(target=self._beat, name="queuelog-heartbeat", daemon=True))
-        threads.append(threading.Thread(target=self.loop.run_forever, name="queuelog-loop"))
-        threads[-1].daemon = True
+        if self.own_loop:
+            loop_thread = threading.Thread(target=self.loop.run_forever, name="queuelog-loop")
+            loop_thread.daemon = True
+            loop_thread.start()
         for thread in threads:
             thread.start()
         return threads
@@ -303,11 +313,12 @@ class Run:
         for _ in range(self.options.concurrency):
             self.tasks.put(None)
         self.acks.put(None)
-        acker, beater = threads[-3], threads[-2]
+        acker, beater = threads[-2], threads[-1]
         acker.join(timeout=60)
         self.acks_done.set()
         beater.join(timeout=30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        if self.own_loop:
+            self.loop.call_soon_threadsafe(self.loop.stop)
 
     def _abandon(self, running: Running) -> None:
         with running.lock:

@@ -11,6 +11,7 @@ def send_email(job: Job) -> dict[str, Any]:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import re
@@ -75,6 +76,7 @@ class Worker:
         )
         self._run: Run | None = None
         self._stop_requested = threading.Event()
+        self._signals_seen = 0
 
     def handler(self, job_type: str) -> Callable[[H], H]:
         """Decorator: run the function (sync or ``async def``) for jobs of ``job_type``."""
@@ -101,19 +103,58 @@ class Worker:
         """
         if not self.handlers:
             raise ValueError("register at least one handler before run()")
+        with self._signals():
+            self._serve(client, url, api_key)
+
+    def _serve(
+        self,
+        client: Client | None,
+        url: str | None,
+        api_key: str | None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         own = client is None
         client = client or Client(url, api_key, timeout=30.0)
-        self._run = Run(client, self.handlers, self.options)
+        self._run = Run(client, self.handlers, self.options, loop)
         try:
-            with self._signals():
-                if self._stop_requested.is_set():
-                    self._run.stop()
-                self._run.run()
+            if self._stop_requested.is_set():
+                self._run.stop()
+            self._run.run()
         finally:
             self._run = None
             self._stop_requested.clear()
+            self._signals_seen = 0
             if own:
                 client.close()
+
+    async def arun(
+        self, client: Client | None = None, *, url: str | None = None, api_key: str | None = None
+    ) -> None:
+        """``run`` from asyncio: ``async def`` handlers run on the caller's event loop, so
+        they may use its resources; the rest of the worker runs on threads meanwhile.
+        SIGTERM and SIGINT stop it as in ``run``; so does cancelling the awaiting task."""
+        if not self.handlers:
+            raise ValueError("register at least one handler before arun()")
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT)
+        if threading.current_thread() is threading.main_thread():
+            for signum in signals:
+                loop.add_signal_handler(signum, self._on_signal)
+        serving = asyncio.ensure_future(asyncio.to_thread(self._serve, client, url, api_key, loop))
+        try:
+            await asyncio.shield(serving)
+        except asyncio.CancelledError:
+            self.stop()
+            await serving  # running jobs may finish (within shutdown_seconds) on this loop
+            raise
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                for signum in signals:
+                    loop.remove_signal_handler(signum)
+
+    def _on_signal(self) -> None:
+        self._signals_seen += 1
+        self.stop(force=self._signals_seen > 1)  # a second signal: do not wait any longer
 
     def stop(self, force: bool = False) -> None:
         """Stop claiming and let running jobs finish (``force``: fail them now)."""
@@ -126,11 +167,9 @@ class Worker:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        seen: list[int] = []
 
         def on_signal(signum: int, _: FrameType | None) -> None:
-            seen.append(signum)
-            self.stop(force=len(seen) > 1)  # a second signal: do not wait any longer
+            self._on_signal()
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
