@@ -118,8 +118,12 @@ def test_each_problem_type_raises_its_own_exception(
     real_server: RealServer, action: Any, error: type[Exception]
 ) -> None:
     clients = {"shop": client(real_server, "shop"), "nobody": Client(real_server.url, "ql_bad")}
-    with pytest.raises(error) as raised:
-        action(clients)
+    try:
+        with pytest.raises(error) as raised:
+            action(clients)
+    finally:
+        for each in clients.values():
+            each.close()
     assert raised.value.detail  # type: ignore[attr-defined]
 
 
@@ -212,15 +216,17 @@ def test_a_rate_limited_claim_is_sent_again_after_retry_after() -> None:
 
 def test_rate_limited_carries_retry_after() -> None:
     problem = {"type": "rate-limited", "title": "Too many", "status": 429, "detail": "slow"}
-    with pytest.raises(RateLimited) as raised:
-        scripted(429, problem, {"Retry-After": "7"}, RetryPolicy(attempts=1)).get(1)
+    limited = scripted(429, problem, {"Retry-After": "7"}, RetryPolicy(attempts=1))
+    with limited, pytest.raises(RateLimited) as raised:
+        limited.get(1)
     assert raised.value.retry_after == 7
 
 
 def test_server_failure_is_a_server_error_with_its_status() -> None:
     problem = {"type": "internal", "title": "Internal", "status": 500, "detail": "oops"}
-    with pytest.raises(ServerError) as raised:
-        scripted(500, problem).get(1)
+    failing = scripted(500, problem)
+    with failing, pytest.raises(ServerError) as raised:
+        failing.get(1)
     assert raised.value.status == 500
 
 
