@@ -56,9 +56,8 @@ main.add_command(jobs)
 @click.option("--port", default=8000, show_default=True, type=int)
 def serve(config_path: str | None, host: str, port: int) -> None:
     """Start the HTTP server (migrates the database first)."""
-    import uvicorn
-
     from queuelog.api.app import create_app
+    from queuelog.api.server import run
 
     settings = _settings(config_path)
     storage = _open(settings)
@@ -69,7 +68,7 @@ def serve(config_path: str | None, host: str, port: int) -> None:
         click.echo(plaintext)
     app = create_app(settings, storage=storage)
     click.echo(f"queuelog serving on http://{host}:{port} (database: {_redact(settings)})")
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=10)
+    run(app, host, port)
 
 
 def _redact(settings: Settings) -> str:

@@ -112,3 +112,4 @@ class ApiKey:
 class QueueStats:
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     oldest_ready_at: datetime | None = None
+    ready: int = 0  # pending jobs whose run_at has come: the ready queue's depth

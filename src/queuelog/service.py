@@ -24,12 +24,24 @@ from queuelog.errors import (
     UnknownJobType,
     ValidationFailed,
 )
-from queuelog.models import ApiKey, Job, JobEvent, JobStatus, JsonObject, Priority, QueueStats, Role
+from queuelog.models import (
+    ApiKey,
+    EventKind,
+    Job,
+    JobEvent,
+    JobStatus,
+    JsonObject,
+    Priority,
+    QueueStats,
+    Role,
+)
 from queuelog.retry import backoff_seconds
 from queuelog.sanitize import sanitize_error
 from queuelog.storage.base import ClaimParams, FinishParams, JobListParams, NewJob, Storage
 
 _DEFAULT_TYPE = JobTypeConfig()
+# One prune pass deletes at most this many batches (of up to 1,000 jobs per status).
+_PRUNE_MAX_BATCHES = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +360,52 @@ class JobService:
             JobStatus.FAILED: keep.failed_seconds,
         }
         cutoffs = {s: now - timedelta(seconds=age) for s, age in ages.items() if age > 0}
-        return self.storage.job_prune(cutoffs) if cutoffs else 0
+        if not cutoffs:
+            return 0
+        # Batch after batch (each its own short transaction) until caught up: a busy
+        # queue finishes more jobs between two passes than one batch holds.
+        pruned = 0
+        for _ in range(_PRUNE_MAX_BATCHES):
+            deleted = self.storage.job_prune(cutoffs)
+            pruned += deleted
+            if deleted == 0:
+                break
+        return pruned
+
+    # -- dashboard -----------------------------------------------------------
+
+    def retry_failed(self, caller: ApiKey, job_type: str) -> int:
+        """Dead-letter redrive of every failed job of one type (admin); how many moved."""
+        if not caller.has(Role.ADMIN):
+            raise Forbidden("Only an admin may retry jobs")
+        count = self.storage.job_requeue_failed(job_type, caller.name, self.clock.now())
+        if count:
+            self._on_ready()
+        return count
+
+    def throughput(self, minutes: int = 60) -> list[MinuteCounts]:
+        """Jobs completed and failed (for good) in each of the last ``minutes`` whole minutes.
+
+        The current, unfinished minute is the last one.
+        """
+        now = self.clock.now()
+        until = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+        since = until - timedelta(minutes=minutes)
+        slots = [MinuteCounts(since + timedelta(minutes=i)) for i in range(minutes)]
+        for count in self.storage.job_event_counts(since, until, 60):
+            index = int((count.bucket_start - since).total_seconds()) // 60
+            if count.event == EventKind.COMPLETED:
+                slots[index].completed += count.count
+            elif count.event == EventKind.FAILED:
+                slots[index].failed += count.count
+        return slots
+
+
+@dataclass(slots=True)
+class MinuteCounts:
+    start: datetime
+    completed: int = 0
+    failed: int = 0
 
 
 def encode_cursor(job_id: int) -> str:

@@ -90,6 +90,15 @@ class NewKey:
     prefix: str
 
 
+@dataclass(frozen=True, slots=True)
+class EventCount:
+    """How many events of one kind happened in one time bucket."""
+
+    bucket_start: datetime
+    event: EventKind
+    count: int
+
+
 class Storage(Protocol):
     def migrate(self) -> None: ...
     def close(self) -> None: ...
@@ -142,6 +151,22 @@ class Storage(Protocol):
     def job_requeue(self, job_id: int, actor: str, now: datetime) -> Job: ...
     def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int: ...
     def job_stats(self, now: datetime) -> QueueStats: ...
+
+    def job_event_counts(
+        self, since: datetime, until: datetime, bucket_seconds: int
+    ) -> list[EventCount]:
+        """Events with ``since <= at < until``, counted per kind and per bucket.
+
+        Buckets are ``bucket_seconds`` long and start at ``since``; empty ones
+        are left out.
+        """
+        ...
+
+    def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
+        """Every ``failed`` job of ``job_type`` back to ``pending`` (as job_requeue does),
+        each with a ``requeued`` event, in one transaction. Returns how many.
+        """
+        ...
 
     def key_insert(self, key: NewKey, now: datetime) -> ApiKey: ...
     def key_by_hash(self, key_hash: str) -> ApiKey | None: ...

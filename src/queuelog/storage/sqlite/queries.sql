@@ -125,7 +125,8 @@ DELETE FROM job_events WHERE job_id = :id;
 SELECT status, type, count(*) AS n FROM jobs GROUP BY status, type;
 
 -- name: job_oldest_ready
-SELECT min(run_at) AS oldest FROM jobs WHERE status = 'pending' AND run_at <= :now;
+SELECT min(run_at) AS oldest, count(*) AS ready
+FROM jobs WHERE status = 'pending' AND run_at <= :now;
 
 -- name: key_insert
 INSERT INTO api_keys (name, roles, max_priority, types, key_hash, prefix, created_at)
@@ -150,3 +151,16 @@ LIMIT 1;
 SELECT min(run_at) AS next_due FROM jobs
 WHERE status = 'pending' AND run_at > :now
   AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)));
+
+-- name: job_event_counts
+SELECT (at - :since) / :bucket AS bucket, event, count(*) AS n
+FROM job_events
+WHERE at >= :since AND at < :until
+GROUP BY bucket, event;
+
+-- name: job_requeue_failed
+UPDATE jobs
+SET status = 'pending', retry_count = 0, run_at = :now, claimed_at = NULL, worker_id = NULL,
+    claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE status = 'failed' AND type = :type
+RETURNING *;
