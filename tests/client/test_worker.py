@@ -97,6 +97,22 @@ def test_handler_outcomes_become_complete_retry_and_fail(server: RealServer) -> 
     assert jobs["crash"].retry_count == 2 and jobs["crash"].error == "RuntimeError: boom"
 
 
+def test_a_result_too_large_to_store_fails_the_job_for_good(server: RealServer) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1)
+
+    @worker.handler("noop")
+    def huge(job: Job) -> dict[str, Any]:
+        return {"blob": "x" * 70_000}  # over max_result_bytes (64 KiB)
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        job = shop.enqueue("noop")
+    with running(worker, server):
+        wait_until(settled(server, job.id), "the job to settle")
+    with admin(server) as root:
+        failed = root.get(job.id)
+    assert failed.status is JobStatus.FAILED and failed.error == "result too large"
+
+
 def test_heartbeats_keep_a_long_job_alive_past_its_lease(server: RealServer) -> None:
     worker = Worker(concurrency=1, wait_seconds=1)
 
