@@ -194,7 +194,9 @@ def scripted(
     def answer(_: httpx.Request) -> httpx.Response:
         return httpx.Response(status, json=body, headers=headers)
 
-    return Client("http://127.0.0.1:1", "ql_x", retry=retry, transport=httpx.MockTransport(answer))
+    return Client(
+        "http://127.0.0.1:1", "ql_x", retry_policy=retry, transport=httpx.MockTransport(answer)
+    )
 
 
 def test_a_rate_limited_claim_is_sent_again_after_retry_after() -> None:
@@ -209,7 +211,7 @@ def test_a_rate_limited_claim_is_sent_again_after_retry_after() -> None:
         return answers[len(sent) - 1]
 
     transport = httpx.MockTransport(answer)
-    with Client("http://127.0.0.1:1", "ql_x", retry=FAST, transport=transport) as worker:
+    with Client("http://127.0.0.1:1", "ql_x", retry_policy=FAST, transport=transport) as worker:
         assert worker.claim() == []
     assert len(sent) == 2  # refused before anything happened, so even a claim is safe
 
@@ -231,7 +233,7 @@ def test_server_failure_is_a_server_error_with_its_status() -> None:
 
 
 def test_unreachable_server_raises_server_unavailable_after_retries() -> None:
-    nowhere = Client(f"http://127.0.0.1:{free_port()}", "ql_x", retry=FAST)
+    nowhere = Client(f"http://127.0.0.1:{free_port()}", "ql_x", retry_policy=FAST)
     with nowhere, pytest.raises(ServerUnavailable) as raised:
         nowhere.claim()
     assert "cannot reach" in raised.value.detail

@@ -69,7 +69,9 @@ def jobs_with_marker(server: RealServer, marker: str) -> list[int]:
 def test_enqueue_resent_after_a_lost_answer_creates_one_job(real_server: RealServer) -> None:
     transport = DropFirstResponse()
     marker = uuid.uuid4().hex
-    with Client(real_server.url, real_server.keys["shop"], retry=FAST, transport=transport) as c:
+    with Client(
+        real_server.url, real_server.keys["shop"], retry_policy=FAST, transport=transport
+    ) as c:
         job = c.enqueue("noop", {"marker": marker})
     assert transport.sent == ["POST /jobs", "POST /jobs"]
     assert jobs_with_marker(real_server, marker) == [job.id]
@@ -80,7 +82,9 @@ def test_batch_enqueue_resent_after_a_lost_answer_creates_each_job_once(
 ) -> None:
     transport = DropFirstResponse()
     marker = uuid.uuid4().hex
-    with Client(real_server.url, real_server.keys["shop"], retry=FAST, transport=transport) as c:
+    with Client(
+        real_server.url, real_server.keys["shop"], retry_policy=FAST, transport=transport
+    ) as c:
         answers = c.enqueue_many([{"type": "noop", "payload": {"marker": marker}}] * 3)
     assert len(transport.sent) == 2
     assert not any(a.created for a in answers)  # the second delivery found them all
@@ -95,7 +99,7 @@ def test_async_enqueue_resent_after_a_lost_answer_creates_one_job(
     async def enqueue() -> int:
         transport = AsyncDropFirstResponse()
         async with AsyncClient(
-            real_server.url, real_server.keys["shop"], retry=FAST, transport=transport
+            real_server.url, real_server.keys["shop"], retry_policy=FAST, transport=transport
         ) as client:
             job = await client.enqueue("noop", {"marker": marker})
         assert transport.sent == 2
@@ -112,7 +116,7 @@ def test_claim_is_not_resent_once_it_may_have_reached_the_server(
         job = shop.enqueue("noop", {"marker": uuid.uuid4().hex})
     transport = DropFirstResponse()
     worker_key = real_server.keys["mailer"]
-    worker = Client(real_server.url, worker_key, retry=FAST, transport=transport)
+    worker = Client(real_server.url, worker_key, retry_policy=FAST, transport=transport)
     with worker, pytest.raises(ServerUnavailable):
         worker.claim(types=["noop"], limit=100)
     assert transport.sent == ["POST /jobs/claim"]
@@ -126,7 +130,7 @@ def test_claim_is_resent_when_the_connection_was_refused(real_server: RealServer
         shop.enqueue("noop")
     transport = RefuseFirstConnection()
     worker_key = real_server.keys["mailer"]
-    with Client(real_server.url, worker_key, retry=FAST, transport=transport) as worker:
+    with Client(real_server.url, worker_key, retry_policy=FAST, transport=transport) as worker:
         assert worker.claim(types=["noop"], limit=100)
     assert transport.attempts == 2
 
@@ -134,7 +138,7 @@ def test_claim_is_resent_when_the_connection_was_refused(real_server: RealServer
 def test_key_creation_is_never_resent(real_server: RealServer) -> None:
     transport = DropFirstResponse()
     admin_key = real_server.keys["root"]
-    root = Client(real_server.url, admin_key, retry=FAST, transport=transport)
+    root = Client(real_server.url, admin_key, retry_policy=FAST, transport=transport)
     with root, pytest.raises(ServerUnavailable):
         root.create_key("once", ["producer"])
     assert transport.sent == ["POST /keys"]

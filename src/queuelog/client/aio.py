@@ -40,7 +40,7 @@ class AsyncClient:
         url: Server address; default ``$QUEUELOG_URL``, else ``http://127.0.0.1:8000``.
         api_key: The key to send; default ``$QUEUELOG_API_KEY``.
         timeout: Seconds per request (a long-poll claim gets its ``wait_seconds`` on top).
-        retry: When a send that failed to connect is tried again.
+        retry_policy: When a send that failed is tried again (see ``RetryPolicy``).
         transport: An httpx async transport to send through (tests, proxies).
     """
 
@@ -50,11 +50,11 @@ class AsyncClient:
         api_key: str | None = None,
         *,
         timeout: float = 10.0,
-        retry: RetryPolicy | None = None,
+        retry_policy: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.connection = Connection.resolve(url, api_key, timeout)
-        self.retry_policy = retry or RetryPolicy()
+        self.retry_policy = retry_policy or RetryPolicy()
         self._http = httpx.AsyncClient(
             base_url=self.connection.url,
             headers=self.connection.headers(),
