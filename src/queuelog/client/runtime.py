@@ -175,13 +175,18 @@ class Run:
 
     def _handle_tasks(self) -> None:
         while (running := self.tasks.get()) is not None:
-            outcome = self._execute(running)
-            if running.claim_report():
-                self._report(running, outcome)
-            # Only now: a slot is free once the outcome is reported or queued for the acker.
-            with self.changed:
-                self.busy -= 1
-                self.changed.notify_all()
+            try:
+                outcome = self._execute(running)
+                if running.claim_report():
+                    self._report(running, outcome)
+            except Exception:  # never lose the slot: the lease expires and the job runs again
+                log.exception("job_id=%s could not be reported", running.job.id)
+                self._release(running)
+            finally:
+                # Only now: a slot is free once the outcome is reported or queued for the acker.
+                with self.changed:
+                    self.busy -= 1
+                    self.changed.notify_all()
 
     def _execute(self, running: Running) -> Outcome:
         handler = self.handlers[running.job.type]
@@ -240,8 +245,13 @@ class Run:
                     break
                 batch.append(item)
             done = done or first is None
-            if batch:
-                self._complete(batch)
+            try:
+                if batch:
+                    self._complete(batch)
+            except Exception:  # keep acknowledging; these jobs run again when their leases end
+                log.exception("completions could not be reported")
+                for running, _ in batch:
+                    self._release(running)
 
     def _complete(self, batch: list[tuple[Running, Outcome]]) -> None:
         try:
