@@ -137,3 +137,25 @@ def test_sigterm_during_work_loses_nothing_and_duplicates_nothing(
         for job in root.list(page_size=100):
             assert job.retry_count == 0  # nobody's lease expired, no attempt was repeated
             assert [e.event for e in root.events(job.id)] == ["enqueued", "claimed", "completed"]
+
+
+def test_a_second_sigint_stops_at_once_and_hands_the_running_job_back(
+    server: RealServer, tmp_path: Path
+) -> None:
+    with Client(server.url, server.keys["shop"]) as shop:
+        job = shop.enqueue("send_email", {"to": "slow@x", "seconds": 600})
+    worker = start_worker(server, tmp_path / "outbox.txt")
+    try:
+        wait_for(server, worker, lambda c: c["running"] == 1)
+        worker.send_signal(signal.SIGINT)  # waits for the job (up to 30 s)...
+        time.sleep(0.5)
+        worker.send_signal(signal.SIGINT)  # ...unless told twice
+        assert worker.wait(timeout=DEADLINE) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    with Client(server.url, server.keys["root"]) as root:
+        after = root.get(job.id)
+        assert [e.event for e in root.events(job.id)][-1] == "retry_scheduled"
+    assert after.status is JobStatus.PENDING and after.retry_count == 1
+    assert after.error == "worker stopped before the job finished"
