@@ -25,6 +25,7 @@ from queuelog.errors import (
     ValidationFailed,
 )
 from queuelog.models import (
+    MAX_ID,
     ApiKey,
     EventKind,
     Job,
@@ -56,18 +57,34 @@ class EnqueueSpec:
     delay_seconds: float | None = None
     idempotency_key: str | None = None
 
-    def fingerprint(self) -> str:
-        """Identifies the request apart from its idempotency key."""
+    def fingerprint(self, max_retries: int) -> str:
+        """Identifies the request apart from its idempotency key.
+
+        Built from resolved values (``max_retries`` after the type's default) and
+        canonical numbers (``1.0`` as ``1``), so equal requests match however
+        they were spelled.
+        """
         body = {
             "type": self.type,
-            "payload": self.payload,
+            "payload": _canonical(self.payload),
             "priority": int(self.priority),
-            "max_retries": self.max_retries,
+            "max_retries": max_retries,
             "run_at": rfc3339(self.run_at) if self.run_at else None,
-            "delay_seconds": self.delay_seconds,
+            "delay_seconds": _canonical(self.delay_seconds),
         }
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` with integral floats as ints, at any depth."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,16 +167,17 @@ class JobService:
             raise PayloadTooLarge(f"The payload exceeds {limit} bytes", **where)
         self._check_schema(spec, where)
         run_at = spec.run_at or now + timedelta(seconds=spec.delay_seconds or 0)
+        max_retries = cfg.max_retries if spec.max_retries is None else spec.max_retries
         return NewJob(
             type=spec.type,
             payload=spec.payload,
             priority=spec.priority,
-            max_retries=cfg.max_retries if spec.max_retries is None else spec.max_retries,
+            max_retries=max_retries,
             lease_seconds=cfg.lease_seconds,
             run_at=max(run_at, now),
             principal=caller.name,
             idempotency_key=spec.idempotency_key,
-            fingerprint=spec.fingerprint() if spec.idempotency_key else None,
+            fingerprint=spec.fingerprint(max_retries) if spec.idempotency_key else None,
         )
 
     def _check_schema(self, spec: EnqueueSpec, where: dict[str, Any]) -> None:
@@ -416,9 +434,10 @@ def decode_cursor(cursor: str) -> int:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         kind, _, value = raw.partition(":")
-        if kind != "id":
+        job_id = int(value)
+        if kind != "id" or not 1 <= job_id <= MAX_ID:
             raise ValueError(cursor)
-        return int(value)
+        return job_id
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise ValidationFailed(
             "The cursor is not valid", errors=[{"loc": ["query", "cursor"], "msg": "bad cursor"}]

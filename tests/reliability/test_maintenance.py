@@ -146,11 +146,10 @@ def test_pending_and_running_jobs_are_never_pruned(
 ) -> None:
     _enqueue(service, shop)
     _enqueue(service, shop)
-    (held,) = service.claim(mailer, lease_seconds=3600)
+    service.claim(mailer, lease_seconds=3600)
     for _ in range(10):
+        # The lease runs out too, but pruning never touches a job that is not finished.
         clock.advance(40 * DAY)
-        assert held.lease_token is not None
-        service.heartbeat(mailer, held.id, held.lease_token, lease_seconds=3600)
         assert service.prune() == 0
     assert len(service.storage.job_list(ALL)) == 2
 

@@ -144,6 +144,9 @@ class QueueMachine(RuleBasedStateMachine):
             return "invalid-state"
         if token != job.token or worker is not self.mailer:
             return "not-lease-holder"
+        # A lease past its deadline is no longer held, even before any sweep.
+        if job.lease_expires_at is not None and job.lease_expires_at <= self.clock.now():
+            return "not-lease-holder"
         return "ok"
 
     # -- rules -----------------------------------------------------------------

@@ -291,7 +291,7 @@ def test_stats_count_the_ready_queue(store: Storage) -> None:
 
 def test_event_counts_per_kind_and_bucket(store: Storage) -> None:
     store.job_insert_many([new_job(), new_job()], T0)
-    first, second = claim(store, T0 + timedelta(seconds=30), limit=2)
+    first, second = claim(store, T0 + timedelta(seconds=30), limit=2, lease_seconds=300)
     finish(store, first, T0 + timedelta(seconds=61))
     finish(store, second, T0 + timedelta(seconds=119), error="boom", retryable=False)
     counts = store.job_event_counts(T0, T0 + timedelta(seconds=120), 60)
@@ -330,3 +330,31 @@ def test_requeue_failed_moves_only_failed_jobs_of_the_type(store: Storage) -> No
     untouched = [store.job_get(j.id) for j in jobs[2:]]
     assert [j.status for j in untouched if j] == [JobStatus.COMPLETED, JobStatus.FAILED]
     assert store.job_requeue_failed("noop", "root", later) == 0
+
+
+def test_a_lease_past_its_deadline_is_no_longer_held(store: Storage) -> None:
+    store.job_insert_many([new_job()], T0)
+    (job,) = claim(store)
+    deadline = T0 + timedelta(seconds=30)
+    token = job.lease_token or ""
+    with pytest.raises(NotLeaseHolder):
+        store.job_heartbeat(job.id, token, "w", None, deadline)
+    late = [
+        FinishParams(job.id, token, "w", deadline),
+        FinishParams(job.id, token, "w", deadline, error="late"),
+    ]
+    assert [type(o) for o in store.job_finish_many(late)] == [NotLeaseHolder, NotLeaseHolder]
+    unchanged = store.job_get(job.id)
+    assert unchanged is not None and unchanged.status == JobStatus.RUNNING
+    # Just before the deadline the lease still holds.
+    before = deadline - timedelta(microseconds=1)
+    assert finish(store, job, before).status == JobStatus.COMPLETED
+
+
+def test_list_for_a_producer_and_worker_is_the_union_newest_first(store: Storage) -> None:
+    store.job_insert_many([new_job(principal="other")], T0)
+    mine = [job.id for job, _ in store.job_insert_many([new_job(), new_job()], T0)]
+    claim(store, limit=1)  # worker "w" now holds the other principal's job
+    both = store.job_list(JobListParams(limit=10, principal="shop", holder="w"))
+    assert [j.id for j in both] == sorted([*mine, mine[0] - 1], reverse=True)
+    assert len(store.job_list(JobListParams(limit=2, principal="shop", holder="w"))) == 2

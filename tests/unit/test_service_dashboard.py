@@ -15,7 +15,7 @@ def test_throughput_counts_completed_and_failed_per_minute(
     producer, _ = make_key("shop", "producer")
     worker, _ = make_key("mailer", "worker")
     service.enqueue_many(producer, [EnqueueSpec("noop", max_retries=0) for _ in range(3)])
-    jobs = service.claim(worker, limit=3)
+    jobs = service.claim(worker, limit=3, lease_seconds=300)
     service.finish(worker, FinishSpec(jobs[0].id, jobs[0].lease_token or ""))
     clock.advance(60)
     service.finish(worker, FinishSpec(jobs[1].id, jobs[1].lease_token or ""))

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from queuelog.clock import rfc3339
-from queuelog.models import Job, JobEvent, Priority, Role
+from queuelog.models import MAX_ID, Job, JobEvent, Priority, Role
 
 PriorityLabel = Literal["low", "medium", "high", "critical"]
 
@@ -48,7 +48,6 @@ IdempotencyKey = Annotated[
     StrictStr, Field(min_length=1, max_length=255), AfterValidator(_printable_ascii)
 ]
 Number = StrictInt | StrictFloat
-MAX_ID = 2**63 - 1  # ids are 64-bit integers in every backend
 RowId = Annotated[StrictInt, Field(ge=1, le=MAX_ID)]
 IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
 
@@ -132,7 +131,8 @@ class CompleteRequest(_Request):
 
 class FailRequest(_Request):
     lease_token: LeaseToken
-    error: StrictStr = Field(max_length=65_536)
+    # Any length within the body limit; it is cut to 2,000 characters when stored.
+    error: StrictStr
     retryable: StrictBool = True
     retry_in_seconds: Number | None = Field(None, ge=0, le=366 * 86_400)
 

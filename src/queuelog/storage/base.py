@@ -180,7 +180,8 @@ def guard_failure(job: Job | None, worker_name: str, lease_token: str) -> QueueE
     if job is None:
         return NotFound("No such job")
     if job.status != JobStatus.RUNNING:
-        return InvalidState(f"Job is {job.status.value}, not running")
+        # A fixed text: a worker must not learn the state of a job it cannot see.
+        return InvalidState("The job is not running")
     return NotLeaseHolder("The job is held by another worker or under a newer lease")
 
 

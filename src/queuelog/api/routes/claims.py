@@ -36,7 +36,8 @@ _RECHECK_SECONDS = 1.0
 
 _HELD = (
     " 404 if there is no such job; 409 `invalid-state` if it is not running; 409 "
-    "`not-lease-holder` if another worker holds it or the lease token is stale. "
+    "`not-lease-holder` if another worker holds it, the lease token is stale, or the lease "
+    "has passed its deadline (even before the sweeper has rescued the job). "
     "Nothing changes on a 409."
 )
 
