@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from queuelog.clock import from_micros
 from queuelog.errors import InvalidState, NotFound, NotLeaseHolder, QueueError
@@ -173,6 +173,18 @@ class Storage(Protocol):
     def key_list(self) -> list[ApiKey]: ...
     def key_revoke(self, key_id: int, now: datetime) -> bool: ...
     def key_has_active_admin(self) -> bool: ...
+
+
+@runtime_checkable
+class ReadySubscriber(Protocol):
+    """A backend that hears when another process sharing the database made a job ready.
+
+    PostgreSQL does (LISTEN/NOTIFY); SQLite has one process, whose own wake-ups suffice.
+    """
+
+    def subscribe(self, on_ready: Callable[[], None]) -> None:
+        """Call ``on_ready`` (from any thread) whenever a job may have become ready."""
+        ...
 
 
 def guard_failure(job: Job | None, worker_name: str, lease_token: str) -> QueueError:
