@@ -238,6 +238,9 @@ SELECT * FROM api_keys ORDER BY id;
 -- name: key_revoke
 UPDATE api_keys SET revoked_at = %(now)s::bigint WHERE id = %(id)s AND revoked_at IS NULL;
 
+-- name: admin_bootstrap_lock
+SELECT pg_advisory_xact_lock(hashtext('queuelog.admin'), hashtext(current_schema()));
+
 -- name: key_active_admin
 SELECT 1 FROM api_keys
 WHERE revoked_at IS NULL AND roles::jsonb @> '["admin"]'::jsonb

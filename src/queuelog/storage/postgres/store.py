@@ -18,7 +18,6 @@ few seconds with heartbeats at half of it).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -42,10 +41,11 @@ from queuelog.storage.base import (
     event_from_row,
     job_from_row,
     key_from_row,
+    key_params,
 )
 from queuelog.storage.postgres import transactions as tx
 from queuelog.storage.postgres.listener import ReadyListener
-from queuelog.storage.postgres.transactions import Conn, Q, dumps
+from queuelog.storage.postgres.transactions import Conn, Q
 
 T = TypeVar("T")
 
@@ -245,15 +245,7 @@ class PostgresStorage:
     # -- keys --------------------------------------------------------------
 
     def key_insert(self, key: NewKey, now: datetime) -> ApiKey:
-        args = {
-            "name": key.name,
-            "roles": json.dumps(sorted(r.value for r in key.roles)),
-            "max_priority": int(key.max_priority),
-            "types": dumps(list(key.types) if key.types is not None else None),
-            "key_hash": key.key_hash,
-            "prefix": key.prefix,
-            "now": to_micros(now),
-        }
+        args = key_params(key, now)
         return self._write(lambda conn: key_from_row(tx.one(conn, "key_insert", args)))
 
     def key_by_hash(self, key_hash: str) -> ApiKey | None:
@@ -269,3 +261,15 @@ class PostgresStorage:
 
     def key_has_active_admin(self) -> bool:
         return bool(self._read("key_active_admin", {}))
+
+    def key_insert_first_admin(self, key: NewKey, now: datetime) -> ApiKey | None:
+        args = key_params(key, now)
+
+        def insert_first(conn: Conn) -> ApiKey | None:
+            # Nodes starting together on an empty database: one admin key, not one each.
+            conn.execute(Q["admin_bootstrap_lock"])
+            if conn.execute(Q["key_active_admin"]).fetchone() is not None:
+                return None
+            return key_from_row(tx.one(conn, "key_insert", args))
+
+        return self._write(insert_first)
