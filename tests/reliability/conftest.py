@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.server import RealServer
+from tests.realserver import RealServer, closing
 
 
 @pytest.fixture
 def real_server(tmp_path: Path) -> Iterator[RealServer]:
     """A configured, not yet started server; always stopped at teardown."""
-    server = RealServer(tmp_path)
-    yield server
-    server.close()
+    with closing(RealServer(tmp_path)) as server:
+        yield server
