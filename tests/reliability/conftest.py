@@ -1,4 +1,5 @@
-"""Fixtures for the reliability suite: a real server in a subprocess."""
+"""Fixtures for the reliability suite: a real server in a subprocess, and the keys of
+the in-process tests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from queuelog.models import ApiKey
+from tests.conftest import KeyMaker
 from tests.realserver import RealServer, closing
 
 
@@ -15,3 +18,13 @@ def real_server(tmp_path: Path) -> Iterator[RealServer]:
     """A configured, not yet started server; always stopped at teardown."""
     with closing(RealServer(tmp_path)) as server:
         yield server
+
+
+@pytest.fixture
+def shop(make_key: KeyMaker) -> ApiKey:
+    return make_key("shop", "producer")[0]
+
+
+@pytest.fixture
+def mailer(make_key: KeyMaker) -> ApiKey:
+    return make_key("mailer", "worker")[0]
