@@ -191,6 +191,26 @@ class ReadySubscriber(Protocol):
         ...
 
 
+def event_params(
+    job: Job,
+    at: datetime,
+    kind: EventKind,
+    before: JobStatus | None,
+    actor: str,
+    detail: Any = None,
+) -> dict[str, Any]:
+    """The bound parameters of a ``job_events`` row recording ``job``'s transition."""
+    return {
+        "job_id": job.id,
+        "at": to_micros(at),
+        "event": kind.value,
+        "from_status": before.value if before else None,
+        "to_status": job.status.value,
+        "actor": actor,
+        "detail": detail,
+    }
+
+
 def key_params(key: NewKey, now: datetime) -> dict[str, Any]:
     """The bound parameters of ``key_insert``: both backends store keys alike."""
     return {

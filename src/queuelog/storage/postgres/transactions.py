@@ -23,6 +23,7 @@ from queuelog.storage.base import (
     ClaimParams,
     FinishParams,
     NewJob,
+    event_params,
     guard_failure,
     job_from_row,
 )
@@ -42,25 +43,6 @@ def one(conn: Conn, name: str, args: Mapping[str, Any]) -> DictRow:
     row = conn.execute(Q[name], args).fetchone()
     assert row is not None, name
     return row
-
-
-def _event(
-    job: Job,
-    at: datetime,
-    kind: EventKind,
-    before: JobStatus | None,
-    actor: str,
-    detail: Any = None,
-) -> dict[str, Any]:
-    return {
-        "job_id": job.id,
-        "at": to_micros(at),
-        "event": kind.value,
-        "from_status": before.value if before else None,
-        "to_status": job.status.value,
-        "actor": actor,
-        "detail": detail,
-    }
 
 
 _EVENT_COLUMNS = ("job_id", "at", "event", "from_status", "to_status", "actor", "detail")
@@ -113,7 +95,7 @@ def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple
         }
         job, created = _insert_or_existing(conn, args)
         if created:
-            events.append(_event(job, now, EventKind.ENQUEUED, None, new.principal))
+            events.append(event_params(job, now, EventKind.ENQUEUED, None, new.principal))
         elif job.fingerprint != new.fingerprint:
             raise IdempotencyKeyReused(
                 "This idempotency key was used with a different request", index=index
@@ -157,7 +139,9 @@ def claim(conn: Conn, params: ClaimParams) -> list[Job]:
     jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]
     jobs.sort(key=lambda j: (-j.priority, j.created_at, j.id))
     by = params.worker_id
-    _record(conn, [_event(j, params.now, EventKind.CLAIMED, JobStatus.PENDING, by) for j in jobs])
+    _record(
+        conn, [event_params(j, params.now, EventKind.CLAIMED, JobStatus.PENDING, by) for j in jobs]
+    )
     return jobs
 
 
@@ -241,7 +225,7 @@ def _finish(
             JobStatus.FAILED: EventKind.FAILED,
         }[job.status]
     actor = actor or item.worker_name
-    events.append(_event(job, item.now, kind, JobStatus.RUNNING, actor, item.error))
+    events.append(event_params(job, item.now, kind, JobStatus.RUNNING, actor, item.error))
     return job
 
 
@@ -258,7 +242,7 @@ def requeue(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:
 def requeue_failed(conn: Conn, job_type: str, actor: str, now: datetime) -> int:
     args = {"type": job_type, "now": to_micros(now)}
     jobs = [job_from_row(r) for r in conn.execute(Q["job_requeue_failed"], args)]
-    events = [_event(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
+    events = [event_params(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
     _recorded(conn, events, jobs)
     return len(jobs)
 
@@ -275,7 +259,7 @@ def _transition(
         status = current.status if current is not None else before.status
         raise InvalidState(f"Job is {status.value}")
     job = job_from_row(row)
-    _record(conn, [_event(job, now, kind, before.status, actor)])
+    _record(conn, [event_params(job, now, kind, before.status, actor)])
     return job
 
 

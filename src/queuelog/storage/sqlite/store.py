@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from queuelog.clock import from_micros, to_micros
-from queuelog.errors import IdempotencyKeyReused, InvalidState, NotFound, QueueError
+from queuelog.errors import QueueError
 from queuelog.models import ApiKey, EventKind, Job, JobEvent, JobStatus, QueueStats
 from queuelog.storage.base import (
     ClaimParams,
@@ -26,39 +25,11 @@ from queuelog.storage.base import (
     key_from_row,
     key_params,
 )
-from queuelog.storage.sqlfile import load_migrations, load_queries
+from queuelog.storage.sqlite import transactions as tx
+from queuelog.storage.sqlite.transactions import Q
 from queuelog.storage.sqlite.writer import GroupWriter
 
-_PACKAGE = "queuelog.storage.sqlite"
-Q = load_queries(_PACKAGE)
-
-
-def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
-
-
-def _types_json(types: Sequence[str] | None) -> str | None:
-    """A type filter for ``json_each``; None matches every type."""
-    return None if types is None else json.dumps(list(types))
-
-
-def _event(
-    job: Job,
-    at: datetime,
-    kind: EventKind,
-    before: JobStatus | None,
-    actor: str,
-    detail: Any = None,
-) -> dict[str, Any]:
-    return {
-        "job_id": job.id,
-        "at": to_micros(at),
-        "event": kind.value,
-        "from_status": before.value if before else None,
-        "to_status": job.status.value,
-        "actor": actor,
-        "detail": detail,
-    }
+__all__ = ["Q", "SqliteStorage"]
 
 
 class SqliteStorage:
@@ -97,7 +68,7 @@ class SqliteStorage:
         return self._reader().execute(Q[name], params).fetchall()
 
     def migrate(self) -> None:
-        self._writer.run(_apply_migrations)
+        self._writer.run(tx.apply_migrations)
 
     def close(self) -> None:
         self._writer.close()
@@ -122,7 +93,7 @@ class SqliteStorage:
     # -- jobs --------------------------------------------------------------
 
     def job_insert_many(self, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
-        return self._writer.run(lambda conn: _insert_many(conn, jobs, now))
+        return self._writer.run(lambda conn: tx.insert_many(conn, jobs, now))
 
     def job_get(self, job_id: int) -> Job | None:
         rows = self._read("job_get", {"id": job_id})
@@ -154,10 +125,10 @@ class SqliteStorage:
         return [event_from_row(r) for r in self._read("job_events", {"job_id": job_id})]
 
     def job_claim(self, params: ClaimParams) -> list[Job]:
-        return self._writer.run(lambda conn: _claim(conn, params))
+        return self._writer.run(lambda conn: tx.claim(conn, params))
 
     def job_next_due(self, now: datetime, types: Sequence[str] | None = None) -> datetime | None:
-        args = {"now": to_micros(now), "types": _types_json(types)}
+        args = {"now": to_micros(now), "types": tx.types_json(types)}
         value = self._read("job_next_due", args)[0]["next_due"]
         return from_micros(value) if value is not None else None
 
@@ -180,27 +151,27 @@ class SqliteStorage:
         def heartbeat(conn: sqlite3.Connection) -> Job:
             row = conn.execute(Q["job_heartbeat"], args).fetchone()
             if row is None:
-                raise guard_failure(_get(conn, job_id), worker_name, lease_token)
+                raise guard_failure(tx.get(conn, job_id), worker_name, lease_token)
             return job_from_row(row)
 
         return self._writer.run(heartbeat)
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
-        return self._writer.run(lambda conn: [_finish(conn, item) for item in items])
+        return self._writer.run(lambda conn: [tx.finish(conn, item) for item in items])
 
     def job_rescue_expired(
         self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500
     ) -> list[Job]:
-        return self._writer.run(lambda conn: _rescue(conn, now, retry_at, limit))
+        return self._writer.run(lambda conn: tx.rescue(conn, now, retry_at, limit))
 
     def job_cancel(self, job_id: int, actor: str, now: datetime) -> Job:
         return self._writer.run(
-            lambda conn: _transition(conn, "job_cancel", job_id, actor, now, EventKind.CANCELLED)
+            lambda conn: tx.transition(conn, "job_cancel", job_id, actor, now, EventKind.CANCELLED)
         )
 
     def job_requeue(self, job_id: int, actor: str, now: datetime) -> Job:
         return self._writer.run(
-            lambda conn: _transition(conn, "job_requeue", job_id, actor, now, EventKind.REQUEUED)
+            lambda conn: tx.transition(conn, "job_requeue", job_id, actor, now, EventKind.REQUEUED)
         )
 
     def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int:
@@ -237,7 +208,7 @@ class SqliteStorage:
         ]
 
     def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
-        return self._writer.run(lambda conn: _requeue_failed(conn, job_type, actor, now))
+        return self._writer.run(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
 
     # -- keys --------------------------------------------------------------
 
@@ -271,169 +242,3 @@ class SqliteStorage:
             return key_from_row(conn.execute(Q["key_insert"], args).fetchone())
 
         return self._writer.run(insert_first)
-
-
-# -- operations run by the writer, inside its transaction ---------------------
-
-
-def _apply_migrations(conn: sqlite3.Connection) -> None:
-    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)")
-    done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
-    for version, sql in load_migrations(_PACKAGE):
-        if version in done:
-            continue
-        for statement in _statements(sql):
-            conn.execute(statement)
-        conn.execute("INSERT INTO schema_migrations (version) VALUES (?)", (version,))
-
-
-def _statements(sql: str) -> list[str]:
-    """Split a migration into statements (migrations hold no ';' inside literals)."""
-    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
-
-
-def _get(conn: sqlite3.Connection, job_id: int) -> Job | None:
-    row = conn.execute(Q["job_get"], {"id": job_id}).fetchone()
-    return job_from_row(row) if row else None
-
-
-def _insert_many(
-    conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
-) -> list[tuple[Job, bool]]:
-    out: list[tuple[Job, bool]] = []
-    events = []
-    for index, new in enumerate(jobs):
-        args = {
-            "type": new.type,
-            "payload": _dumps(new.payload),
-            "priority": int(new.priority),
-            "max_retries": new.max_retries,
-            "lease_seconds": new.lease_seconds,
-            "principal": new.principal,
-            "idempotency_key": new.idempotency_key,
-            "fingerprint": new.fingerprint,
-            "run_at": to_micros(new.run_at),
-            "now": to_micros(now),
-        }
-        row = conn.execute(Q["job_insert"], args).fetchone()
-        if row is not None:
-            job = job_from_row(row)
-            out.append((job, True))
-            events.append(_event(job, now, EventKind.ENQUEUED, None, new.principal))
-            continue
-        # The UNIQUE (principal, idempotency_key) constraint turned the insert away.
-        existing = job_from_row(conn.execute(Q["job_by_idempotency_key"], args).fetchone())
-        if existing.fingerprint != new.fingerprint:
-            raise IdempotencyKeyReused(
-                "This idempotency key was used with a different request", index=index
-            )
-        out.append((existing, False))
-    conn.executemany(Q["event_insert"], events)
-    return out
-
-
-def _rescue(
-    conn: sqlite3.Connection, now: datetime, retry_at: Callable[[Job], datetime], limit: int
-) -> list[Job]:
-    expired = [
-        job_from_row(r)
-        for r in conn.execute(Q["job_expired_leases"], {"now": to_micros(now), "limit": limit})
-    ]
-    rescued = []
-    for job in expired:
-        assert job.lease_token is not None and job.claimed_by is not None
-        params = FinishParams(
-            job_id=job.id,
-            lease_token=job.lease_token,
-            worker_name=job.claimed_by,
-            now=now,
-            error="lease expired",
-            retry_at=retry_at(job),
-        )
-        outcome = _finish(conn, params, kind=EventKind.LEASE_EXPIRED, actor="queuelog")
-        if isinstance(outcome, Job):
-            rescued.append(outcome)
-    return rescued
-
-
-def _claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Job]:
-    if params.retry_at is not None:
-        _rescue(conn, params.now, params.retry_at, limit=500)
-    conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
-    args = {
-        "worker_id": params.worker_id,
-        "worker_name": params.worker_name,
-        "now": to_micros(params.now),
-        "lease_seconds": params.lease_seconds,
-        "types": _types_json(params.types),
-        "limit": params.limit,
-    }
-    jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]
-    jobs.sort(key=lambda j: (-j.priority, j.created_at, j.id))
-    events = [
-        _event(j, params.now, EventKind.CLAIMED, JobStatus.PENDING, params.worker_id) for j in jobs
-    ]
-    conn.executemany(Q["event_insert"], events)
-    return jobs
-
-
-def _finish(
-    conn: sqlite3.Connection,
-    item: FinishParams,
-    kind: EventKind | None = None,
-    actor: str | None = None,
-) -> Job | QueueError:
-    args: dict[str, Any] = {
-        "id": item.job_id,
-        "lease_token": item.lease_token,
-        "worker_name": item.worker_name,
-        "now": to_micros(item.now),
-    }
-    if item.error is None:
-        args["result"] = _dumps(item.result)
-        row = conn.execute(Q["job_complete"], args).fetchone()
-    else:
-        retry_at = item.retry_at or item.now
-        args.update(
-            error=item.error,
-            retryable=item.retryable,
-            retry_at=to_micros(retry_at),
-            expired=kind is EventKind.LEASE_EXPIRED,
-        )
-        row = conn.execute(Q["job_fail"], args).fetchone()
-    if row is None:
-        return guard_failure(_get(conn, item.job_id), item.worker_name, item.lease_token)
-    job = job_from_row(row)
-    if kind is None:
-        kind = {
-            JobStatus.COMPLETED: EventKind.COMPLETED,
-            JobStatus.PENDING: EventKind.RETRY_SCHEDULED,
-            JobStatus.FAILED: EventKind.FAILED,
-        }[job.status]
-    detail = item.error if item.error is not None else None
-    event = _event(job, item.now, kind, JobStatus.RUNNING, actor or item.worker_name, detail)
-    conn.execute(Q["event_insert"], event)
-    return job
-
-
-def _transition(
-    conn: sqlite3.Connection, query: str, job_id: int, actor: str, now: datetime, kind: EventKind
-) -> Job:
-    before = _get(conn, job_id)
-    if before is None:
-        raise NotFound("No such job")
-    row = conn.execute(Q[query], {"id": job_id, "now": to_micros(now)}).fetchone()
-    if row is None:
-        raise InvalidState(f"Job is {before.status.value}")
-    job = job_from_row(row)
-    conn.execute(Q["event_insert"], _event(job, now, kind, before.status, actor))
-    return job
-
-
-def _requeue_failed(conn: sqlite3.Connection, job_type: str, actor: str, now: datetime) -> int:
-    args = {"type": job_type, "now": to_micros(now)}
-    jobs = [job_from_row(r) for r in conn.execute(Q["job_requeue_failed"], args)]
-    events = [_event(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
-    conn.executemany(Q["event_insert"], events)
-    return len(jobs)

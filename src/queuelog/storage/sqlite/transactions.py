@@ -1,0 +1,198 @@
+"""The SQLite backend's operations: each runs inside the group writer's transaction."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from queuelog.clock import to_micros
+from queuelog.errors import IdempotencyKeyReused, InvalidState, NotFound, QueueError
+from queuelog.models import EventKind, Job, JobStatus
+from queuelog.storage.base import (
+    ClaimParams,
+    FinishParams,
+    NewJob,
+    event_params,
+    guard_failure,
+    job_from_row,
+)
+from queuelog.storage.sqlfile import load_migrations, load_queries
+
+PACKAGE = "queuelog.storage.sqlite"
+Q = load_queries(PACKAGE)
+
+
+def dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def types_json(types: Sequence[str] | None) -> str | None:
+    """A type filter for ``json_each``; None matches every type."""
+    return None if types is None else json.dumps(list(types))
+
+
+def apply_migrations(conn: sqlite3.Connection) -> None:
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)")
+    done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+    for version, sql in load_migrations(PACKAGE):
+        if version in done:
+            continue
+        for statement in _statements(sql):
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_migrations (version) VALUES (?)", (version,))
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a migration into statements (migrations hold no ';' inside literals)."""
+    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
+    row = conn.execute(Q["job_get"], {"id": job_id}).fetchone()
+    return job_from_row(row) if row else None
+
+
+def insert_many(
+    conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
+) -> list[tuple[Job, bool]]:
+    out: list[tuple[Job, bool]] = []
+    events = []
+    for index, new in enumerate(jobs):
+        args = {
+            "type": new.type,
+            "payload": dumps(new.payload),
+            "priority": int(new.priority),
+            "max_retries": new.max_retries,
+            "lease_seconds": new.lease_seconds,
+            "principal": new.principal,
+            "idempotency_key": new.idempotency_key,
+            "fingerprint": new.fingerprint,
+            "run_at": to_micros(new.run_at),
+            "now": to_micros(now),
+        }
+        row = conn.execute(Q["job_insert"], args).fetchone()
+        if row is not None:
+            job = job_from_row(row)
+            out.append((job, True))
+            events.append(event_params(job, now, EventKind.ENQUEUED, None, new.principal))
+            continue
+        # The UNIQUE (principal, idempotency_key) constraint turned the insert away.
+        existing = job_from_row(conn.execute(Q["job_by_idempotency_key"], args).fetchone())
+        if existing.fingerprint != new.fingerprint:
+            raise IdempotencyKeyReused(
+                "This idempotency key was used with a different request", index=index
+            )
+        out.append((existing, False))
+    conn.executemany(Q["event_insert"], events)
+    return out
+
+
+def rescue(
+    conn: sqlite3.Connection, now: datetime, retry_at: Callable[[Job], datetime], limit: int
+) -> list[Job]:
+    expired = [
+        job_from_row(r)
+        for r in conn.execute(Q["job_expired_leases"], {"now": to_micros(now), "limit": limit})
+    ]
+    rescued = []
+    for job in expired:
+        assert job.lease_token is not None and job.claimed_by is not None
+        params = FinishParams(
+            job_id=job.id,
+            lease_token=job.lease_token,
+            worker_name=job.claimed_by,
+            now=now,
+            error="lease expired",
+            retry_at=retry_at(job),
+        )
+        outcome = finish(conn, params, kind=EventKind.LEASE_EXPIRED, actor="queuelog")
+        if isinstance(outcome, Job):
+            rescued.append(outcome)
+    return rescued
+
+
+def claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Job]:
+    if params.retry_at is not None:
+        rescue(conn, params.now, params.retry_at, limit=500)
+    conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
+    args = {
+        "worker_id": params.worker_id,
+        "worker_name": params.worker_name,
+        "now": to_micros(params.now),
+        "lease_seconds": params.lease_seconds,
+        "types": types_json(params.types),
+        "limit": params.limit,
+    }
+    jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]
+    jobs.sort(key=lambda j: (-j.priority, j.created_at, j.id))
+    events = [
+        event_params(j, params.now, EventKind.CLAIMED, JobStatus.PENDING, params.worker_id)
+        for j in jobs
+    ]
+    conn.executemany(Q["event_insert"], events)
+    return jobs
+
+
+def finish(
+    conn: sqlite3.Connection,
+    item: FinishParams,
+    kind: EventKind | None = None,
+    actor: str | None = None,
+) -> Job | QueueError:
+    args: dict[str, Any] = {
+        "id": item.job_id,
+        "lease_token": item.lease_token,
+        "worker_name": item.worker_name,
+        "now": to_micros(item.now),
+    }
+    if item.error is None:
+        args["result"] = dumps(item.result)
+        row = conn.execute(Q["job_complete"], args).fetchone()
+    else:
+        retry_at = item.retry_at or item.now
+        args.update(
+            error=item.error,
+            retryable=item.retryable,
+            retry_at=to_micros(retry_at),
+            expired=kind is EventKind.LEASE_EXPIRED,
+        )
+        row = conn.execute(Q["job_fail"], args).fetchone()
+    if row is None:
+        return guard_failure(get(conn, item.job_id), item.worker_name, item.lease_token)
+    job = job_from_row(row)
+    if kind is None:
+        kind = {
+            JobStatus.COMPLETED: EventKind.COMPLETED,
+            JobStatus.PENDING: EventKind.RETRY_SCHEDULED,
+            JobStatus.FAILED: EventKind.FAILED,
+        }[job.status]
+    detail = item.error if item.error is not None else None
+    event = event_params(job, item.now, kind, JobStatus.RUNNING, actor or item.worker_name, detail)
+    conn.execute(Q["event_insert"], event)
+    return job
+
+
+def transition(
+    conn: sqlite3.Connection, query: str, job_id: int, actor: str, now: datetime, kind: EventKind
+) -> Job:
+    before = get(conn, job_id)
+    if before is None:
+        raise NotFound("No such job")
+    row = conn.execute(Q[query], {"id": job_id, "now": to_micros(now)}).fetchone()
+    if row is None:
+        raise InvalidState(f"Job is {before.status.value}")
+    job = job_from_row(row)
+    conn.execute(Q["event_insert"], event_params(job, now, kind, before.status, actor))
+    return job
+
+
+def requeue_failed(conn: sqlite3.Connection, job_type: str, actor: str, now: datetime) -> int:
+    args = {"type": job_type, "now": to_micros(now)}
+    jobs = [job_from_row(r) for r in conn.execute(Q["job_requeue_failed"], args)]
+    events = [event_params(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
+    conn.executemany(Q["event_insert"], events)
+    return len(jobs)
