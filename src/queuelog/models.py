@@ -115,3 +115,12 @@ class QueueStats:
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     oldest_ready_at: datetime | None = None
     ready: int = 0  # pending jobs whose run_at has come: the ready queue's depth
+
+
+@dataclass(slots=True)
+class MinuteCounts:
+    """Jobs completed and failed in the minute that starts at ``start``."""
+
+    start: datetime
+    completed: int = 0
+    failed: int = 0

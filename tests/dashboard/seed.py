@@ -12,7 +12,8 @@ from queuelog.auth import KeyRing
 from queuelog.clock import FakeClock, SystemClock
 from queuelog.config import Settings
 from queuelog.models import Priority, Role
-from queuelog.service import EnqueueSpec, FinishSpec, JobService
+from queuelog.service import JobService
+from queuelog.specs import EnqueueSpec, FinishSpec
 from queuelog.storage.base import Storage
 
 TYPES = ["send_email", "resize_image", "noop"]

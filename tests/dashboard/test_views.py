@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from queuelog.dashboard.views import by_type, duration, status_totals, throughput_chart
-from queuelog.service import MinuteCounts
+from queuelog.models import MinuteCounts
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -14,7 +14,8 @@ from queuelog.auth import KeyRing
 from queuelog.clock import FakeClock
 from queuelog.models import ApiKey, JobStatus, Priority, Role
 from queuelog.retry import backoff_seconds
-from queuelog.service import EnqueueSpec, FinishSpec, JobService
+from queuelog.service import JobService
+from queuelog.specs import EnqueueSpec, FinishSpec
 from queuelog.storage.sqlite.store import SqliteStorage
 from tests.conftest import Api, KeyMaker, claim_one, enqueue, make_settings
 

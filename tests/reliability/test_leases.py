@@ -10,7 +10,8 @@ import pytest
 from queuelog.clock import FakeClock
 from queuelog.errors import InvalidState, NotLeaseHolder
 from queuelog.models import ApiKey, EventKind, Job, JobStatus
-from queuelog.service import EnqueueSpec, FinishSpec, JobService
+from queuelog.service import JobService
+from queuelog.specs import EnqueueSpec, FinishSpec
 from tests.conftest import Api, claim_one, enqueue
 
 MICROSECOND = 1e-6

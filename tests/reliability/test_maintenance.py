@@ -13,7 +13,8 @@ from queuelog.clock import FakeClock
 from queuelog.config import Settings
 from queuelog.maintenance import Maintenance
 from queuelog.models import ApiKey, JobStatus, Priority, Role
-from queuelog.service import EnqueueSpec, FinishSpec, JobService
+from queuelog.service import JobService
+from queuelog.specs import EnqueueSpec, FinishSpec
 from queuelog.storage.base import JobListParams
 from queuelog.storage.sqlite.store import SqliteStorage
 from tests.conftest import make_settings

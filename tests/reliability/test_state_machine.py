@@ -22,7 +22,8 @@ from queuelog.auth import KeyRing
 from queuelog.clock import FakeClock
 from queuelog.errors import QueueError
 from queuelog.models import ApiKey, EventKind, Job, JobStatus, Priority, Role
-from queuelog.service import EnqueueSpec, FinishSpec, JobService
+from queuelog.service import JobService
+from queuelog.specs import EnqueueSpec, FinishSpec
 from queuelog.storage.base import JobListParams
 from queuelog.storage.sqlite.store import SqliteStorage
 from tests.conftest import make_settings

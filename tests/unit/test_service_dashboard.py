@@ -5,7 +5,8 @@ import pytest
 from queuelog.clock import FakeClock
 from queuelog.errors import Forbidden
 from queuelog.models import JobStatus
-from queuelog.service import EnqueueSpec, FinishSpec, JobService
+from queuelog.service import JobService
+from queuelog.specs import EnqueueSpec, FinishSpec
 from tests.conftest import KeyMaker
 
 

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from queuelog.models import JobStatus
-from queuelog.service import MinuteCounts
+from queuelog.models import JobStatus, MinuteCounts
 
 STATUSES = [s.value for s in JobStatus]
 

@@ -25,7 +25,8 @@ from queuelog.api.schemas import (
 )
 from queuelog.errors import QueueError
 from queuelog.models import ApiKey, Job, Role
-from queuelog.service import FinishSpec, JobService
+from queuelog.service import JobService
+from queuelog.specs import FinishSpec
 from queuelog.wakeup import Wakeup
 
 router = APIRouter(prefix="/jobs", tags=["workers"])

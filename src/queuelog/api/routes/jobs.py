@@ -23,7 +23,7 @@ from queuelog.api.schemas import (
 )
 from queuelog.errors import ValidationFailed
 from queuelog.models import JobStatus, Role
-from queuelog.service import EnqueueSpec
+from queuelog.specs import EnqueueSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
