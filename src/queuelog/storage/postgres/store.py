@@ -30,22 +30,19 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from queuelog.clock import from_micros, to_micros
 from queuelog.errors import QueueError
-from queuelog.models import ApiKey, EventKind, Job, JobEvent, JobStatus, QueueStats
+from queuelog.models import ApiKey, Job, JobStatus
 from queuelog.storage.base import (
     ClaimParams,
-    EventCount,
     FinishParams,
-    JobListParams,
     NewJob,
     NewKey,
-    event_from_row,
-    job_from_row,
     key_from_row,
     key_params,
 )
 from queuelog.storage.postgres import transactions as tx
 from queuelog.storage.postgres.listener import ReadyListener
 from queuelog.storage.postgres.transactions import Conn, Q
+from queuelog.storage.reads import SqlReads
 
 T = TypeVar("T")
 
@@ -55,7 +52,7 @@ _RETRIES = 3
 _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 
 
-class PostgresStorage:
+class PostgresStorage(SqlReads):
     def __init__(
         self,
         url: str,
@@ -147,35 +144,6 @@ class PostgresStorage:
     def job_insert_many(self, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
         return self._write(lambda conn: tx.insert_many(conn, jobs, now))
 
-    def job_get(self, job_id: int) -> Job | None:
-        rows = self._read("job_get", {"id": job_id})
-        return job_from_row(rows[0]) if rows else None
-
-    def job_list(self, params: JobListParams) -> list[Job]:
-        args = {
-            "before_id": params.before_id,
-            "status": params.status.value if params.status else None,
-            "type": params.type,
-            "principal": params.principal,
-            "holder": params.holder,
-            "idempotency_key": params.idempotency_key,
-            "limit": params.limit,
-        }
-        if params.principal is None and params.holder is None:
-            return [job_from_row(r) for r in self._read("job_list", args)]
-        # A key with both roles sees the union: each part newest first, merged.
-        found: dict[int, Job] = {}
-        for query, who in (
-            ("job_list_by_principal", "principal"),
-            ("job_list_by_holder", "holder"),
-        ):
-            if args[who] is not None:
-                found.update((j.id, j) for j in map(job_from_row, self._read(query, args)))
-        return sorted(found.values(), key=lambda j: j.id, reverse=True)[: params.limit]
-
-    def job_events(self, job_id: int) -> list[JobEvent]:
-        return [event_from_row(r) for r in self._read("job_events", {"job_id": job_id})]
-
     def job_claim(self, params: ClaimParams) -> list[Job]:
         return self._write(lambda conn: tx.claim(conn, params))
 
@@ -218,27 +186,6 @@ class PostgresStorage:
     def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int:
         return self._write(lambda conn: tx.prune(conn, cutoffs, limit))
 
-    def job_stats(self, now: datetime) -> QueueStats:
-        counts = {(r["status"], r["type"]): r["n"] for r in self._read("job_counts", {})}
-        args = {"now": to_micros(now)}
-        oldest = self._read("job_oldest_ready", args)[0]["oldest"]
-        return QueueStats(
-            counts=counts,
-            oldest_ready_at=from_micros(oldest) if oldest is not None else None,
-            ready=self._read("job_ready_count", args)[0]["ready"],
-        )
-
-    def job_event_counts(
-        self, since: datetime, until: datetime, bucket_seconds: int
-    ) -> list[EventCount]:
-        start = to_micros(since)
-        bucket = bucket_seconds * 1_000_000
-        args = {"since": start, "until": to_micros(until), "bucket": bucket}
-        return [
-            EventCount(from_micros(start + r["bucket"] * bucket), EventKind(r["event"]), r["n"])
-            for r in self._read("job_event_counts", args)
-        ]
-
     def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
         return self._write(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
 
@@ -248,19 +195,9 @@ class PostgresStorage:
         args = key_params(key, now)
         return self._write(lambda conn: key_from_row(tx.one(conn, "key_insert", args)))
 
-    def key_by_hash(self, key_hash: str) -> ApiKey | None:
-        rows = self._read("key_by_hash", {"key_hash": key_hash})
-        return key_from_row(rows[0]) if rows else None
-
-    def key_list(self) -> list[ApiKey]:
-        return [key_from_row(r) for r in self._read("key_list", {})]
-
     def key_revoke(self, key_id: int, now: datetime) -> bool:
         args = {"id": key_id, "now": to_micros(now)}
         return self._write(lambda conn: conn.execute(Q["key_revoke"], args).rowcount == 1)
-
-    def key_has_active_admin(self) -> bool:
-        return bool(self._read("key_active_admin", {}))
 
     def key_insert_first_admin(self, key: NewKey, now: datetime) -> ApiKey | None:
         args = key_params(key, now)

@@ -11,20 +11,18 @@ from typing import Any
 
 from queuelog.clock import from_micros, to_micros
 from queuelog.errors import QueueError
-from queuelog.models import ApiKey, EventKind, Job, JobEvent, JobStatus, QueueStats
+from queuelog.models import ApiKey, EventKind, Job, JobStatus
 from queuelog.storage.base import (
     ClaimParams,
-    EventCount,
     FinishParams,
-    JobListParams,
     NewJob,
     NewKey,
-    event_from_row,
     guard_failure,
     job_from_row,
     key_from_row,
     key_params,
 )
+from queuelog.storage.reads import SqlReads
 from queuelog.storage.sqlite import transactions as tx
 from queuelog.storage.sqlite.transactions import Q
 from queuelog.storage.sqlite.writer import GroupWriter
@@ -32,7 +30,7 @@ from queuelog.storage.sqlite.writer import GroupWriter
 __all__ = ["Q", "SqliteStorage"]
 
 
-class SqliteStorage:
+class SqliteStorage(SqlReads):
     def __init__(self, path: str | Path, durability: str = "full") -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,35 +92,6 @@ class SqliteStorage:
 
     def job_insert_many(self, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
         return self._writer.run(lambda conn: tx.insert_many(conn, jobs, now))
-
-    def job_get(self, job_id: int) -> Job | None:
-        rows = self._read("job_get", {"id": job_id})
-        return job_from_row(rows[0]) if rows else None
-
-    def job_list(self, params: JobListParams) -> list[Job]:
-        args = {
-            "before_id": params.before_id,
-            "status": params.status.value if params.status else None,
-            "type": params.type,
-            "principal": params.principal,
-            "holder": params.holder,
-            "idempotency_key": params.idempotency_key,
-            "limit": params.limit,
-        }
-        if params.principal is None and params.holder is None:
-            return [job_from_row(r) for r in self._read("job_list", args)]
-        # A key with both roles sees the union: each part newest first, merged.
-        found: dict[int, Job] = {}
-        for query, who in (
-            ("job_list_by_principal", "principal"),
-            ("job_list_by_holder", "holder"),
-        ):
-            if args[who] is not None:
-                found.update((j.id, j) for j in map(job_from_row, self._read(query, args)))
-        return sorted(found.values(), key=lambda j: j.id, reverse=True)[: params.limit]
-
-    def job_events(self, job_id: int) -> list[JobEvent]:
-        return [event_from_row(r) for r in self._read("job_events", {"job_id": job_id})]
 
     def job_claim(self, params: ClaimParams) -> list[Job]:
         return self._writer.run(lambda conn: tx.claim(conn, params))
@@ -186,27 +155,6 @@ class SqliteStorage:
 
         return self._writer.run(prune)
 
-    def job_stats(self, now: datetime) -> QueueStats:
-        counts = {(r["status"], r["type"]): r["n"] for r in self._read("job_counts", {})}
-        args = {"now": to_micros(now)}
-        oldest = self._read("job_oldest_ready", args)[0]["oldest"]
-        return QueueStats(
-            counts=counts,
-            oldest_ready_at=from_micros(oldest) if oldest is not None else None,
-            ready=self._read("job_ready_count", args)[0]["ready"],
-        )
-
-    def job_event_counts(
-        self, since: datetime, until: datetime, bucket_seconds: int
-    ) -> list[EventCount]:
-        start = to_micros(since)
-        bucket = bucket_seconds * 1_000_000
-        args = {"since": start, "until": to_micros(until), "bucket": bucket}
-        return [
-            EventCount(from_micros(start + r["bucket"] * bucket), EventKind(r["event"]), r["n"])
-            for r in self._read("job_event_counts", args)
-        ]
-
     def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
         return self._writer.run(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
 
@@ -218,19 +166,9 @@ class SqliteStorage:
             lambda conn: key_from_row(conn.execute(Q["key_insert"], args).fetchone())
         )
 
-    def key_by_hash(self, key_hash: str) -> ApiKey | None:
-        rows = self._read("key_by_hash", {"key_hash": key_hash})
-        return key_from_row(rows[0]) if rows else None
-
-    def key_list(self) -> list[ApiKey]:
-        return [key_from_row(r) for r in self._read("key_list", {})]
-
     def key_revoke(self, key_id: int, now: datetime) -> bool:
         args = {"id": key_id, "now": to_micros(now)}
         return self._writer.run(lambda conn: conn.execute(Q["key_revoke"], args).rowcount == 1)
-
-    def key_has_active_admin(self) -> bool:
-        return bool(self._read("key_active_admin", {}))
 
     def key_insert_first_admin(self, key: NewKey, now: datetime) -> ApiKey | None:
         args = key_params(key, now)

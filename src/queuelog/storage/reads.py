@@ -1,0 +1,87 @@
+"""The read side both SQL backends share: the same named queries, the same rows."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from queuelog.clock import from_micros, to_micros
+from queuelog.models import ApiKey, EventKind, Job, JobEvent, QueueStats
+from queuelog.storage.base import (
+    EventCount,
+    JobListParams,
+    Row,
+    event_from_row,
+    job_from_row,
+    key_from_row,
+)
+
+
+class SqlReads(abc.ABC):
+    """Reads by query name; a backend supplies ``_read`` on its own connections."""
+
+    @abc.abstractmethod
+    def _read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        """Run the named query and return its rows."""
+
+    def job_get(self, job_id: int) -> Job | None:
+        rows = self._read("job_get", {"id": job_id})
+        return job_from_row(rows[0]) if rows else None
+
+    def job_list(self, params: JobListParams) -> list[Job]:
+        args = {
+            "before_id": params.before_id,
+            "status": params.status.value if params.status else None,
+            "type": params.type,
+            "principal": params.principal,
+            "holder": params.holder,
+            "idempotency_key": params.idempotency_key,
+            "limit": params.limit,
+        }
+        if params.principal is None and params.holder is None:
+            return [job_from_row(r) for r in self._read("job_list", args)]
+        # A key with both roles sees the union: each part newest first, merged.
+        found: dict[int, Job] = {}
+        for query, who in (
+            ("job_list_by_principal", "principal"),
+            ("job_list_by_holder", "holder"),
+        ):
+            if args[who] is not None:
+                found.update((j.id, j) for j in map(job_from_row, self._read(query, args)))
+        return sorted(found.values(), key=lambda j: j.id, reverse=True)[: params.limit]
+
+    def job_events(self, job_id: int) -> list[JobEvent]:
+        return [event_from_row(r) for r in self._read("job_events", {"job_id": job_id})]
+
+    def job_stats(self, now: datetime) -> QueueStats:
+        counts = {(r["status"], r["type"]): r["n"] for r in self._read("job_counts", {})}
+        args = {"now": to_micros(now)}
+        oldest = self._read("job_oldest_ready", args)[0]["oldest"]
+        return QueueStats(
+            counts=counts,
+            oldest_ready_at=from_micros(oldest) if oldest is not None else None,
+            ready=self._read("job_ready_count", args)[0]["ready"],
+        )
+
+    def job_event_counts(
+        self, since: datetime, until: datetime, bucket_seconds: int
+    ) -> list[EventCount]:
+        start = to_micros(since)
+        bucket = bucket_seconds * 1_000_000
+        args = {"since": start, "until": to_micros(until), "bucket": bucket}
+        return [
+            EventCount(from_micros(start + r["bucket"] * bucket), EventKind(r["event"]), r["n"])
+            for r in self._read("job_event_counts", args)
+        ]
+
+    def key_by_hash(self, key_hash: str) -> ApiKey | None:
+        rows = self._read("key_by_hash", {"key_hash": key_hash})
+        return key_from_row(rows[0]) if rows else None
+
+    def key_list(self) -> list[ApiKey]:
+        return [key_from_row(r) for r in self._read("key_list", {})]
+
+    def key_has_active_admin(self) -> bool:
+        return bool(self._read("key_active_admin", {}))
