@@ -35,7 +35,11 @@ VALUES (:job_id, :at, :event, :from_status, :to_status, :actor, :detail);
 
 -- name: job_claim
 -- One statement: the sub-select picks the ready rows in claim order, the outer
--- guard (status = 'pending') makes the hand-out atomic.
+-- guard (status = 'pending') makes the hand-out atomic. INDEXED BY: left to
+-- itself the planner searches jobs_status_type and sorts every pending row, so
+-- a claim would cost O(pending); walking jobs_ready stops at the first `limit`
+-- rows. The outer guard is `+status` so that it is checked on the row found by
+-- id rather than by scanning an index of every pending job.
 UPDATE jobs
 SET status = 'running',
     worker_id = :worker_id,
@@ -45,16 +49,17 @@ SET status = 'running',
     lease_expires_at = :now + COALESCE(:lease_seconds, lease_seconds) * 1000000,
     updated_at = :now
 WHERE id IN (
-        SELECT id FROM jobs
+        SELECT id FROM jobs INDEXED BY jobs_ready
         WHERE status = 'pending' AND run_at <= :now
           AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)))
         ORDER BY priority DESC, created_at, id
         LIMIT :limit)
-  AND status = 'pending'
+  AND +status = 'pending'
 RETURNING *;
 
 -- name: job_expired_leases
-SELECT * FROM jobs
+-- A range scan of jobs_leases, not a sort of every running job.
+SELECT * FROM jobs INDEXED BY jobs_leases
 WHERE status = 'running' AND lease_expires_at <= :now
 ORDER BY lease_expires_at
 LIMIT :limit;
