@@ -47,7 +47,13 @@ def main() -> None:
 @config_option
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)
-def serve(config_path: str | None, host: str, port: int) -> None:
+@click.option(
+    "--access-log/--no-access-log",
+    default=False,
+    show_default=True,
+    help="Log every request (costs throughput: one log line per job step).",
+)
+def serve(config_path: str | None, host: str, port: int, access_log: bool) -> None:
     """Start the HTTP server (migrates the database first)."""
     import uvicorn
 
@@ -62,7 +68,14 @@ def serve(config_path: str | None, host: str, port: int) -> None:
         click.echo(plaintext)
     app = create_app(settings, storage=storage)
     click.echo(f"queuelog serving on http://{host}:{port} (database: {_redact(settings)})")
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=10)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        access_log=access_log,
+        timeout_graceful_shutdown=10,
+    )
 
 
 def _redact(settings: Settings) -> str:
