@@ -44,7 +44,10 @@ def from_micros(value: int) -> datetime:
 
 
 def rfc3339(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat is several times faster than strftime, and every job answer has six times.
+    if at.tzinfo is not UTC:
+        at = at.astimezone(UTC)
+    return at.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
