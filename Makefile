@@ -5,6 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 CONFIG ?= queuelog.example.toml
+PY_DIRS := $(wildcard src tests bench)
 
 .PHONY: run test lint typecheck pytest bench bench-quick clean
 
@@ -19,8 +20,8 @@ run: $(STAMP)
 	$(BIN)/queuelog serve --config $(CONFIG)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/ruff format --check $(PY_DIRS)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -66,3 +66,12 @@ def test_openapi_documents_every_route_and_its_errors(anonymous: Api) -> None:
         documented = set(paths[path][method]["responses"])
         assert statuses <= documented, (method, path, statuses - documented)
     assert "bearer" in str(spec["components"]["securitySchemes"]).lower()
+
+
+def test_docs_load_nothing_from_outside_the_server(anonymous: Api) -> None:
+    page = anonymous.get("/docs")
+    assert page.status_code == 200 and "/openapi.json" in page.text
+    assert "https://" not in page.text and "http://" not in page.text
+    for asset in ["swagger-ui-bundle.js", "swagger-ui.css"]:
+        assert f"/docs/assets/{asset}" in page.text
+        assert anonymous.get(f"/docs/assets/{asset}").status_code == 200

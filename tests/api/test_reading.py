@@ -119,3 +119,11 @@ def test_redrive_of_a_failed_job_resets_retries(producer: Api, worker: Api, admi
     assert admin.get(f"/jobs/{job['id']}").json()["status"] == "failed"
     assert admin.post(f"/jobs/{job['id']}/retry").json()["status"] == "pending"
     assert claim_one(worker)["id"] == job["id"]
+
+
+def test_ids_outside_64_bits_or_below_1_are_422(producer: Api, worker: Api) -> None:
+    for path in ["/jobs/0", f"/jobs/{2**63}", "/jobs/-5/events"]:
+        response = producer.get(path)
+        assert response.status_code == 422 and response.json()["type"] == "validation", path
+    items = [{"id": 2**64, "lease_token": "t"}]
+    assert worker.post("/jobs/batch/complete", json={"items": items}).status_code == 422

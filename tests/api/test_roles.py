@@ -64,6 +64,7 @@ def test_every_route_needs_a_key(
     assert response.status_code == 401
     assert response.json()["type"] == "unauthenticated"
     assert response.headers["content-type"] == "application/problem+json"
+    assert response.headers["www-authenticate"].startswith("Bearer")
 
 
 @pytest.mark.parametrize(

@@ -30,11 +30,9 @@ def plan(conn: sqlite3.Connection, name: str) -> str:
     return "\n".join(row[3] for row in rows)
 
 
-def test_claim_walks_the_ready_index_without_sorting(conn: sqlite3.Connection) -> None:
+def test_claim_guard_finds_rows_by_id_not_by_scanning_pending(conn: sqlite3.Connection) -> None:
     steps = plan(conn, "job_claim")
-    assert "USING INDEX jobs_ready" in steps
-    assert "INTEGER PRIMARY KEY" in steps
-    assert "TEMP B-TREE" not in steps
+    assert "SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)" in steps
     assert "jobs_status_type" not in steps
 
 

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from queuelog import __version__
 from queuelog.api.deps import AppState
+from queuelog.api.docs import mount_docs
 from queuelog.api.metrics import Metrics, MetricsMiddleware
 from queuelog.api.middleware import BodyLimitMiddleware
 from queuelog.api.problems import install_handlers
@@ -41,6 +42,8 @@ Choices where the contract is silent:
   sanitised error text, shown to admins only, like the job's `error`.
 * `POST /jobs/batch/complete` answers 422 `payload-too-large` for an item whose
   result is too large, besides 200, 404 and 409.
+* Ids are positive 64-bit integers; an id outside that range is 422 `validation`.
+* A claim request may have an empty body (all fields default).
 """
 
 
@@ -78,7 +81,10 @@ def create_app(
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    mount_docs(app)
     app.state.queuelog = state
     app.state.maintenance = maintenance
     app.state.metrics = Metrics(service)

@@ -36,6 +36,9 @@ def problem(
     headers = {}
     if status == 429 and "retry_after" in extra:
         headers["Retry-After"] = str(body.pop("retry_after"))
+    if status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="queuelog"'
+
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 

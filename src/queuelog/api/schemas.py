@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from fastapi import Path
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -46,6 +47,9 @@ IdempotencyKey = Annotated[
     StrictStr, Field(min_length=1, max_length=255), AfterValidator(_printable_ascii)
 ]
 Number = StrictInt | StrictFloat
+MAX_ID = 2**63 - 1  # ids are 64-bit integers in every backend
+RowId = Annotated[StrictInt, Field(ge=1, le=MAX_ID)]
+IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
 JsonObject = dict[str, Any]
 
 
@@ -106,7 +110,7 @@ class FailRequest(_Request):
 
 
 class BatchCompleteItem(_Request):
-    id: StrictInt
+    id: RowId
     lease_token: LeaseToken
     result: JsonObject | None = None
 

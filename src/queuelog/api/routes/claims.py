@@ -19,6 +19,7 @@ from queuelog.api.schemas import (
     CompleteRequest,
     FailRequest,
     HeartbeatRequest,
+    IdPath,
     JobOut,
     job_json,
 )
@@ -108,7 +109,7 @@ def complete_batch(body: BatchCompleteRequest, caller: Worker, service: ServiceD
     return JSONResponse({"results": results})
 
 
-def _item(job_id: int, outcome: Job | QueueError, admin: bool) -> dict[str, Any]:
+def _item(job_id: IdPath, outcome: Job | QueueError, admin: bool) -> dict[str, Any]:
     if isinstance(outcome, QueueError):
         return {"id": job_id, "status": outcome.status, "type": outcome.slug}
     return {"id": job_id, "status": 200, "job": job_json(outcome, admin)}
@@ -121,7 +122,9 @@ def _item(job_id: int, outcome: Job | QueueError, admin: bool) -> dict[str, Any]
     description="`lease_seconds` defaults to the job type's lease." + _HELD,
     responses=problems(*AUTHED, 404, 409, 413, 415, 422),
 )
-def heartbeat(job_id: int, body: HeartbeatRequest, caller: Worker, service: ServiceDep) -> Response:
+def heartbeat(
+    job_id: IdPath, body: HeartbeatRequest, caller: Worker, service: ServiceDep
+) -> Response:
     job = service.heartbeat(caller, job_id, body.lease_token, body.lease_seconds)
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
 
@@ -133,7 +136,9 @@ def heartbeat(job_id: int, body: HeartbeatRequest, caller: Worker, service: Serv
     description="`result` is at most `max_result_bytes` serialised (422)." + _HELD,
     responses=problems(*AUTHED, 404, 409, 413, 415, 422),
 )
-def complete(job_id: int, body: CompleteRequest, caller: Worker, service: ServiceDep) -> Response:
+def complete(
+    job_id: IdPath, body: CompleteRequest, caller: Worker, service: ServiceDep
+) -> Response:
     job = service.finish(caller, FinishSpec(job_id, body.lease_token, result=body.result))
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
 
@@ -151,7 +156,7 @@ def complete(job_id: int, body: CompleteRequest, caller: Worker, service: Servic
     ),
     responses=problems(*AUTHED, 404, 409, 413, 415, 422),
 )
-def fail(job_id: int, body: FailRequest, caller: Worker, service: ServiceDep) -> Response:
+def fail(job_id: IdPath, body: FailRequest, caller: Worker, service: ServiceDep) -> Response:
     spec = FinishSpec(
         job_id,
         body.lease_token,

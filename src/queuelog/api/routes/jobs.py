@@ -14,6 +14,7 @@ from queuelog.api.schemas import (
     BatchEnqueueRequest,
     EnqueueRequest,
     EventsOut,
+    IdPath,
     JobListOut,
     JobOut,
     event_json,
@@ -132,7 +133,7 @@ def list_jobs(
     summary="Get one job",
     responses=problems(*AUTHED, 404),
 )
-def get_job(job_id: int, caller: Reader, service: ServiceDep) -> Response:
+def get_job(job_id: IdPath, caller: Reader, service: ServiceDep) -> Response:
     job = service.get(caller, job_id)
     return JSONResponse(job_json(job, show_error=caller.has(Role.ADMIN)))
 
@@ -143,7 +144,7 @@ def get_job(job_id: int, caller: Reader, service: ServiceDep) -> Response:
     summary="A job's history, oldest first",
     responses=problems(*AUTHED, 404),
 )
-def job_events(job_id: int, caller: Reader, service: ServiceDep) -> Response:
+def job_events(job_id: IdPath, caller: Reader, service: ServiceDep) -> Response:
     events = service.events(caller, job_id)
     admin = caller.has(Role.ADMIN)
     return JSONResponse({"events": [event_json(e, admin) for e in events]})
@@ -155,7 +156,7 @@ def job_events(job_id: int, caller: Reader, service: ServiceDep) -> Response:
     summary="Cancel a pending job (owning producer or admin)",
     responses=problems(*AUTHED, 404, 409),
 )
-def cancel_job(job_id: int, caller: Canceller, service: ServiceDep) -> Response:
+def cancel_job(job_id: IdPath, caller: Canceller, service: ServiceDep) -> Response:
     job = service.cancel(caller, job_id)
     return JSONResponse(job_json(job, show_error=caller.has(Role.ADMIN)))
 
@@ -167,6 +168,6 @@ def cancel_job(job_id: int, caller: Canceller, service: ServiceDep) -> Response:
     description="`failed` or `cancelled` -> `pending` with `retry_count = 0` and `run_at = now`.",
     responses=problems(*AUTHED, 404, 409),
 )
-def retry_job(job_id: int, caller: Admin, service: ServiceDep) -> Response:
+def retry_job(job_id: IdPath, caller: Admin, service: ServiceDep) -> Response:
     job = service.retry(caller, job_id)
     return JSONResponse(job_json(job, show_error=True))

@@ -9,7 +9,13 @@ from fastapi.responses import JSONResponse
 
 from queuelog.api.deps import Admin, KeyRingDep, ServiceDep
 from queuelog.api.openapi import AUTHED, problems
-from queuelog.api.schemas import KeyCreatedOut, KeyCreateRequest, KeyListOut, priority_of
+from queuelog.api.schemas import (
+    IdPath,
+    KeyCreatedOut,
+    KeyCreateRequest,
+    KeyListOut,
+    priority_of,
+)
 from queuelog.clock import rfc3339
 from queuelog.errors import UnknownJobType
 from queuelog.models import ApiKey
@@ -65,6 +71,6 @@ def list_keys(_: Admin, keys: KeyRingDep) -> Response:
     description="The key stops working at once.",
     responses=problems(*AUTHED, 404),
 )
-def revoke_key(key_id: int, _: Admin, keys: KeyRingDep) -> Response:
+def revoke_key(key_id: IdPath, _: Admin, keys: KeyRingDep) -> Response:
     keys.revoke(key_id)
     return Response(status_code=204)

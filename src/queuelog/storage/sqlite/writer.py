@@ -30,9 +30,13 @@ class GroupWriter:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="queuelog-writer", daemon=True)
         self._closed = False
+        self._startup_error: Exception | None = None
         self.groups_committed = 0
         self._thread.start()
         self._ready.wait()
+        if self._startup_error is not None:
+            self._closed = True
+            raise self._startup_error
 
     def run(self, operation: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``operation`` in the next group; return its result once it is durable."""
@@ -49,7 +53,12 @@ class GroupWriter:
             self._thread.join()
 
     def _loop(self) -> None:
-        conn = self._connect()
+        try:
+            conn = self._connect()
+        except Exception as exc:  # reported to the constructor's caller
+            self._startup_error = exc
+            self._ready.set()
+            return
         self._ready.set()
         try:
             while True:

@@ -1,0 +1,54 @@
+"""SQLite specifics: WAL, durability setting, migrations applied once."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from queuelog.storage.sqlite.store import Q, SqliteStorage
+
+
+@pytest.mark.parametrize(("durability", "level"), [("full", 2), ("normal", 1)])
+def test_durability_sets_synchronous_and_wal(tmp_path: Path, durability: str, level: int) -> None:
+    store = SqliteStorage(tmp_path / "d.db", durability=durability)
+    try:
+        reader = store._reader()
+        assert reader.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert reader.execute("PRAGMA synchronous").fetchone()[0] == level
+        assert reader.execute("PRAGMA busy_timeout").fetchone()[0] == 30000
+    finally:
+        store.close()
+
+
+def test_migrations_apply_once_and_survive_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    SqliteStorage(path).close()
+    SqliteStorage(path).close()
+    with sqlite3.connect(path) as conn:
+        versions = [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert versions == [1]
+    assert {"jobs", "job_events", "api_keys"} <= tables
+
+
+@pytest.mark.parametrize("types", [None, '["noop"]'])
+def test_claim_walks_the_ready_index_without_sorting(tmp_path: Path, types: str | None) -> None:
+    store = SqliteStorage(tmp_path / "p.db")
+    try:
+        plan = store._reader().execute(
+            "EXPLAIN QUERY PLAN " + Q["job_claim"],
+            {
+                "now": 0,
+                "types": types,
+                "limit": 1,
+                "worker_id": "w",
+                "worker_name": "w",
+                "lease_seconds": None,
+            },
+        )
+        details = " ".join(str(row[-1]) for row in plan)
+        assert "USING INDEX jobs_ready" in details and "TEMP B-TREE" not in details
+    finally:
+        store.close()

@@ -1,0 +1,85 @@
+"""The SQLite group-commit writer: many requests, one transaction, failures isolated."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from queuelog.storage.sqlite.writer import GroupWriter
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode = WAL")
+    return conn
+
+
+def _hold_writer(writer: GroupWriter) -> tuple[threading.Thread, threading.Event]:
+    """Keep the writer busy until the returned event is set, so work piles up behind it."""
+    gate, running = threading.Event(), threading.Event()
+
+    def hold(conn: sqlite3.Connection) -> None:
+        running.set()
+        gate.wait(timeout=10)
+
+    holder = threading.Thread(target=writer.run, args=(hold,))
+    holder.start()
+    assert running.wait(timeout=10)
+    return holder, gate
+
+
+def _wait_queued(writer: GroupWriter, count: int) -> None:
+    for _ in range(500):
+        if writer._queue.qsize() >= count:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("operations did not queue")
+
+
+def _insert(writer: GroupWriter, value: int, outcomes: list[object]) -> None:
+    try:
+        writer.run(lambda c: c.execute("INSERT INTO t VALUES (?)", (value,)))
+        outcomes.append(value)
+    except sqlite3.IntegrityError as exc:
+        outcomes.append(exc)
+
+
+def test_operations_queued_together_commit_in_one_group(tmp_path: Path) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
+    writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER UNIQUE)"))
+    holder, gate = _hold_writer(writer)
+    before = writer.groups_committed
+    outcomes: list[object] = []
+    values = [*range(20), 5]  # the second 5 breaks the UNIQUE constraint
+    threads = [threading.Thread(target=_insert, args=(writer, v, outcomes)) for v in values]
+    for thread in threads:
+        thread.start()
+    _wait_queued(writer, len(values))
+    gate.set()
+    for thread in [holder, *threads]:
+        thread.join(timeout=10)
+    # The holder's group, then one group for all 21 operations.
+    assert writer.groups_committed - before == 2
+    # The failing operation was rolled back alone; the other 20 were committed.
+    assert sum(isinstance(o, sqlite3.IntegrityError) for o in outcomes) == 1
+    rows = writer.run(lambda c: [r[0] for r in c.execute("SELECT v FROM t ORDER BY v")])
+    assert rows == list(range(20))
+    writer.close()
+
+
+def test_a_connection_that_cannot_open_fails_the_constructor(tmp_path: Path) -> None:
+    def broken() -> sqlite3.Connection:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    with pytest.raises(sqlite3.OperationalError):
+        GroupWriter(broken)
+
+
+def test_run_after_close_is_refused(tmp_path: Path) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
+    writer.close()
+    with pytest.raises(RuntimeError):
+        writer.run(lambda c: None)
