@@ -5,6 +5,7 @@ Every loop is bounded in count and in time.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,15 +49,37 @@ class _Task:
 
 @dataclass
 class EnqueueSingle(_Task):
+    """One job per request, from ``connections`` threads with a connection each."""
+
     count: int = 1000
+    connections: int = 1
+    pool: list[httpx.Client] = field(default_factory=list, repr=False)
+
+    def open(self) -> None:
+        self.pool = [client(self.url, self.key) for _ in range(self.connections)]
+        for c in self.pool:
+            c.get("/healthz")
 
     def run(self) -> tuple[int, dict[str, Any]]:
         deadline = time.monotonic() + self.seconds
-        done = 0
-        while done < self.count and time.monotonic() < deadline:
-            expect(self.c.post("/jobs", json=job_body()), 201)
-            done += 1
-        return done, {}
+        share = self.count // self.connections
+        done: list[int] = []
+
+        def send(c: httpx.Client) -> None:
+            n = 0
+            while n < share and time.monotonic() < deadline:
+                expect(c.post("/jobs", json=job_body()), 201)
+                n += 1
+            done.append(n)
+
+        threads = [threading.Thread(target=send, args=(c,)) for c in self.pool]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if len(done) != len(threads):
+            raise RuntimeError("an enqueue thread failed")
+        return sum(done), {}
 
 
 @dataclass

@@ -35,12 +35,13 @@ class Plan:
     latency_samples: int
     claim_sizes: tuple[int, int]
     claim_samples: int
-    clients: int = 4
+    clients: int = 4  # client processes
+    connections: int = 4  # single-enqueue connections per client process
     workers: int = 4
 
 
 FULL = Plan(10_000, 10_000, 40_000, 8.0, 200, (10_000, 1_000_000), 300)
-QUICK = Plan(2_000, 2_000, 8_000, 2.0, 50, (1_000, 50_000), 100)
+QUICK = Plan(1_000, 1_000, 4_000, 1.5, 40, (1_000, 50_000), 60)
 
 
 def _rate(value: float) -> float:
@@ -49,7 +50,10 @@ def _rate(value: float) -> float:
 
 def bench_enqueue(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
     per = plan.enqueue_single // plan.clients
-    single = [clients.EnqueueSingle(url, keys.producer, 60, count=per) for _ in range(plan.clients)]
+    single = [
+        clients.EnqueueSingle(url, keys.producer, 60, count=per, connections=plan.connections)
+        for _ in range(plan.clients)
+    ]
     result = {"single": _rate(run_parallel(single)[0])}
     for size in (100, 500):
         per = plan.enqueue_batch // 2
