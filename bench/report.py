@@ -81,3 +81,36 @@ def render(results: dict[str, Any]) -> str:
 
 def _or_dash(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
+
+
+# Figures compared across runs: (section, key, True when higher is better).
+SPREAD = [
+    *[(section, key, True) for _, section, key, _ in ROWS],
+    ("latency", "p50_ms", False),
+    ("latency", "p99_ms", False),
+    ("claim_cost", "ratio", False),
+    ("rss", "peak_mb", False),
+    ("huey", "enqueue_single", True),
+    ("huey", "burn_down", True),
+    ("huey", "steady", True),
+]
+
+
+def spread(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Best, worst and every value of each figure (and each ratio) over several runs."""
+    rows = [*SPREAD, *[("ratios", key, True) for key in runs[0].get("ratios", {})]]
+    out = {}
+    for section, key, higher in rows:
+        values = [r.get(section, {}).get(key) for r in runs]
+        values = [v for v in values if v is not None]
+        if values:
+            best, worst = (max, min) if higher else (min, max)
+            out[f"{section}.{key}"] = {"best": best(values), "worst": worst(values), "all": values}
+    return out
+
+
+def render_spread(summary: dict[str, dict[str, Any]]) -> str:
+    lines = [f"\n{'over runs':<40}{'best':>12}{'worst':>12}"]
+    for name, row in summary.items():
+        lines.append(f"{name:<40}{row['best']:>12,.2f}{row['worst']:>12,.2f}")
+    return "\n".join(lines)

@@ -20,7 +20,7 @@ from bench import clients
 from bench.claimcost import claim_cost
 from bench.huey_ref import huey_reference
 from bench.parallel import run_parallel
-from bench.report import goals, ratios, render
+from bench.report import goals, ratios, render, render_spread, spread
 from bench.server import Keys, Server, prepare_database
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
@@ -147,14 +147,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: under 30 s")
     parser.add_argument("--output", type=Path, default=RESULTS, help="where to write the JSON")
     parser.add_argument("--no-huey", action="store_true", help="skip the Huey reference")
+    parser.add_argument("--runs", type=int, default=1, help="repeat; report best and worst")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     started = time.monotonic()
-    print(f"queuelog benchmark ({'quick' if args.quick else 'full'}), durability = full")
-    with tempfile.TemporaryDirectory(prefix="queuelog-bench-") as tmp:
-        results = run(plan, Path(tmp), with_huey=not args.no_huey)
-    results["ratios"] = ratios(results)
-    results["goals"] = goals(results)
+    runs = []
+    for number in range(1, args.runs + 1):
+        print(f"queuelog benchmark ({'quick' if args.quick else 'full'}) run {number}/{args.runs}")
+        with tempfile.TemporaryDirectory(prefix="queuelog-bench-") as tmp:
+            results = run(plan, Path(tmp), with_huey=not args.no_huey)
+        results["ratios"] = ratios(results)
+        results["goals"] = goals(results)
+        print(render(results))
+        runs.append(results)
+    if len(runs) > 1:
+        results["spread"] = spread(runs)
+        print(render_spread(results["spread"]))
     results["meta"] = {
         "mode": "quick" if args.quick else "full",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -163,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
         "plan": asdict(plan),
+        "runs": len(runs),
+        "durability": "full",
     }
-    print(render(results))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.output}")
