@@ -77,6 +77,7 @@ class KeyRing:
         self._clock = clock
         self._ttl = ttl
         self._cache: dict[str, tuple[float, ApiKey | None]] = {}
+        self._generation = 0  # bumped by every revoke
         self._lock = threading.Lock()
 
     def create(
@@ -108,6 +109,7 @@ class KeyRing:
             raise NotFound("No such active key")
         with self._lock:
             self._cache.clear()
+            self._generation += 1
 
     def authenticate(self, presented: str | None) -> ApiKey:
         """The active key for a presented secret, or Unauthenticated."""
@@ -125,13 +127,16 @@ class KeyRing:
         stamp = time.monotonic()
         with self._lock:
             hit = self._cache.get(digest)
+            generation = self._generation
         if hit is not None and stamp - hit[0] < self._ttl:
             return hit[1]
         key = self._storage.key_by_hash(digest)
         with self._lock:
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            self._cache[digest] = (stamp, key)
+            # A revoke since the read began may have made ``key`` stale: do not keep it.
+            if generation == self._generation:
+                if len(self._cache) > 10_000:
+                    self._cache.clear()
+                self._cache[digest] = (stamp, key)
         return key
 
 

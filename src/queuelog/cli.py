@@ -55,9 +55,8 @@ def main() -> None:
 )
 def serve(config_path: str | None, host: str, port: int, access_log: bool) -> None:
     """Start the HTTP server (migrates the database first)."""
-    import uvicorn
-
     from queuelog.api.app import create_app
+    from queuelog.api.server import run
 
     settings = _settings(config_path)
     storage = _open(settings)
@@ -68,14 +67,7 @@ def serve(config_path: str | None, host: str, port: int, access_log: bool) -> No
         click.echo(plaintext)
     app = create_app(settings, storage=storage)
     click.echo(f"queuelog serving on http://{host}:{port} (database: {_redact(settings)})")
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_level="info",
-        access_log=access_log,
-        timeout_graceful_shutdown=10,
-    )
+    run(app, host, port, access_log=access_log)
 
 
 def _redact(settings: Settings) -> str:

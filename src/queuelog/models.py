@@ -9,6 +9,8 @@ from typing import Any
 
 JsonObject = dict[str, Any]
 
+MAX_ID = 2**63 - 1  # job and key ids are 64-bit integers in every backend
+
 
 class Priority(enum.IntEnum):
     """Job priority. Stored as a number so SQL sorts it; gaps leave room for new levels."""
@@ -117,3 +119,4 @@ class ApiKey:
 class QueueStats:
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     oldest_ready_at: datetime | None = None
+    ready: int = 0  # pending jobs whose run_at has come: the ready queue's depth

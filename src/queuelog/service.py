@@ -24,12 +24,25 @@ from queuelog.errors import (
     UnknownJobType,
     ValidationFailed,
 )
-from queuelog.models import ApiKey, Job, JobEvent, JobStatus, JsonObject, Priority, QueueStats, Role
+from queuelog.models import (
+    MAX_ID,
+    ApiKey,
+    EventKind,
+    Job,
+    JobEvent,
+    JobStatus,
+    JsonObject,
+    Priority,
+    QueueStats,
+    Role,
+)
 from queuelog.retry import backoff_seconds
 from queuelog.sanitize import sanitize_error
 from queuelog.storage.base import ClaimParams, FinishParams, JobListParams, NewJob, Storage
 
 _DEFAULT_TYPE = JobTypeConfig()
+# One prune pass deletes at most this many batches (of up to 1,000 jobs per status).
+_PRUNE_MAX_BATCHES = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,18 +57,34 @@ class EnqueueSpec:
     delay_seconds: float | None = None
     idempotency_key: str | None = None
 
-    def fingerprint(self) -> str:
-        """Identifies the request apart from its idempotency key."""
+    def fingerprint(self, max_retries: int) -> str:
+        """Identifies the request apart from its idempotency key.
+
+        Built from resolved values (``max_retries`` after the type's default) and
+        canonical numbers (``1.0`` as ``1``), so equal requests match however
+        they were spelled.
+        """
         body = {
             "type": self.type,
-            "payload": self.payload,
+            "payload": _canonical(self.payload),
             "priority": int(self.priority),
-            "max_retries": self.max_retries,
+            "max_retries": max_retries,
             "run_at": rfc3339(self.run_at) if self.run_at else None,
-            "delay_seconds": self.delay_seconds,
+            "delay_seconds": _canonical(self.delay_seconds),
         }
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` with integral floats as ints, at any depth."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,16 +167,17 @@ class JobService:
             raise PayloadTooLarge(f"The payload exceeds {limit} bytes", **where)
         self._check_schema(spec, where)
         run_at = spec.run_at or now + timedelta(seconds=spec.delay_seconds or 0)
+        max_retries = cfg.max_retries if spec.max_retries is None else spec.max_retries
         return NewJob(
             type=spec.type,
             payload=spec.payload,
             priority=spec.priority,
-            max_retries=cfg.max_retries if spec.max_retries is None else spec.max_retries,
+            max_retries=max_retries,
             lease_seconds=cfg.lease_seconds,
             run_at=max(run_at, now),
             principal=caller.name,
             idempotency_key=spec.idempotency_key,
-            fingerprint=spec.fingerprint() if spec.idempotency_key else None,
+            fingerprint=spec.fingerprint(max_retries) if spec.idempotency_key else None,
         )
 
     def _check_schema(self, spec: EnqueueSpec, where: dict[str, Any]) -> None:
@@ -348,7 +378,52 @@ class JobService:
             JobStatus.FAILED: keep.failed_seconds,
         }
         cutoffs = {s: now - timedelta(seconds=age) for s, age in ages.items() if age > 0}
-        return self.storage.job_prune(cutoffs) if cutoffs else 0
+        if not cutoffs:
+            return 0
+        # Batch after batch (each its own short transaction) until caught up: a busy
+        # queue finishes more jobs between two passes than one batch holds.
+        pruned = 0
+        for _ in range(_PRUNE_MAX_BATCHES):
+            deleted = self.storage.job_prune(cutoffs)
+            pruned += deleted
+            if deleted == 0:
+                break
+        return pruned
+
+    # -- dashboard -----------------------------------------------------------
+
+    def retry_failed(self, caller: ApiKey, job_type: str) -> int:
+        """Dead-letter redrive of every failed job of one type (admin); how many moved."""
+        if not caller.has(Role.ADMIN):
+            raise Forbidden("Only an admin may retry jobs")
+        count = self.storage.job_requeue_failed(job_type, caller.name, self.clock.now())
+        if count:
+            self._on_ready()
+        return count
+
+    def throughput(self, minutes: int = 60) -> list[MinuteCounts]:
+        """Jobs completed and failed (for good) in each of the last ``minutes`` whole minutes.
+
+        The current, unfinished minute is the last one.
+        """
+        now = self.clock.now()
+        until = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+        since = until - timedelta(minutes=minutes)
+        slots = [MinuteCounts(since + timedelta(minutes=i)) for i in range(minutes)]
+        for count in self.storage.job_event_counts(since, until, 60):
+            index = int((count.bucket_start - since).total_seconds()) // 60
+            if count.event == EventKind.COMPLETED:
+                slots[index].completed += count.count
+            elif count.event == EventKind.FAILED:
+                slots[index].failed += count.count
+        return slots
+
+
+@dataclass(slots=True)
+class MinuteCounts:
+    start: datetime
+    completed: int = 0
+    failed: int = 0
 
 
 def encode_cursor(job_id: int) -> str:
@@ -359,9 +434,10 @@ def decode_cursor(cursor: str) -> int:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         kind, _, value = raw.partition(":")
-        if kind != "id":
+        job_id = int(value)
+        if kind != "id" or not 1 <= job_id <= MAX_ID:
             raise ValueError(cursor)
-        return int(value)
+        return job_id
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise ValidationFailed(
             "The cursor is not valid", errors=[{"loc": ["query", "cursor"], "msg": "bad cursor"}]

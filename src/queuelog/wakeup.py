@@ -4,6 +4,9 @@ Producers of readiness (enqueue, retry, redrive, lease rescue, and another
 node's notification) call ``notify()`` from any thread; claimers wait in the
 event loop. A claimer registers *before* it looks for jobs, so a notification
 that arrives between an empty claim and the wait is never lost.
+
+When the server begins to shut down, ``close()`` wakes every waiter for good, so
+long-polling claims answer at once instead of holding the graceful shutdown.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class Wakeup:
         self._waiters: set[Waiter] = set()
         self._lock = threading.Lock()
         self.notifications = 0
+        self.closed = False
 
     def waiter(self) -> Waiter:
         """Register a waiter; use it as a context manager so it is always removed."""
@@ -55,6 +59,12 @@ class Wakeup:
             self.notifications += 1
         for waiter in waiters:
             waiter._set()
+
+    def close(self) -> None:
+        """Shutdown: wake every waiter; claims stop waiting from now on."""
+        with self._lock:
+            self.closed = True
+        self.notify()
 
     def _discard(self, waiter: Waiter) -> None:
         with self._lock:

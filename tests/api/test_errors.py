@@ -125,3 +125,51 @@ def test_payload_limit_is_configurable(tmp_path: Path, clock: FakeClock) -> None
         assert fits.status_code == 201
         over = api.post("/jobs", json={"type": "noop", "payload": {"x": "a" * 100}})
         assert over.status_code == 422 and over.json()["type"] == "payload-too-large"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"type": "noop", "payload": {"x": NaN}}',
+        b'{"type": "noop", "payload": {"x": Infinity}}',
+        b'{"type": "noop", "payload": {"x": 1e999}}',
+        b'{"type": "noop", "payload": {"x": "\\ud800"}}',
+        b'{"type": "noop", "payload": {"\\udfff": 1}}',
+    ],
+)
+def test_payloads_json_cannot_carry_back_are_422(producer: Api, admin: Api, raw: bytes) -> None:
+    response = producer.post("/jobs", content=raw, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422 and response.json()["type"] == "validation"
+    assert admin.get("/jobs").json()["jobs"] == []
+
+
+def test_non_finite_result_is_422_and_the_job_stays_running(
+    producer: Api, worker: Api, admin: Api
+) -> None:
+    job = enqueue(producer)
+    held = worker.post("/jobs/claim", json={}).json()["jobs"][0]
+    raw = b'{"lease_token": "%s", "result": {"v": NaN}}' % held["lease_token"].encode()
+    response = worker.post(
+        f"/jobs/{job['id']}/complete", content=raw, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert admin.get(f"/jobs/{job['id']}").json()["status"] == "running"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"type": "noop", "payload": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        b'{"n": 1' + b"1" * 5000 + b"}",
+    ],
+)
+def test_json_too_deep_or_numbers_too_long_are_422(producer: Api, raw: bytes) -> None:
+    response = producer.post("/jobs", content=raw, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422 and response.json()["type"] == "validation"
+
+
+def test_405_names_the_allowed_methods(producer: Api) -> None:
+    response = producer.request("PUT", "/jobs/claim")
+    assert response.status_code == 405 and response.headers["allow"] == "POST"
+    literal = producer.get("/jobs/claim")  # never taken for a job id
+    assert literal.status_code == 405 and literal.json()["type"] == "method-not-allowed"

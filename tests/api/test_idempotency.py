@@ -70,3 +70,25 @@ def test_keys_are_scoped_per_principal_and_reveal_nothing(
     assert theirs.status_code == 201
     assert theirs.json()["id"] != mine["id"] and theirs.json()["payload"] == {"x": 2}
     assert other.get(f"/jobs/{mine['id']}").status_code == 404
+
+
+def test_requests_spelt_differently_but_equal_match(producer: Api) -> None:
+    first = producer.post(
+        "/jobs",
+        json={
+            "type": "send_email",
+            "payload": {"to": "x", "n": 1},
+            "delay_seconds": 10,
+            "idempotency_key": "same",
+        },
+    )
+    assert first.status_code == 201
+    for body in [
+        {"payload": {"n": 1.0, "to": "x"}, "delay_seconds": 10.0},
+        {"payload": {"to": "x", "n": 1}, "delay_seconds": 10, "max_retries": 5, "priority": "low"},
+    ]:
+        again = producer.post(
+            "/jobs", json={"type": "send_email", "idempotency_key": "same", **body}
+        )
+        assert again.status_code == 200, (body, again.text)
+        assert again.json()["id"] == first.json()["id"]

@@ -122,8 +122,18 @@ def test_redrive_of_a_failed_job_resets_retries(producer: Api, worker: Api, admi
 
 
 def test_ids_outside_64_bits_or_below_1_are_422(producer: Api, worker: Api) -> None:
-    for path in ["/jobs/0", f"/jobs/{2**63}", "/jobs/-5/events"]:
+    for path in ["/jobs/0", f"/jobs/{2**63}", f"/jobs/{2**64}/events"]:
         response = producer.get(path)
         assert response.status_code == 422 and response.json()["type"] == "validation", path
+    assert producer.get("/jobs/-5").status_code == 404  # not a job id at all
     items = [{"id": 2**64, "lease_token": "t"}]
     assert worker.post("/jobs/batch/complete", json={"items": items}).status_code == 422
+
+
+def test_cursor_outside_the_id_range_is_422(producer: Api) -> None:
+    import base64
+
+    for raw in [b"id:99999999999999999999", b"id:0", b"id:-3", b"job:5"]:
+        cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        response = producer.get("/jobs", params={"cursor": cursor})
+        assert response.status_code == 422, raw

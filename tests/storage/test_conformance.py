@@ -281,3 +281,71 @@ def test_keys_insert_lookup_revoke(store: Storage) -> None:
 
 def test_ping(store: Storage) -> None:
     assert store.ping()
+
+
+def test_stats_count_the_ready_queue(store: Storage) -> None:
+    store.job_insert_many([new_job(), new_job(run_at=T0 + timedelta(seconds=60))], T0)
+    assert store.job_stats(T0).ready == 1
+    assert store.job_stats(T0 + timedelta(seconds=60)).ready == 2
+
+
+def test_event_counts_per_kind_and_bucket(store: Storage) -> None:
+    store.job_insert_many([new_job(), new_job()], T0)
+    first, second = claim(store, T0 + timedelta(seconds=30), limit=2, lease_seconds=300)
+    finish(store, first, T0 + timedelta(seconds=61))
+    finish(store, second, T0 + timedelta(seconds=119), error="boom", retryable=False)
+    counts = store.job_event_counts(T0, T0 + timedelta(seconds=120), 60)
+    found = {(c.bucket_start, c.event): c.count for c in counts}
+    minute = T0 + timedelta(seconds=60)
+    assert found == {
+        (T0, EventKind.ENQUEUED): 2,
+        (T0, EventKind.CLAIMED): 2,
+        (minute, EventKind.COMPLETED): 1,
+        (minute, EventKind.FAILED): 1,
+    }
+    # The window is half-open: an event at ``until`` is left out.
+    later = store.job_event_counts(T0 + timedelta(seconds=60), T0 + timedelta(seconds=119), 60)
+    assert [(c.event, c.count) for c in later] == [(EventKind.COMPLETED, 1)]
+
+
+def test_requeue_failed_moves_only_failed_jobs_of_the_type(store: Storage) -> None:
+    store.job_insert_many([new_job(), new_job(), new_job(), new_job("send_email")], T0)
+    jobs = claim(store, limit=4)
+    for job in jobs[:2]:
+        finish(store, job, error="boom", retryable=False)
+    finish(store, jobs[2])
+    finish(store, jobs[3], error="boom", retryable=False)
+    later = T0 + timedelta(seconds=5)
+    assert store.job_requeue_failed("noop", "root", later) == 2
+    for job in jobs[:2]:
+        again = store.job_get(job.id)
+        assert again is not None and again.status == JobStatus.PENDING
+        assert again.retry_count == 0 and again.run_at == later and again.worker_id is None
+        last = store.job_events(job.id)[-1]
+        assert (last.event, last.actor, last.from_status) == (
+            EventKind.REQUEUED,
+            "root",
+            JobStatus.FAILED,
+        )
+    untouched = [store.job_get(j.id) for j in jobs[2:]]
+    assert [j.status for j in untouched if j] == [JobStatus.COMPLETED, JobStatus.FAILED]
+    assert store.job_requeue_failed("noop", "root", later) == 0
+
+
+def test_a_lease_past_its_deadline_is_no_longer_held(store: Storage) -> None:
+    store.job_insert_many([new_job()], T0)
+    (job,) = claim(store)
+    deadline = T0 + timedelta(seconds=30)
+    token = job.lease_token or ""
+    with pytest.raises(NotLeaseHolder):
+        store.job_heartbeat(job.id, token, "w", None, deadline)
+    late = [
+        FinishParams(job.id, token, "w", deadline),
+        FinishParams(job.id, token, "w", deadline, error="late"),
+    ]
+    assert [type(o) for o in store.job_finish_many(late)] == [NotLeaseHolder, NotLeaseHolder]
+    unchanged = store.job_get(job.id)
+    assert unchanged is not None and unchanged.status == JobStatus.RUNNING
+    # Just before the deadline the lease still holds.
+    before = deadline - timedelta(microseconds=1)
+    assert finish(store, job, before).status == JobStatus.COMPLETED

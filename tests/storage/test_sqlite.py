@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from queuelog.storage.sqlfile import load_migrations
 from queuelog.storage.sqlite.store import Q, SqliteStorage
 
 
@@ -29,7 +30,8 @@ def test_migrations_apply_once_and_survive_reopening(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         versions = [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert versions == [1]
+    assert versions == [number for number, _ in load_migrations("queuelog.storage.sqlite")]
+    assert versions[0] == 1 and len(set(versions)) == len(versions)
     assert {"jobs", "job_events", "api_keys"} <= tables
 
 

@@ -1,7 +1,21 @@
 from __future__ import annotations
 
-from queuelog.auth import RateLimiter, display_prefix, generate_key, hash_key, looks_like_key
-from queuelog.errors import RateLimited
+from pathlib import Path
+
+import pytest
+
+from queuelog.auth import (
+    KeyRing,
+    RateLimiter,
+    display_prefix,
+    generate_key,
+    hash_key,
+    looks_like_key,
+)
+from queuelog.clock import FakeClock
+from queuelog.errors import RateLimited, Unauthenticated
+from queuelog.models import ApiKey, Role
+from queuelog.storage.sqlite.store import SqliteStorage
 
 
 def test_keys_are_prefixed_random_and_checksummed() -> None:
@@ -46,3 +60,22 @@ def test_rate_zero_turns_the_limiter_off() -> None:
     limiter = RateLimiter(rate=0, burst=1)
     for _ in range(100):
         limiter.check(1)
+
+
+def test_a_lookup_racing_a_revoke_is_not_cached(tmp_path: Path) -> None:
+    storage = SqliteStorage(tmp_path / "k.db")
+    ring = KeyRing(storage, FakeClock(), ttl=60)
+    key, plaintext = ring.create("mallory", frozenset({Role.PRODUCER}))
+    real_read = storage.key_by_hash
+
+    def read_then_revoke(digest: str) -> ApiKey | None:
+        found = real_read(digest)  # read while the key is still active...
+        ring.revoke(key.id)  # ...and the revoke lands before the read is cached
+        return found
+
+    storage.key_by_hash = read_then_revoke  # type: ignore[method-assign]
+    ring.authenticate(plaintext)  # the request already in flight goes through
+    storage.key_by_hash = real_read  # type: ignore[method-assign]
+    with pytest.raises(Unauthenticated):
+        ring.authenticate(plaintext)
+    storage.close()

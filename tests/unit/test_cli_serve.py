@@ -1,7 +1,9 @@
-"""``queuelog serve`` hands uvicorn the right options (uvicorn itself is not started)."""
+"""``queuelog serve`` hands uvicorn the right options (the server itself is not started)."""
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -9,18 +11,22 @@ import pytest
 import uvicorn
 from click.testing import CliRunner
 
+from queuelog.api import server
 from queuelog.cli import main
 
 
 @pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     seen: dict[str, Any] = {}
 
-    def fake_run(app: Any, **options: Any) -> None:
-        seen.update(options)
+    def fake_run(self: uvicorn.Server) -> None:
+        seen["access_log"] = self.config.access_log
 
-    monkeypatch.setattr(uvicorn, "run", fake_run)
-    return seen
+    monkeypatch.setattr(server._Server, "run", fake_run)
+    # serve ignores SIGTERM before it runs the server; give the test process its handler back.
+    handler = signal.getsignal(signal.SIGTERM)
+    yield seen
+    signal.signal(signal.SIGTERM, handler)
 
 
 def serve(tmp_path: Path, *args: str) -> None:

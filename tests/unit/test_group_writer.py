@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from queuelog.storage.sqlite.writer import GroupWriter
+from queuelog.storage.sqlite.writer import _STOP, GroupWriter
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -83,3 +83,47 @@ def test_run_after_close_is_refused(tmp_path: Path) -> None:
     writer.close()
     with pytest.raises(RuntimeError):
         writer.run(lambda c: None)
+
+
+def test_close_answers_work_still_queued(tmp_path: Path) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
+    holder, gate = _hold_writer(writer)
+    outcomes: list[object] = []
+
+    def queued() -> None:
+        try:
+            outcomes.append(writer.run(lambda c: "ran"))
+        except RuntimeError as exc:
+            outcomes.append(exc)
+
+    thread = threading.Thread(target=queued)
+    thread.start()
+    _wait_queued(writer, 1)
+    closer = threading.Thread(target=writer.close)
+    closer.start()
+    gate.set()
+    for t in (holder, thread, closer):
+        t.join(timeout=10)
+    assert not thread.is_alive() and len(outcomes) == 1
+    assert not writer.alive
+
+
+def test_work_queued_behind_the_stop_is_refused_not_stranded(tmp_path: Path) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
+    holder, gate = _hold_writer(writer)
+    writer._queue.put(_STOP)  # as if a close had slipped in before the next request
+    outcomes: list[object] = []
+
+    def late() -> None:
+        try:
+            outcomes.append(writer.run(lambda c: "ran"))
+        except RuntimeError as exc:
+            outcomes.append(exc)
+
+    thread = threading.Thread(target=late)
+    thread.start()
+    _wait_queued(writer, 2)
+    gate.set()
+    for t in (holder, thread):
+        t.join(timeout=10)
+    assert not thread.is_alive() and isinstance(outcomes[0], RuntimeError)

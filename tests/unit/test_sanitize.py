@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from queuelog.sanitize import MAX_ERROR_CHARS, sanitize_error
 
 
@@ -42,3 +46,41 @@ def test_control_characters_are_removed_but_newlines_kept() -> None:
 
 def test_text_is_cut_to_2000_characters() -> None:
     assert len(sanitize_error("x" * 5000)) == MAX_ERROR_CHARS == 2000
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("DB_PASSWORD=hunter2", "hunter2"),
+        ("PGPASSWORD=abc123", "abc123"),
+        ("client_secret=xyz987", "xyz987"),
+        ("refresh_token=rt-1234", "rt-1234"),
+        ("GET https://api.example.com/items?access_token=abcdef123456", "abcdef123456"),
+        ("{'password': 'hunter2'}", "hunter2"),
+        ('{"password": "hunter2", "api_key": "k-123456"}', "k-123456"),
+        ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI", "wJalrXUtnFEMI"),
+        ("token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.sig123", "eyJzdWIiOiIxMjM0In0"),
+        ("Authorization: Basic YWRtaW46aHVudGVyMg==", "YWRtaW46aHVudGVyMg"),
+        ("-----BEGIN RSA PRIVATE KEY-----\nMIIabc\n-----END RSA PRIVATE KEY-----", "MIIabc"),
+        ("slack xoxb-123456789012-abcdef", "123456789012"),
+        ("mysql://app:p@ssw0rd@db:3306/x", "ssw0rd"),
+        ("C:/Users/bob/AppData/creds.json", "bob"),
+        ("\\\\fileserver\\share\\hr\\salaries.xlsx", "salaries"),
+        ("database file:/var/lib/app/prod.db", "prod.db"),
+        ("C:\\Program Files\\Acme\\secrets\\db.ini failed", "Acme"),
+    ],
+)
+def test_common_secrets_and_paths_are_redacted(text: str, secret: str) -> None:
+    assert secret not in sanitize_error(text)
+
+
+def test_format_characters_that_disguise_text_are_removed() -> None:
+    assert sanitize_error("evil\u202etxt\u200b") == "eviltxt"
+
+
+@pytest.mark.parametrize("unit", ["a.", "a-", "a:", "/a", "C:\\a"])
+def test_adversarial_text_is_cut_before_the_rules_run(unit: str) -> None:
+    # A quadratic rule on 64 KiB took tens of seconds; the text is now cut first.
+    started = time.perf_counter()
+    sanitize_error(unit * 32_768)
+    assert time.perf_counter() - started < 2

@@ -17,6 +17,7 @@ from queuelog.api.routes import claims, jobs, keys, ops
 from queuelog.auth import KeyRing, RateLimiter
 from queuelog.clock import Clock, SystemClock
 from queuelog.config import Settings
+from queuelog.dashboard import dashboard_router
 from queuelog.maintenance import Maintenance
 from queuelog.service import JobService
 from queuelog.storage import open_storage
@@ -97,6 +98,7 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(keys.router)
     app.include_router(ops.router)
+    app.include_router(dashboard_router(), include_in_schema=False)
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
     )

@@ -68,7 +68,7 @@ class MetricsMiddleware:
         finally:
             route = scope.get("route")
             # The route template, not the raw path: ids would make one series per job.
-            name = getattr(route, "path", "unmatched")
+            name = getattr(route, "path_format", "unmatched")
             method = scope["method"]
             self.metrics.requests.labels(method, name, str(status)).inc()
             self.metrics.latency.labels(method, name).observe(time.perf_counter() - started)

@@ -17,7 +17,6 @@ log = logging.getLogger("queuelog.api")
 PROBLEM_JSON = "application/problem+json"
 
 _HTTP_SLUGS = {
-    400: ("bad-request", "Bad request"),
     401: ("unauthenticated", "Authentication required"),
     403: ("forbidden", "Not allowed for this key"),
     404: ("not-found", "Not found"),
@@ -74,8 +73,15 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:
+            # The only 400 is FastAPI's "error parsing the body" (JSON nested too
+            # deep, a number too long): malformed JSON, which the contract makes 422.
+            return problem(422, "validation", "Request is not valid", "The body is not valid JSON")
         slug, title = _HTTP_SLUGS.get(exc.status_code, ("error", "Request failed"))
-        return problem(exc.status_code, slug, title)
+        response = problem(exc.status_code, slug, title)
+        if exc.status_code == 405 and exc.headers:
+            response.headers["Allow"] = exc.headers.get("Allow", "")
+        return response
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:

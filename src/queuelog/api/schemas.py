@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -20,7 +21,7 @@ from pydantic import (
 )
 
 from queuelog.clock import rfc3339
-from queuelog.models import Job, JobEvent, Priority, Role
+from queuelog.models import MAX_ID, Job, JobEvent, Priority, Role
 
 PriorityLabel = Literal["low", "medium", "high", "critical"]
 
@@ -47,10 +48,36 @@ IdempotencyKey = Annotated[
     StrictStr, Field(min_length=1, max_length=255), AfterValidator(_printable_ascii)
 ]
 Number = StrictInt | StrictFloat
-MAX_ID = 2**63 - 1  # ids are 64-bit integers in every backend
 RowId = Annotated[StrictInt, Field(ge=1, le=MAX_ID)]
 IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
-JsonObject = dict[str, Any]
+
+
+def _plain_json(value: dict[str, Any]) -> dict[str, Any]:
+    """Refuse what JSON cannot carry back out: NaN/Infinity and lone surrogates."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError("numbers must be finite (no NaN or Infinity)")
+        if isinstance(item, str):
+            _utf8(item)
+        elif isinstance(item, dict):
+            for key in item:
+                _utf8(key)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return value
+
+
+def _utf8(text: str) -> None:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise ValueError("strings must be valid Unicode (no lone surrogates)") from None
+
+
+JsonObject = Annotated[dict[str, Any], AfterValidator(_plain_json)]
 
 
 class _Request(BaseModel):
@@ -104,7 +131,8 @@ class CompleteRequest(_Request):
 
 class FailRequest(_Request):
     lease_token: LeaseToken
-    error: StrictStr = Field(max_length=65_536)
+    # Any length within the body limit; it is cut to 2,000 characters when stored.
+    error: StrictStr
     retryable: StrictBool = True
     retry_in_seconds: Number | None = Field(None, ge=0, le=366 * 86_400)
 

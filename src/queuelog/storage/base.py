@@ -90,6 +90,15 @@ class NewKey:
     prefix: str
 
 
+@dataclass(frozen=True, slots=True)
+class EventCount:
+    """How many events of one kind happened in one time bucket."""
+
+    bucket_start: datetime
+    event: EventKind
+    count: int
+
+
 class Storage(Protocol):
     def migrate(self) -> None: ...
     def close(self) -> None: ...
@@ -143,6 +152,22 @@ class Storage(Protocol):
     def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int: ...
     def job_stats(self, now: datetime) -> QueueStats: ...
 
+    def job_event_counts(
+        self, since: datetime, until: datetime, bucket_seconds: int
+    ) -> list[EventCount]:
+        """Events with ``since <= at < until``, counted per kind and per bucket.
+
+        Buckets are ``bucket_seconds`` long and start at ``since``; empty ones
+        are left out.
+        """
+        ...
+
+    def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
+        """Every ``failed`` job of ``job_type`` back to ``pending`` (as job_requeue does),
+        each with a ``requeued`` event, in one transaction. Returns how many.
+        """
+        ...
+
     def key_insert(self, key: NewKey, now: datetime) -> ApiKey: ...
     def key_by_hash(self, key_hash: str) -> ApiKey | None: ...
     def key_list(self) -> list[ApiKey]: ...
@@ -155,7 +180,8 @@ def guard_failure(job: Job | None, worker_name: str, lease_token: str) -> QueueE
     if job is None:
         return NotFound("No such job")
     if job.status != JobStatus.RUNNING:
-        return InvalidState(f"Job is {job.status.value}, not running")
+        # A fixed text: a worker must not learn the state of a job it cannot see.
+        return InvalidState("The job is not running")
     return NotLeaseHolder("The job is held by another worker or under a newer lease")
 
 

@@ -36,7 +36,8 @@ _RECHECK_SECONDS = 1.0
 
 _HELD = (
     " 404 if there is no such job; 409 `invalid-state` if it is not running; 409 "
-    "`not-lease-holder` if another worker holds it or the lease token is stale. "
+    "`not-lease-holder` if another worker holds it, the lease token is stale, or the lease "
+    "has passed its deadline (even before the sweeper has rescued the job). "
     "Nothing changes on a 409."
 )
 
@@ -72,7 +73,7 @@ async def _claim_or_wait(
 
     The wait sleeps until a notification (enqueue, retry, redrive, lease rescue)
     or until the next scheduled job's ``run_at``; it does not poll in a loop. A
-    client that has gone away claims nothing.
+    client that has gone away claims nothing; a server shutting down stops waiting.
     """
     types = service.claimable_types(caller, body.types)
     deadline = time.monotonic() + float(body.wait_seconds)
@@ -85,7 +86,7 @@ async def _claim_or_wait(
                 service.claim, caller, types, body.limit, body.lease_seconds, body.instance
             )
             remaining = deadline - time.monotonic()
-            if jobs or remaining <= 0:
+            if jobs or remaining <= 0 or wakeup.closed:
                 return jobs
             next_due = await run_in_threadpool(service.next_due, types)
             if next_due is not None:
@@ -116,7 +117,7 @@ def _item(job_id: IdPath, outcome: Job | QueueError, admin: bool) -> dict[str, A
 
 
 @router.post(
-    "/{job_id}/heartbeat",
+    "/{job_id:int}/heartbeat",
     response_model=JobOut,
     summary="Extend the lease of a held job",
     description="`lease_seconds` defaults to the job type's lease." + _HELD,
@@ -130,7 +131,7 @@ def heartbeat(
 
 
 @router.post(
-    "/{job_id}/complete",
+    "/{job_id:int}/complete",
     response_model=JobOut,
     summary="Complete a held job",
     description="`result` is at most `max_result_bytes` serialised (422)." + _HELD,
@@ -144,7 +145,7 @@ def complete(
 
 
 @router.post(
-    "/{job_id}/fail",
+    "/{job_id:int}/fail",
     response_model=JobOut,
     summary="Fail a held job (retried while attempts remain)",
     description=(

@@ -128,7 +128,7 @@ def list_jobs(
 
 
 @router.get(
-    "/{job_id}",
+    "/{job_id:int}",
     response_model=JobOut,
     summary="Get one job",
     responses=problems(*AUTHED, 404),
@@ -139,7 +139,7 @@ def get_job(job_id: IdPath, caller: Reader, service: ServiceDep) -> Response:
 
 
 @router.get(
-    "/{job_id}/events",
+    "/{job_id:int}/events",
     response_model=EventsOut,
     summary="A job's history, oldest first",
     responses=problems(*AUTHED, 404),
@@ -151,7 +151,7 @@ def job_events(job_id: IdPath, caller: Reader, service: ServiceDep) -> Response:
 
 
 @router.post(
-    "/{job_id}/cancel",
+    "/{job_id:int}/cancel",
     response_model=JobOut,
     summary="Cancel a pending job (owning producer or admin)",
     responses=problems(*AUTHED, 404, 409),
@@ -162,7 +162,7 @@ def cancel_job(job_id: IdPath, caller: Canceller, service: ServiceDep) -> Respon
 
 
 @router.post(
-    "/{job_id}/retry",
+    "/{job_id:int}/retry",
     response_model=JobOut,
     summary="Redrive a failed or cancelled job (admin)",
     description="`failed` or `cancelled` -> `pending` with `retry_count = 0` and `run_at = now`.",

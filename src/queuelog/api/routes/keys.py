@@ -65,7 +65,7 @@ def list_keys(_: Admin, keys: KeyRingDep) -> Response:
 
 
 @router.delete(
-    "/{key_id}",
+    "/{key_id:int}",
     status_code=204,
     summary="Revoke an API key",
     description="The key stops working at once.",

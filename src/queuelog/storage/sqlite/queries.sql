@@ -76,7 +76,7 @@ UPDATE jobs
 SET lease_expires_at = :now + COALESCE(:lease_seconds, lease_seconds) * 1000000,
     updated_at = :now
 WHERE id = :id AND status = 'running' AND lease_token = :lease_token
-  AND claimed_by = :worker_name
+  AND claimed_by = :worker_name AND lease_expires_at > :now
 RETURNING *;
 
 -- name: job_complete
@@ -84,12 +84,13 @@ UPDATE jobs
 SET status = 'completed', result = :result, lease_token = NULL, lease_expires_at = NULL,
     updated_at = :now
 WHERE id = :id AND status = 'running' AND lease_token = :lease_token
-  AND claimed_by = :worker_name
+  AND claimed_by = :worker_name AND lease_expires_at > :now
 RETURNING *;
 
 -- name: job_fail
 -- Retry while attempts remain and the error is retryable; else fail for good,
--- leaving retry_count as it was.
+-- leaving retry_count as it was. A lease past its deadline is no longer held
+-- (:expired is set only by the rescue of such leases).
 UPDATE jobs
 SET status = CASE WHEN :retryable AND retry_count < max_retries
                   THEN 'pending' ELSE 'failed' END,
@@ -108,7 +109,7 @@ SET status = CASE WHEN :retryable AND retry_count < max_retries
     error = :error,
     updated_at = :now
 WHERE id = :id AND status = 'running' AND lease_token = :lease_token
-  AND claimed_by = :worker_name
+  AND claimed_by = :worker_name AND (:expired OR lease_expires_at > :now)
 RETURNING *;
 
 -- name: job_cancel
@@ -136,7 +137,8 @@ DELETE FROM job_events WHERE job_id = :id;
 SELECT status, type, count(*) AS n FROM jobs GROUP BY status, type;
 
 -- name: job_oldest_ready
-SELECT min(run_at) AS oldest FROM jobs WHERE status = 'pending' AND run_at <= :now;
+SELECT min(run_at) AS oldest, count(*) AS ready
+FROM jobs WHERE status = 'pending' AND run_at <= :now;
 
 -- name: key_insert
 INSERT INTO api_keys (name, roles, max_priority, types, key_hash, prefix, created_at)
@@ -161,3 +163,16 @@ LIMIT 1;
 SELECT min(run_at) AS next_due FROM jobs
 WHERE status = 'pending' AND run_at > :now
   AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)));
+
+-- name: job_event_counts
+SELECT (at - :since) / :bucket AS bucket, event, count(*) AS n
+FROM job_events
+WHERE at >= :since AND at < :until
+GROUP BY bucket, event;
+
+-- name: job_requeue_failed
+UPDATE jobs
+SET status = 'pending', retry_count = 0, run_at = :now, claimed_at = NULL, worker_id = NULL,
+    claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE status = 'failed' AND type = :type
+RETURNING *;

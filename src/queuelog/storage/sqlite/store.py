@@ -15,6 +15,7 @@ from queuelog.errors import IdempotencyKeyReused, InvalidState, NotFound, QueueE
 from queuelog.models import ApiKey, EventKind, Job, JobEvent, JobStatus, QueueStats
 from queuelog.storage.base import (
     ClaimParams,
+    EventCount,
     FinishParams,
     JobListParams,
     NewJob,
@@ -32,7 +33,7 @@ Q = load_queries(_PACKAGE)
 
 
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+    return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
 def _types_json(types: Sequence[str] | None) -> str | None:
@@ -105,6 +106,8 @@ class SqliteStorage:
             self._readers.clear()
 
     def ping(self) -> bool:
+        if not self._writer.alive:
+            return False
         try:
             self._reader().execute("SELECT 1").fetchone()
         except sqlite3.Error:
@@ -203,8 +206,27 @@ class SqliteStorage:
 
     def job_stats(self, now: datetime) -> QueueStats:
         counts = {(r["status"], r["type"]): r["n"] for r in self._read("job_counts", {})}
-        oldest = self._read("job_oldest_ready", {"now": to_micros(now)})[0]["oldest"]
-        return QueueStats(counts=counts, oldest_ready_at=from_micros(oldest) if oldest else None)
+        ready = self._read("job_oldest_ready", {"now": to_micros(now)})[0]
+        oldest = ready["oldest"]
+        return QueueStats(
+            counts=counts,
+            oldest_ready_at=from_micros(oldest) if oldest else None,
+            ready=ready["ready"],
+        )
+
+    def job_event_counts(
+        self, since: datetime, until: datetime, bucket_seconds: int
+    ) -> list[EventCount]:
+        start = to_micros(since)
+        bucket = bucket_seconds * 1_000_000
+        args = {"since": start, "until": to_micros(until), "bucket": bucket}
+        return [
+            EventCount(from_micros(start + r["bucket"] * bucket), EventKind(r["event"]), r["n"])
+            for r in self._read("job_event_counts", args)
+        ]
+
+    def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
+        return self._writer.run(lambda conn: _requeue_failed(conn, job_type, actor, now))
 
     # -- keys --------------------------------------------------------------
 
@@ -381,7 +403,12 @@ def _finish(
         row = conn.execute(Q["job_complete"], args).fetchone()
     else:
         retry_at = item.retry_at or item.now
-        args.update(error=item.error, retryable=item.retryable, retry_at=to_micros(retry_at))
+        args.update(
+            error=item.error,
+            retryable=item.retryable,
+            retry_at=to_micros(retry_at),
+            expired=kind is EventKind.LEASE_EXPIRED,
+        )
         row = conn.execute(Q["job_fail"], args).fetchone()
     if row is None:
         return guard_failure(_get(conn, item.job_id), item.worker_name, item.lease_token)
@@ -410,3 +437,11 @@ def _transition(
     job = job_from_row(row)
     conn.execute(Q["event_insert"], _event(job, now, kind, before.status, actor))
     return job
+
+
+def _requeue_failed(conn: sqlite3.Connection, job_type: str, actor: str, now: datetime) -> int:
+    args = {"type": job_type, "now": to_micros(now)}
+    jobs = [job_from_row(r) for r in conn.execute(Q["job_requeue_failed"], args)]
+    events = [_event(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
+    conn.executemany(Q["event_insert"], events)
+    return len(jobs)

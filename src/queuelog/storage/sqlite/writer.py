@@ -30,6 +30,8 @@ class GroupWriter:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="queuelog-writer", daemon=True)
         self._closed = False
+        # Guards the closed flag together with queueing, so nothing is queued behind _STOP.
+        self._lock = threading.Lock()
         self._startup_error: Exception | None = None
         self.groups_committed = 0
         self._thread.start()
@@ -40,17 +42,25 @@ class GroupWriter:
 
     def run(self, operation: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``operation`` in the next group; return its result once it is durable."""
-        if self._closed:
-            raise RuntimeError("storage is closed")
         future: Future[T] = Future()
-        self._queue.put((operation, future))
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("storage is closed")
+            self._queue.put((operation, future))
         return future.result()
 
+    @property
+    def alive(self) -> bool:
+        """True while the writer thread can still commit work."""
+        return not self._closed and self._thread.is_alive()
+
     def close(self) -> None:
-        if not self._closed:
+        with self._lock:
+            if self._closed:
+                return
             self._closed = True
             self._queue.put(_STOP)
-            self._thread.join()
+        self._thread.join()
 
     def _loop(self) -> None:
         try:
@@ -77,7 +87,20 @@ class GroupWriter:
                     group.append(nxt)
                 self._commit(conn, group)
         finally:
+            with self._lock:
+                self._closed = True
+            self._fail_waiting(RuntimeError("storage is closed"))
             conn.close()
+
+    def _fail_waiting(self, error: Exception) -> None:
+        """Answer whatever is still queued: once the loop ends, nothing else will."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not _STOP:
+                item[1].set_exception(error)
 
     def _commit(self, conn: sqlite3.Connection, group: list[tuple[Operation, Future[Any]]]) -> None:
         outcomes: list[tuple[Future[Any], Any, BaseException | None]] = []
@@ -95,10 +118,12 @@ class GroupWriter:
                 conn.execute("RELEASE op")
             conn.execute("COMMIT")
         except Exception as exc:  # the transaction itself failed: nothing was stored
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            for _, future in group:
-                future.set_exception(exc)
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            finally:
+                for _, future in group:
+                    future.set_exception(exc)
             return
         self.groups_committed += 1
         for future, value, error in outcomes:

@@ -1,0 +1,92 @@
+"""The dashboard's state-changing forms. Each goes through JobService or KeyRing,
+exactly as the API does, and needs the session's CSRF token."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import RedirectResponse
+
+from queuelog.api.deps import state_of
+from queuelog.dashboard.pages import key_page
+from queuelog.dashboard.web import DashboardRoute, Posted, field_of, render
+from queuelog.errors import QueueError, ValidationFailed
+from queuelog.models import Priority, Role
+
+router = APIRouter(prefix="/ui", route_class=DashboardRoute)
+
+KEY_NAME = re.compile(r"[A-Za-z0-9._:@-]{1,64}")  # as POST /keys
+
+
+def _see(url: str) -> Response:
+    return RedirectResponse(url, status_code=303)
+
+
+@router.post("/jobs/{job_id}/retry")
+def retry_job(request: Request, job_id: int, posted: Posted) -> Response:
+    state_of(request).service.retry(posted.admin, job_id)
+    return _see(f"/ui/jobs/{job_id}?notice=retried")
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel_job(request: Request, job_id: int, posted: Posted) -> Response:
+    state_of(request).service.cancel(posted.admin, job_id)
+    return _see(f"/ui/jobs/{job_id}?notice=cancelled")
+
+
+@router.post("/retry-failed")
+def retry_failed(request: Request, posted: Posted) -> Response:
+    job_type = field_of(posted.form, "type")
+    if not job_type:
+        raise ValidationFailed("Name the job type whose failed jobs to retry")
+    count = state_of(request).service.retry_failed(posted.admin, job_type)
+    query = urlencode({"type": job_type, "notice": "requeued", "count": count})
+    return _see(f"/ui/jobs?{query}")
+
+
+@router.post("/keys")
+def create_key(request: Request, posted: Posted) -> Response:
+    """Create a key and show its plaintext on this one page, never again."""
+    state = state_of(request)
+    form = posted.form
+    try:
+        name, roles, priority, types = _key_fields(
+            field_of(form, "name"),
+            [str(r) for r in form.getlist("roles")],
+            field_of(form, "max_priority") or "medium",
+            [str(t) for t in form.getlist("types")],
+            set(state.service.settings.types),
+        )
+        key, plaintext = state.keys.create(name, roles, priority, types)
+    except QueueError as exc:
+        page = key_page(request) | {"form_error": exc.detail}
+        return render(request, "keys.html", 422, **page, notice=None)
+    page = key_page(request) | {"created": key, "plaintext": plaintext}
+    return render(request, "keys.html", 201, **page, notice=None)
+
+
+def _key_fields(
+    name: str, roles: list[str], priority: str, types: list[str], configured: set[str]
+) -> tuple[str, frozenset[Role], Priority, tuple[str, ...] | None]:
+    """The create-key form, checked by the same limits as ``POST /keys``."""
+    if not KEY_NAME.fullmatch(name):
+        raise ValidationFailed("The name must be 1 to 64 of A-Z a-z 0-9 . _ : @ -")
+    try:
+        chosen = frozenset(Role(r) for r in roles)
+        ceiling = Priority.from_label(priority)
+    except ValueError:
+        raise ValidationFailed("Unknown role or priority") from None
+    if not chosen:
+        raise ValidationFailed("Choose at least one role")
+    unknown = [t for t in types if t not in configured]
+    if unknown:
+        raise ValidationFailed(f"Job type {unknown[0]!r} is not configured")
+    return name, chosen, ceiling, tuple(types) if types else None
+
+
+@router.post("/keys/{key_id}/revoke")
+def revoke_key(request: Request, key_id: int, posted: Posted) -> Response:
+    state_of(request).keys.revoke(key_id)
+    return _see("/ui/keys?notice=key-revoked")

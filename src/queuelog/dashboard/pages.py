@@ -1,0 +1,153 @@
+"""The dashboard's read-only pages: overview, jobs, one job, keys, confirmations."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+
+from queuelog.api.deps import state_of
+from queuelog.dashboard import views
+from queuelog.dashboard.web import Admin, DashboardRoute, now_of, render
+from queuelog.errors import NotFound, ValidationFailed
+from queuelog.models import JobStatus
+
+router = APIRouter(prefix="/ui", route_class=DashboardRoute)
+
+PAGE_SIZE = 50
+LEASED_SHOWN = 100
+
+# Fixed texts for ?notice=...: the query string never puts its own words on the page.
+NOTICES = {
+    "retried": "The job is pending again.",
+    "cancelled": "The job was cancelled.",
+    "requeued": "{count} failed job(s) of this type are pending again.",
+    "key-revoked": "The key was revoked; it stops working at once.",
+}
+
+
+def _notice(code: str | None, count: int = 0) -> str | None:
+    text = NOTICES.get(code or "")
+    return text.format(count=count) if text else None
+
+
+@router.get("")
+@router.get("/")
+def overview(request: Request, admin: Admin) -> Response:
+    service = state_of(request).service
+    stats = service.stats()
+    now = now_of(request)
+    leased, _ = service.list_jobs(admin.key, LEASED_SHOWN, status=JobStatus.RUNNING)
+    oldest = stats.oldest_ready_at
+    return render(
+        request,
+        "overview.html",
+        totals=views.status_totals(stats.counts),
+        by_type=views.by_type(stats.counts),
+        ready=stats.ready,
+        oldest_age=(now - oldest).total_seconds() if oldest else None,
+        chart=views.throughput_chart(service.throughput(60)),
+        leased=leased,
+    )
+
+
+def _status(value: str | None) -> JobStatus | None:
+    if not value:
+        return None
+    try:
+        return JobStatus(value)
+    except ValueError:
+        raise ValidationFailed(f"Unknown status {value!r}") from None
+
+
+@router.get("/jobs")
+def jobs(
+    request: Request,
+    admin: Admin,
+    status: Annotated[str | None, Query(max_length=20)] = None,
+    job_type: Annotated[str | None, Query(alias="type", max_length=100)] = None,
+    idempotency_key: Annotated[str | None, Query(max_length=255)] = None,
+    cursor: Annotated[str | None, Query(max_length=100)] = None,
+    notice: Annotated[str | None, Query(max_length=30)] = None,
+    count: Annotated[int, Query(ge=0)] = 0,
+) -> Response:
+    service = state_of(request).service
+    found, next_cursor = service.list_jobs(
+        admin.key,
+        PAGE_SIZE,
+        cursor=cursor or None,
+        status=_status(status),
+        job_type=job_type or None,
+        idempotency_key=idempotency_key or None,
+    )
+    filters = {
+        "status": status or "",
+        "type": job_type or "",
+        "idempotency_key": idempotency_key or "",
+    }
+    return render(
+        request,
+        "jobs.html",
+        jobs=found,
+        next_cursor=next_cursor,
+        filters=filters,
+        statuses=views.STATUSES,
+        types=sorted(service.settings.types),
+        first_page=not cursor,
+        notice=_notice(notice, count),
+    )
+
+
+@router.get("/jobs/{job_id}")
+def job(
+    request: Request,
+    admin: Admin,
+    job_id: int,
+    notice: Annotated[str | None, Query(max_length=30)] = None,
+) -> Response:
+    service = state_of(request).service
+    found = service.get(admin.key, job_id)
+    return render(
+        request,
+        "job.html",
+        job=found,
+        events=service.events(admin.key, job_id),
+        notice=_notice(notice),
+    )
+
+
+@router.get("/retry-failed")
+def confirm_retry_failed(
+    request: Request,
+    admin: Admin,
+    job_type: Annotated[str, Query(alias="type", min_length=1, max_length=100)],
+) -> Response:
+    counts = state_of(request).service.stats().counts
+    count = counts.get(("failed", job_type), 0)
+    return render(request, "retry_failed.html", job_type=job_type, count=count)
+
+
+@router.get("/keys")
+def keys(
+    request: Request, admin: Admin, notice: Annotated[str | None, Query(max_length=30)] = None
+) -> Response:
+    return render(request, "keys.html", 200, **key_page(request), notice=_notice(notice))
+
+
+def key_page(request: Request) -> dict[str, object]:
+    state = state_of(request)
+    return {
+        "keys": sorted(state.keys.list(), key=lambda k: (k.revoked_at is not None, -k.id)),
+        "types": sorted(state.service.settings.types),
+        "roles": ["producer", "worker", "admin"],
+        "priorities": ["low", "medium", "high", "critical"],
+        "created": None,
+        "plaintext": None,
+        "form_error": None,
+    }
+
+
+@router.get("/{path:path}")
+def unknown(request: Request, path: str) -> Response:
+    """Anything else under /ui: an HTML 404 with the dashboard's headers."""
+    raise NotFound("No such page")

@@ -1,0 +1,115 @@
+"""The dashboard's router: login, logout, static files, and the pages and forms."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import RedirectResponse
+from starlette.datastructures import FormData
+
+from queuelog.api.deps import state_of
+from queuelog.dashboard import actions, pages
+from queuelog.dashboard.sessions import SessionStore
+from queuelog.dashboard.web import (
+    Dashboard,
+    DashboardRoute,
+    check_csrf,
+    clear_session_cookie,
+    current_session,
+    dashboard_of,
+    field_of,
+    now_of,
+    read_form,
+    render,
+    set_session_cookie,
+)
+from queuelog.errors import Unauthenticated
+from queuelog.models import Role
+
+DEFAULT_SESSION_SECONDS = 8 * 3600
+SESSION_ENV = "QUEUELOG_UI_SESSION_SECONDS"
+STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
+
+router = APIRouter(prefix="/ui", route_class=DashboardRoute)
+
+
+def dashboard_router(session_seconds: int | None = None) -> APIRouter:
+    """The ``/ui`` routes with their own session store (sessions live in this process).
+
+    Args:
+        session_seconds: how long a login lasts; default ``$QUEUELOG_UI_SESSION_SECONDS``
+            or eight hours.
+    """
+    seconds = session_seconds or int(os.environ.get(SESSION_ENV, DEFAULT_SESSION_SECONDS))
+    ui = Dashboard(sessions=SessionStore(seconds))
+
+    def attach(request: Request) -> None:
+        request.state.dashboard = ui
+
+    outer = APIRouter(dependencies=[Depends(attach)], route_class=DashboardRoute)
+    outer.include_router(router)
+    outer.include_router(actions.router)
+    outer.include_router(pages.router)  # last: it ends with the catch-all 404
+    return outer
+
+
+@router.get("/static/{name}")
+def static(request: Request, name: str) -> Response:
+    media = STATIC.get(name)
+    if media is None:
+        return Response(status_code=404)
+    response = Response(dashboard_of(request).static(name), media_type=media)
+    response.headers["Cache-Control"] = "no-cache"
+    return response
+
+
+@router.get("/login")
+def login_form(request: Request) -> Response:
+    session = current_session(request)
+    if session is not None and session.key_id is not None:
+        return RedirectResponse("/ui", status_code=303)
+    return _login_page(request, None, 200)
+
+
+def _login_page(request: Request, message: str | None, status: int) -> Response:
+    """The form, under a fresh anonymous session whose token the form carries."""
+    sessions = dashboard_of(request).sessions
+    old = current_session(request)
+    if old is not None:
+        sessions.end(old.id)
+    session = sessions.start_anonymous(now_of(request))
+    request.state.ui_session = session
+    response = render(request, "login.html", status, message=message)
+    set_session_cookie(request, response, session)
+    return response
+
+
+Form = Annotated[FormData, Depends(read_form)]
+
+
+@router.post("/login")
+def login(request: Request, form: Form) -> Response:
+    session = check_csrf(current_session(request), form)
+    state = state_of(request)
+    try:
+        key = state.keys.authenticate(field_of(form, "key"))
+    except Unauthenticated:
+        return _login_page(request, "This key is not valid, or it has been revoked.", 401)
+    if not key.has(Role.ADMIN):
+        return _login_page(request, "This key does not have the admin role.", 403)
+    dashboard = dashboard_of(request)
+    admin = dashboard.sessions.log_in(session.id, key.id, key.key_hash, now_of(request))
+    response = RedirectResponse("/ui", status_code=303)
+    set_session_cookie(request, response, admin)
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, form: Form) -> Response:
+    session = check_csrf(current_session(request), form)
+    dashboard_of(request).sessions.end(session.id)
+    response = RedirectResponse("/ui/login", status_code=303)
+    clear_session_cookie(request, response)
+    return response

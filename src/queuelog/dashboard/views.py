@@ -1,0 +1,106 @@
+"""Presentation helpers: times, JSON and the throughput chart's geometry. No I/O."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from queuelog.models import JobStatus
+from queuelog.service import MinuteCounts
+
+STATUSES = [s.value for s in JobStatus]
+
+
+def when(at: datetime | None) -> str:
+    return "" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration(seconds: float | None) -> str:
+    """``3 h 2 min``, ``4 min 5 s``, ``12 s``; negative means in the past."""
+    if seconds is None:
+        return "-"
+    whole = int(abs(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min {secs} s"
+    return f"{secs} s"
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    x: float
+    width: float
+    completed_y: float
+    completed_height: float
+    failed_y: float
+    failed_height: float
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    width: int
+    height: int
+    peak: int
+    bars: list[Bar]
+    total_completed: int
+    total_failed: int
+    first_label: str
+    last_label: str
+
+
+def throughput_chart(slots: Sequence[MinuteCounts], width: int = 720, height: int = 140) -> Chart:
+    """Stacked bars per minute (completed below, failed above), scaled to the busiest."""
+    peak = max([s.completed + s.failed for s in slots] + [1])
+    step = width / max(len(slots), 1)
+    bars = []
+    for index, slot in enumerate(slots):
+        done_h = height * slot.completed / peak
+        fail_h = height * slot.failed / peak
+        label = slot.start.astimezone(UTC).strftime("%H:%M")
+        bars.append(
+            Bar(
+                x=round(index * step + 1, 2),
+                width=round(max(step - 2, 1), 2),
+                completed_y=round(height - done_h, 2),
+                completed_height=round(done_h, 2),
+                failed_y=round(height - done_h - fail_h, 2),
+                failed_height=round(fail_h, 2),
+                title=f"{label}: {slot.completed} completed, {slot.failed} failed",
+            )
+        )
+    return Chart(
+        width=width,
+        height=height,
+        peak=peak,
+        bars=bars,
+        total_completed=sum(s.completed for s in slots),
+        total_failed=sum(s.failed for s in slots),
+        first_label=slots[0].start.astimezone(UTC).strftime("%H:%M") if slots else "",
+        last_label=slots[-1].start.astimezone(UTC).strftime("%H:%M") if slots else "",
+    )
+
+
+def status_totals(counts: dict[tuple[str, str], int]) -> dict[str, int]:
+    totals = dict.fromkeys(STATUSES, 0)
+    for (status, _), count in counts.items():
+        totals[status] = totals.get(status, 0) + count
+    return totals
+
+
+def by_type(counts: dict[tuple[str, str], int]) -> dict[str, dict[str, int]]:
+    """``{type: {status: count}}`` with every status present, types sorted."""
+    table: dict[str, dict[str, int]] = {}
+    for (status, job_type), count in sorted(counts.items(), key=lambda item: item[0][1]):
+        table.setdefault(job_type, dict.fromkeys(STATUSES, 0))[status] = count
+    return table

@@ -1,0 +1,226 @@
+"""What every dashboard page shares: rendering, security headers, the admin's session, CSRF."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import resources
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
+
+import jinja2
+from fastapi import Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.routing import APIRoute
+from starlette.datastructures import FormData, UploadFile
+
+from queuelog.api.deps import AppState, state_of
+from queuelog.dashboard import views
+from queuelog.dashboard.sessions import Session, SessionStore
+from queuelog.errors import NotFound, QueueError
+from queuelog.models import ApiKey, Role
+
+log = logging.getLogger("queuelog.dashboard")
+
+COOKIE = "queuelog_session"
+COOKIE_PATH = "/ui"
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass
+class Dashboard:
+    """Built once per app by ``dashboard_router``: templates and the session store."""
+
+    sessions: SessionStore
+    templates: jinja2.Environment = field(default_factory=lambda: _environment())
+
+    def static(self, name: str) -> bytes:
+        return resources.files("queuelog.dashboard").joinpath("static", name).read_bytes()
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("queuelog.dashboard", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(when=views.when, pretty=views.pretty_json, duration=views.duration)
+    return env
+
+
+class LoginRequired(Exception):
+    """No live session for an active admin key: the browser is sent to the login form."""
+
+
+class CsrfRejected(Exception):
+    """A state-changing form came without the session's synchroniser token."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdminSession:
+    key: ApiKey
+    session: Session
+
+
+def dashboard_of(request: Request) -> Dashboard:
+    ui: Dashboard = request.state.dashboard
+    return ui
+
+
+def now_of(request: Request) -> datetime:
+    return state_of(request).service.clock.now()
+
+
+def render(request: Request, template: str, status: int = 200, **context: object) -> HTMLResponse:
+    """A page, with the session's CSRF token and the admin's name available to every form."""
+    session: Session | None = getattr(request.state, "ui_session", None)
+    admin: ApiKey | None = getattr(request.state, "ui_admin", None)
+    page = dashboard_of(request).templates.get_template(template)
+    values: dict[str, object] = {"notice": None, "page": None, **context}
+    html = page.render(
+        csrf_token=session.csrf_token if session else "",
+        admin=admin,
+        now=now_of(request),
+        **values,
+    )
+    return HTMLResponse(html, status_code=status)
+
+
+def error_page(request: Request, status: int, title: str, detail: str) -> Response:
+    if getattr(request.state, "dashboard", None) is None:
+        return HTMLResponse(f"<h1>{status}</h1>", status_code=status)
+    return render(request, "error.html", status, title=title, detail=detail, code=status)
+
+
+class DashboardRoute(APIRoute):
+    """Answers every dashboard failure with an HTML page and adds the security headers."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            try:
+                response = await handler(request)
+            except LoginRequired:
+                response = RedirectResponse("/ui/login", status_code=303)
+            except CsrfRejected:
+                detail = "The form has expired or did not come from this dashboard. Reload it."
+                response = error_page(request, 403, "Form refused", detail)
+            except (NotFound, RequestValidationError):
+                response = error_page(request, 404, "Not found", "There is nothing here.")
+            except QueueError as exc:
+                response = error_page(request, exc.status, exc.title, exc.detail)
+            except Exception:
+                log.exception("dashboard error on %s %s", request.method, request.url.path)
+                response = error_page(request, 500, "Server error", "Something went wrong.")
+            for name, value in SECURITY_HEADERS.items():
+                response.headers.setdefault(name, value)
+            return response
+
+        return guarded
+
+
+def current_session(request: Request) -> Session | None:
+    session = dashboard_of(request).sessions.get(request.cookies.get(COOKIE), now_of(request))
+    request.state.ui_session = session
+    return session
+
+
+def _admin(request: Request) -> AdminSession:
+    """The logged-in admin; the key is looked up again on every request."""
+    session = current_session(request)
+    if session is None or session.key_id is None or session.key_hash is None:
+        raise LoginRequired
+    state: AppState = state_of(request)
+    key = state.service.storage.key_by_hash(session.key_hash)
+    if key is None or key.id != session.key_id or key.revoked_at or not key.has(Role.ADMIN):
+        dashboard_of(request).sessions.end(session.id)
+        raise LoginRequired
+    request.state.ui_admin = key
+    request.state.principal = key.name
+    return AdminSession(key, session)
+
+
+async def read_form(request: Request) -> FormData:
+    """An urlencoded form (the BodyLimitMiddleware has bounded its size)."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/x-www-form-urlencoded":
+        return FormData()
+    body = (await request.body()).decode("utf-8", errors="replace")
+    try:
+        pairs: list[tuple[str, str | UploadFile]] = list(
+            parse_qsl(body, keep_blank_values=True, max_num_fields=100)
+        )
+    except ValueError:  # too many fields: no form of ours has that many
+        return FormData()
+    return FormData(pairs)
+
+
+def check_csrf(session: Session | None, form: FormData) -> Session:
+    """The session whose synchroniser token the form carries, or CsrfRejected."""
+    token = form.get("csrf_token")
+    if session is None or not isinstance(token, str) or not session.csrf_ok(token):
+        raise CsrfRejected
+    return session
+
+
+@dataclass(frozen=True, slots=True)
+class AdminPost:
+    admin: ApiKey
+    form: FormData
+
+
+async def _admin_post(
+    request: Request, admin: Annotated[AdminSession, Depends(_admin)]
+) -> AdminPost:
+    form = await read_form(request)
+    check_csrf(admin.session, form)
+    return AdminPost(admin.key, form)
+
+
+Admin = Annotated[AdminSession, Depends(_admin)]
+Posted = Annotated[AdminPost, Depends(_admin_post)]
+
+
+def field_of(form: FormData, name: str) -> str:
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""
+
+
+def set_session_cookie(request: Request, response: Response, session: Session) -> None:
+    seconds = int((session.expires_at - now_of(request)).total_seconds())
+    response.set_cookie(
+        COOKIE,
+        session.id,
+        max_age=max(seconds, 0),
+        expires=max(seconds, 0),
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def clear_session_cookie(request: Request, response: Response) -> None:
+    response.delete_cookie(
+        COOKIE,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )

@@ -1,0 +1,174 @@
+"""The dashboard's pages and forms, through the same rules as the API."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from fastapi.testclient import TestClient
+
+from queuelog.clock import FakeClock
+from tests.conftest import Api, claim_one, enqueue
+from tests.dashboard.conftest import Browser
+
+
+def _fail(worker: Api, error: str = "boom") -> dict[str, object]:
+    held = claim_one(worker)
+    body = {"lease_token": held["lease_token"], "error": error, "retryable": False}
+    response = worker.post(f"/jobs/{held['id']}/fail", json=body)
+    assert response.status_code == 200, response.text
+    failed: dict[str, object] = response.json()
+    return failed
+
+
+def test_overview_counts_jobs_by_status_and_type_and_lists_leases(
+    browser: Browser, producer: Api, worker: Api, clock: FakeClock
+) -> None:
+    for _ in range(3):
+        enqueue(producer, "noop")
+    enqueue(producer, "send_email", payload={"to": "a@b.c"})
+    held = claim_one(worker, types=["send_email"])
+    clock.advance(90)
+    page = browser.get("/ui").text
+    assert re.search(r'<span class="n">3</span><span class="label">pending</span>', page)
+    assert re.search(r'<span class="n">1</span><span class="label">running</span>', page)
+    assert re.search(r'<span class="n">3</span><span class="label">ready now</span>', page)
+    assert "1 min 30 s" in page  # the oldest ready job has waited that long
+    assert f'href="/ui/jobs/{held["id"]}"' in page and "mailer" in page
+    assert '<a href="/ui" aria-current="page">' in page
+    assert "<svg" in page and 'class="chart"' in page
+
+
+def test_overview_chart_counts_the_last_hour(browser: Browser, producer: Api, worker: Api) -> None:
+    enqueue(producer, "noop", max_retries=0)
+    enqueue(producer, "noop")
+    _fail(worker)
+    held = claim_one(worker)
+    worker.post(f"/jobs/{held['id']}/complete", json={"lease_token": held["lease_token"]})
+    page = browser.get("/ui").text
+    assert "completed <strong>1</strong>" in page and "failed <strong>1</strong>" in page
+    assert "1 completed, 1 failed" in page
+
+
+def test_jobs_list_filters_and_pages(browser: Browser, producer: Api) -> None:
+    ids = [enqueue(producer, "noop")["id"] for _ in range(55)]
+    keyed = enqueue(producer, "send_email", payload={"to": "x"}, idempotency_key="order-7")
+    first = browser.get("/ui/jobs").text
+    assert first.count("data-job-id=") == 50 and f'data-job-id="{keyed["id"]}"' in first
+    older = re.search(r'href="(/ui/jobs\?[^"]*cursor=[^"]+)"', first)
+    assert older
+    second = browser.get(older.group(1).replace("&amp;", "&")).text
+    assert second.count("data-job-id=") == 6 and f'data-job-id="{ids[0]}"' in second
+    by_type = browser.get("/ui/jobs?type=send_email").text
+    assert by_type.count("data-job-id=") == 1
+    by_key = browser.get("/ui/jobs?idempotency_key=order-7").text
+    assert f'data-job-id="{keyed["id"]}"' in by_key and by_key.count("data-job-id=") == 1
+    assert browser.get("/ui/jobs?status=running").text.count("data-job-id=") == 0
+
+
+def test_bad_filters_answer_an_error_page(browser: Browser) -> None:
+    assert browser.get("/ui/jobs?status=sleeping").status_code == 422
+    bad_cursor = browser.get("/ui/jobs?cursor=nonsense")
+    assert bad_cursor.status_code == 422 and "Traceback" not in bad_cursor.text
+
+
+def test_job_page_shows_payload_result_error_and_events(
+    browser: Browser, producer: Api, worker: Api
+) -> None:
+    job = enqueue(producer, "noop", payload={"n": 1, "note": "héllo"}, max_retries=0)
+    _fail(worker, "connect to postgresql://bob:hunter2@db/x failed")
+    page = html.unescape(browser.get(f"/ui/jobs/{job['id']}").text)
+    assert '"note": "héllo"' in page
+    assert "hunter2" not in page and "failed" in page
+    assert page.count("<li>") >= 3  # enqueued, claimed, failed
+    assert f"/ui/jobs/{job['id']}/retry" in page
+    assert "/cancel" not in page
+
+
+def test_unknown_job_is_a_404_page(browser: Browser) -> None:
+    for path in ("/ui/jobs/424242", "/ui/jobs/not-a-number", "/ui/nothing/here"):
+        response = browser.get(path)
+        assert response.status_code == 404
+        assert response.headers["content-type"].startswith("text/html")
+        assert "Not found" in response.text and "Traceback" not in response.text
+
+
+def test_retry_button_requeues_a_failed_job_as_the_admin(
+    browser: Browser, producer: Api, worker: Api, admin: Api
+) -> None:
+    job = enqueue(producer, "noop", max_retries=0)
+    _fail(worker)
+    response = browser.post(f"/ui/jobs/{job['id']}/retry")
+    assert response.status_code == 303
+    assert response.headers["location"] == f"/ui/jobs/{job['id']}?notice=retried"
+    after = admin.get(f"/jobs/{job['id']}").json()
+    assert after["status"] == "pending" and after["retry_count"] == 0
+    last = admin.get(f"/jobs/{job['id']}/events").json()["events"][-1]
+    assert (last["event"], last["actor"]) == ("requeued", "root")
+    again = browser.post(f"/ui/jobs/{job['id']}/retry")
+    assert again.status_code == 409 and "pending" in again.text
+
+
+def test_cancel_button_cancels_a_pending_job(browser: Browser, producer: Api, admin: Api) -> None:
+    job = enqueue(producer, "noop")
+    assert browser.post(f"/ui/jobs/{job['id']}/cancel").status_code == 303
+    assert admin.get(f"/jobs/{job['id']}").json()["status"] == "cancelled"
+    page = browser.get(f"/ui/jobs/{job['id']}?notice=cancelled").text
+    assert "The job was cancelled." in page and "/retry" in page
+
+
+def test_retry_all_failed_of_a_type_confirms_the_count_first(
+    browser: Browser, producer: Api, worker: Api, admin: Api
+) -> None:
+    for _ in range(3):
+        enqueue(producer, "noop", max_retries=0)
+    enqueue(producer, "send_email", payload={"to": "x"}, max_retries=0)
+    for _ in range(4):
+        _fail(worker)
+    overview = browser.get("/ui").text
+    assert 'href="/ui/retry-failed?type=noop">Retry 3 failed</a>' in overview
+    confirm = browser.get("/ui/retry-failed?type=noop").text
+    assert '<strong id="count">3</strong>' in confirm
+    done = browser.post("/ui/retry-failed", type="noop")
+    assert done.status_code == 303 and done.headers["location"].startswith("/ui/jobs?type=noop")
+    listing = browser.get(done.headers["location"]).text
+    assert "3 failed job(s) of this type are pending again." in listing
+    stats = admin.get("/stats").json()["by_type"]
+    assert stats["noop"]["pending"] == 3 and stats["send_email"]["failed"] == 1
+
+
+def test_keys_page_creates_a_key_shown_once_and_revokes_it(
+    browser: Browser, client: TestClient
+) -> None:
+    created = browser.post("/ui/keys", name="shop-2", roles="producer", max_priority="high")
+    assert created.status_code == 201
+    plaintext = re.search(r'<pre class="secret" id="new-key">(ql_\w+)</pre>', created.text)
+    assert plaintext
+    key = plaintext.group(1)
+    jobs = client.get("/jobs", headers={"Authorization": f"Bearer {key}"})
+    assert jobs.status_code == 200
+    listing = browser.get("/ui/keys").text
+    assert "shop-2" in listing and key not in listing
+    key_id = re.search(r'<tr data-key-id="(\d+)"\s*>\s*<td>\d+</td>\s*<td>shop-2', listing)
+    assert key_id
+    revoked = browser.post(f"/ui/keys/{key_id.group(1)}/revoke")
+    assert revoked.status_code == 303
+    again = client.get("/jobs", headers={"Authorization": f"Bearer {key}"})
+    assert again.status_code == 401
+
+
+def test_key_form_is_checked_like_the_api(browser: Browser) -> None:
+    no_role = browser.post("/ui/keys", name="x")
+    assert no_role.status_code == 422 and "Choose at least one role" in no_role.text
+    bad_name = browser.post("/ui/keys", name="<b>", roles="worker")
+    assert bad_name.status_code == 422 and "<b>" not in bad_name.text
+    bad_type = browser.post("/ui/keys", name="w", roles="worker", types="nope")
+    assert bad_type.status_code == 422 and "not configured" in bad_type.text
+
+
+def test_user_text_is_escaped(browser: Browser, producer: Api, worker: Api) -> None:
+    job = enqueue(producer, "noop", payload={"html": "<script>alert(1)</script>"}, max_retries=0)
+    _fail(worker, "<img src=x onerror=alert(2)>")
+    page = browser.get(f"/ui/jobs/{job['id']}").text
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(2)&gt;" in page

@@ -1,0 +1,169 @@
+"""Login, sessions, cookies, CSRF and security headers of the dashboard."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from queuelog.api.app import create_app
+from queuelog.clock import FakeClock
+from queuelog.config import Settings
+from queuelog.storage.sqlite.store import SqliteStorage
+from tests.conftest import Api, KeyMaker, enqueue
+from tests.dashboard.conftest import Browser, csrf_of, log_in
+
+
+def test_ui_redirects_to_login_when_not_logged_in(client: TestClient) -> None:
+    for path in ("/ui", "/ui/jobs", "/ui/jobs/1", "/ui/keys"):
+        response = client.get(path, follow_redirects=False)
+        assert response.status_code == 303, path
+        assert response.headers["location"] == "/ui/login"
+
+
+def test_admin_logs_in_and_sees_the_overview(browser: Browser) -> None:
+    page = browser.get("/ui")
+    assert page.status_code == 200
+    assert "Overview" in page.text and "root" in page.text
+    assert browser.key not in page.text
+
+
+def test_producer_and_worker_keys_cannot_log_in(client: TestClient, make_key: KeyMaker) -> None:
+    for role in ("producer", "worker"):
+        _, key = make_key(f"a-{role}", role)
+        response = log_in(client, key)
+        assert response.status_code == 403
+        assert "does not have the admin role" in response.text
+        assert key not in response.text
+        assert client.get("/ui", follow_redirects=False).status_code == 303
+
+
+def test_unknown_or_revoked_key_cannot_log_in(
+    client: TestClient, make_key: KeyMaker, admin: Api
+) -> None:
+    response = log_in(client, "ql_not-a-key")
+    assert response.status_code == 401 and "not valid" in response.text
+    key, plaintext = make_key("old", "admin")
+    assert admin.delete(f"/keys/{key.id}").status_code == 204
+    assert log_in(client, plaintext).status_code == 401
+
+
+def test_login_without_or_with_a_wrong_csrf_token_is_refused(
+    client: TestClient, make_key: KeyMaker
+) -> None:
+    _, key = make_key("root", "admin")
+    client.get("/ui/login")
+    assert client.post("/ui/login", data={"key": key}).status_code == 403
+    wrong = {"key": key, "csrf_token": "x" * 43}
+    assert client.post("/ui/login", data=wrong).status_code == 403
+    assert client.get("/ui", follow_redirects=False).status_code == 303
+
+
+def test_forms_without_or_with_a_wrong_csrf_token_are_refused(
+    browser: Browser, producer: Api, admin: Api
+) -> None:
+    job = enqueue(producer)
+    url = f"/ui/jobs/{job['id']}/cancel"
+    assert browser.client.post(url, data={}).status_code == 403
+    refused = browser.client.post(url, data={"csrf_token": "wrong"})
+    assert refused.status_code == 403 and "Form refused" in refused.text
+    # A token from another session does not do either.
+    assert admin.get(f"/jobs/{job['id']}").json()["status"] == "pending"
+    assert browser.client.post("/ui/logout", data={}).status_code == 403
+    assert browser.get("/ui").status_code == 200
+
+
+def test_session_cookie_flags(client: TestClient, make_key: KeyMaker) -> None:
+    _, key = make_key("root", "admin")
+    response = log_in(client, key)
+    cookie = response.headers["set-cookie"]
+    parts = [p.strip().lower() for p in cookie.split(";")]
+    assert parts[0].startswith("queuelog_session=")
+    assert "httponly" in parts and "samesite=strict" in parts and "path=/ui" in parts
+    assert "max-age=28800" in parts and any(p.startswith("expires=") for p in parts)
+    assert "secure" not in parts
+    assert key not in cookie
+
+
+def test_session_cookie_is_secure_over_https(client: TestClient, make_key: KeyMaker) -> None:
+    _, key = make_key("root", "admin")
+    secure = TestClient(client.app, base_url="https://testserver")
+    response = log_in(secure, key)
+    assert response.status_code == 303
+    assert "secure" in [p.strip().lower() for p in response.headers["set-cookie"].split(";")]
+
+
+def test_security_headers_on_every_dashboard_answer(browser: Browser) -> None:
+    for path in ("/ui", "/ui/jobs", "/ui/jobs/999", "/ui/keys", "/ui/static/dashboard.css"):
+        headers = browser.get(path).headers
+        assert headers["content-security-policy"] == (
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+            "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+        ), path
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["referrer-policy"] == "no-referrer"
+    assert browser.client.get("/ui/login").headers["x-content-type-options"] == "nosniff"
+
+
+def test_pages_have_no_inline_scripts_or_styles(browser: Browser, producer: Api) -> None:
+    job = enqueue(producer)
+    for path in ("/ui", "/ui/jobs", f"/ui/jobs/{job['id']}", "/ui/keys", "/ui/login"):
+        html = browser.client.get(path).text.lower()
+        assert "style=" not in html and "<style" not in html, path
+        assert html.count("<script") == html.count('<script src="/ui/static/'), path
+
+
+def test_logout_ends_the_session(browser: Browser) -> None:
+    old = browser.client.cookies.get("queuelog_session")
+    response = browser.post("/ui/logout")
+    assert response.status_code == 303 and response.headers["location"] == "/ui/login"
+    assert 'queuelog_session=""' in response.headers["set-cookie"]
+    fresh = TestClient(browser.client.app, cookies={"queuelog_session": old or ""})
+    assert fresh.get("/ui", follow_redirects=False).status_code == 303
+
+
+def test_revoking_the_admin_key_ends_its_session(
+    browser: Browser, client: TestClient, admin: Api
+) -> None:
+    keys = admin.get("/keys").json()["keys"]
+    mine = next(k for k in keys if k["prefix"] == browser.key[:9])
+    assert admin.delete(f"/keys/{mine['id']}").status_code == 204
+    assert browser.get("/ui").headers["location"] == "/ui/login"
+
+
+def test_session_expires_after_its_lifetime(browser: Browser, clock: FakeClock) -> None:
+    clock.advance(8 * 3600 - 1)
+    assert browser.get("/ui").status_code == 200
+    clock.advance(1)
+    assert browser.get("/ui").headers["location"] == "/ui/login"
+
+
+def test_logging_in_replaces_the_anonymous_session_id(
+    client: TestClient, make_key: KeyMaker
+) -> None:
+    _, key = make_key("root", "admin")
+    form = client.get("/ui/login")
+    anonymous = client.cookies.get("queuelog_session")
+    client.post("/ui/login", data={"csrf_token": csrf_of(form.text), "key": key})
+    assert client.cookies.get("queuelog_session") not in (None, anonymous)
+
+
+def test_dashboard_is_not_in_the_openapi_schema(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    assert not [p for p in paths if p.startswith("/ui")]
+
+
+def test_session_lifetime_is_configurable(
+    settings: Settings,
+    storage: SqliteStorage,
+    clock: FakeClock,
+    make_key: KeyMaker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("QUEUELOG_UI_SESSION_SECONDS", "600")
+    app = create_app(settings, storage=storage, clock=clock, run_maintenance=False)
+    _, key = make_key("root", "admin")
+    with TestClient(app) as client:
+        response = log_in(client, key)
+        assert "max-age=600" in response.headers["set-cookie"].lower()
+        clock.advance(600)
+        assert client.get("/ui", follow_redirects=False).headers["location"] == "/ui/login"
