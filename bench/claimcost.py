@@ -36,42 +36,50 @@ def fill(db: Path, count: int) -> float:
     return time.monotonic() - started
 
 
-def time_claims(url: str, key: str, claims: int, seconds: float) -> list[float]:
-    """Seconds per claim request (limit 1), one claimer, after a short warm-up."""
-    times: list[float] = []
+def time_claims(servers: list[tuple[str, str]], claims: int, seconds: float) -> list[list[float]]:
+    """Seconds per claim request (limit 1) on each server, taking turns.
+
+    Taking turns, one claim here and one there, puts both sizes under the same
+    load from the rest of the machine, so their ratio holds on a busy one.
+    """
+    times: list[list[float]] = [[] for _ in servers]
     deadline = time.monotonic() + seconds
-    with client(url, key) as c:
-        for _ in range(10):
-            expect(c.post("/jobs/claim", json={"limit": 1}))
-        while len(times) < claims and time.monotonic() < deadline:
-            started = time.perf_counter()
-            jobs = expect(c.post("/jobs/claim", json={"limit": 1}))["jobs"]
-            times.append(time.perf_counter() - started)
-            if not jobs:
-                raise RuntimeError("the queue ran dry while timing claims")
+    conns = [client(url, key) for url, key in servers]
+    try:
+        for c in conns:
+            for _ in range(10):
+                expect(c.post("/jobs/claim", json={"limit": 1}))
+        while len(times[0]) < claims and time.monotonic() < deadline:
+            for c, samples in zip(conns, times, strict=True):
+                started = time.perf_counter()
+                jobs = expect(c.post("/jobs/claim", json={"limit": 1}))["jobs"]
+                samples.append(time.perf_counter() - started)
+                if not jobs:
+                    raise RuntimeError("the queue ran dry while timing claims")
+    finally:
+        for c in conns:
+            c.close()
     return times
 
 
 def claim_cost(workdir: Path, sizes: tuple[int, int], claims: int) -> dict[str, object]:
     """Median seconds per claim at each size, and the ratio large/small."""
-    result: dict[str, object] = {}
-    medians = []
-    peak = 0.0
+    prepared = []
     for size in sizes:
         config, keys = prepare_database(workdir / f"claim-{size}")
-        filled = fill(config.parent / "queuelog.db", size)
-        with Server(config) as server:
-            times = time_claims(server.url, keys.worker, claims, seconds=30)
-        peak = max(peak, server.peak_rss_mb)
-        median = statistics.median(times)
-        medians.append(median)
+        prepared.append((size, config, keys, fill(config.parent / "queuelog.db", size)))
+    with Server(prepared[0][1]) as small, Server(prepared[1][1]) as large:
+        servers = [(small.url, prepared[0][2].worker), (large.url, prepared[1][2].worker)]
+        times = time_claims(servers, claims, seconds=60)
+    result: dict[str, object] = {}
+    for (size, _, _, filled), samples in zip(prepared, times, strict=True):
         result[str(size)] = {
             "pending": size,
             "fill_seconds": round(filled, 2),
-            "claim_ms_p50": round(median * 1000, 3),
-            "claim_ms_mean": round(statistics.fmean(times) * 1000, 3),
-            "claims": len(times),
+            "claim_ms_p50": round(statistics.median(samples) * 1000, 3),
+            "claim_ms_mean": round(statistics.fmean(samples) * 1000, 3),
+            "claims": len(samples),
         }
-    result["ratio"] = round(medians[1] / medians[0], 3)
-    result["peak_rss_mb"] = round(peak, 1)
+    result["ratio"] = round(statistics.median(times[1]) / statistics.median(times[0]), 3)
+    result["peak_rss_mb"] = round(max(small.peak_rss_mb, large.peak_rss_mb), 1)
     return result

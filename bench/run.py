@@ -118,7 +118,13 @@ def _section(name: str, fn: Any, *args: Any) -> Any:
 
 
 def run(plan: Plan, workdir: Path, with_huey: bool) -> dict[str, Any]:
+    """Every section; Huey runs before and after queuelog, and its figures are the mean.
+
+    Bracketing queuelog between two Huey runs cancels a load on the machine that
+    rises or falls during the run, so the ratios stay comparable.
+    """
     out: dict[str, Any] = {}
+    before = _huey(plan, workdir / "huey-before") if with_huey else None
     peaks = []
     for group, sections in (
         ("a", [("enqueue", bench_enqueue)]),
@@ -134,12 +140,16 @@ def run(plan: Plan, workdir: Path, with_huey: bool) -> dict[str, Any]:
     out["claim_cost"] = _section(
         "claim_cost", claim_cost, workdir, plan.claim_sizes, plan.claim_samples
     )
-    if with_huey:
-        out["huey"] = _section(
-            "huey", huey_reference, workdir / "huey", plan.jobs, plan.steady_seconds
-        )
-        out["huey"] = {k: _rate(v) for k, v in out["huey"].items()}
+    if before is not None:
+        after = _huey(plan, workdir / "huey-after")
+        out["huey"] = {k: _rate((before[k] + after[k]) / 2) for k in before}
+        out["huey_runs"] = {"before": before, "after": after}
     return out
+
+
+def _huey(plan: Plan, workdir: Path) -> dict[str, float]:
+    figures = _section("huey", huey_reference, workdir, plan.jobs, plan.steady_seconds)
+    return {k: _rate(v) for k, v in figures.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
