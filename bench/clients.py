@@ -199,3 +199,44 @@ class LatencyProducer(_Task):
             expect(self.c.post("/jobs", json={"type": "noop", "payload": payload}), 201)
             latencies.append(self.out.get(timeout=10))
         return len(latencies), {"latencies": latencies}
+
+
+@dataclass
+class SdkBurnWorker(_Task):
+    """The SDK's ``queuelog.Worker`` with a no-op handler, until the queue is drained.
+
+    It claims up to ``concurrency`` jobs per request and acknowledges them with
+    ``complete_many``. The process stops its worker once no job has come for
+    ``idle`` seconds; that idle time is not counted.
+    """
+
+    concurrency: int = 32
+    idle: float = 0.5
+
+    def open(self) -> None:
+        from queuelog.client import Worker  # only there once the SDK has landed
+
+        self.worker = Worker(concurrency=self.concurrency, wait_seconds=0.25, idle_seconds=0.05)
+        self.handled = 0
+        self.last = time.monotonic()
+        lock = threading.Lock()
+
+        @self.worker.handler("noop")
+        def noop(job: Any) -> None:
+            with lock:
+                self.handled += 1
+                self.last = time.monotonic()
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        deadline = time.monotonic() + self.seconds
+        self.last = time.monotonic()
+        watcher = threading.Thread(target=self._stop_when_idle, args=(deadline,), daemon=True)
+        watcher.start()
+        self.worker.run(url=self.url, api_key=self.key)
+        # Acknowledgements are flushed as the worker winds down; the idle wait is not work.
+        return self.handled, {"ended": time.monotonic() - self.idle}
+
+    def _stop_when_idle(self, deadline: float) -> None:
+        while time.monotonic() < deadline and time.monotonic() - self.last < self.idle:
+            time.sleep(0.05)
+        self.worker.stop()

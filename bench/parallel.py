@@ -36,7 +36,8 @@ def _child(task: ClientTask, barrier: Any, out: Any) -> None:
         barrier.wait(timeout=60)
         started = time.monotonic()
         count, extra = task.run()
-        out.put(Share(count, started, time.monotonic(), extra))
+        ended = extra.pop("ended", None) or time.monotonic()  # a task may say when work ended
+        out.put(Share(count, started, ended, extra))
     except Exception as exc:  # reported to the parent, which fails the section
         out.put(RuntimeError(f"{type(task).__name__}: {exc!r}"))
 

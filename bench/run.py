@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import multiprocessing as mp
 import os
@@ -80,6 +81,13 @@ def bench_burn_down(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
         if sum(s.count for s in shares) != plan.jobs:
             raise RuntimeError(f"burn-down {name}: {sum(s.count for s in shares)} != {plan.jobs}")
         result[name] = _rate(rate)
+    if importlib.util.find_spec("queuelog.client") is not None:
+        fill_queue(url, keys.producer, plan.jobs)
+        sdk = [clients.SdkBurnWorker(url, keys.worker, 90) for _ in range(plan.workers)]
+        rate, shares = run_parallel(sdk)
+        if sum(s.count for s in shares) != plan.jobs:
+            raise RuntimeError(f"burn-down sdk: {sum(s.count for s in shares)} != {plan.jobs}")
+        result["sdk_worker"] = _rate(rate)
     return result
 
 
