@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CONFIG ?= queuelog.example.toml
-PY_DIRS := $(wildcard src tests bench)
+PY_DIRS := $(wildcard src tests bench examples)
 
 .PHONY: run test lint typecheck pytest bench bench-quick clean
 

@@ -1,4 +1,4 @@
-"""The ``queuelog`` command: serve, migrate, keys."""
+"""The ``queuelog`` command: serve, migrate, keys; worker, enqueue and jobs (``cli_client``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any
 import click
 
 from queuelog.auth import KeyRing
+from queuelog.cli_client import EXIT_CODES, enqueue, worker
+from queuelog.cli_jobs import jobs
 from queuelog.clock import SystemClock, rfc3339
 from queuelog.config import PRIORITY_LABELS, Settings, load_settings
 from queuelog.models import Priority, Role
@@ -37,10 +39,15 @@ def _open(settings: Settings) -> Storage:
         raise click.ClickException(f"cannot open the database: {exc}") from exc
 
 
-@click.group()
+@click.group(epilog=EXIT_CODES)
 @click.version_option(package_name="queuelog")
 def main() -> None:
     """queuelog: a durable background job queue served over HTTP."""
+
+
+main.add_command(worker)
+main.add_command(enqueue)
+main.add_command(jobs)
 
 
 @main.command()

@@ -349,3 +349,12 @@ def test_a_lease_past_its_deadline_is_no_longer_held(store: Storage) -> None:
     # Just before the deadline the lease still holds.
     before = deadline - timedelta(microseconds=1)
     assert finish(store, job, before).status == JobStatus.COMPLETED
+
+
+def test_list_for_a_producer_and_worker_is_the_union_newest_first(store: Storage) -> None:
+    store.job_insert_many([new_job(principal="other")], T0)
+    mine = [job.id for job, _ in store.job_insert_many([new_job(), new_job()], T0)]
+    claim(store, limit=1)  # worker "w" now holds the other principal's job
+    both = store.job_list(JobListParams(limit=10, principal="shop", holder="w"))
+    assert [j.id for j in both] == sorted([*mine, mine[0] - 1], reverse=True)
+    assert len(store.job_list(JobListParams(limit=2, principal="shop", holder="w"))) == 2

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from queuelog.models import Priority
 from queuelog.storage.sqlfile import load_migrations
 from queuelog.storage.sqlite.store import Q, SqliteStorage
+from tests.storage.test_conformance import T0, claim, new_job
 
 
 @pytest.mark.parametrize(("durability", "level"), [("full", 2), ("normal", 1)])
@@ -52,5 +55,22 @@ def test_claim_walks_the_ready_index_without_sorting(tmp_path: Path, types: str 
         )
         details = " ".join(str(row[-1]) for row in plan)
         assert "USING INDEX jobs_ready" in details and "TEMP B-TREE" not in details
+    finally:
+        store.close()
+
+
+def test_scheduled_jobs_stay_out_of_the_ready_index_until_due(tmp_path: Path) -> None:
+    store = SqliteStorage(tmp_path / "s.db")
+    try:
+        promote = store._reader().execute("EXPLAIN QUERY PLAN " + Q["job_promote_due"], {"now": 0})
+        assert "USING INDEX jobs_pending_run_at" in " ".join(str(r[-1]) for r in promote)
+        later = T0 + timedelta(hours=1)
+        store.job_insert_many([new_job(priority=Priority.HIGH, run_at=later)] * 50, T0)
+        store.job_insert_many([new_job(priority=Priority.LOW)], T0)
+        flags = store._reader().execute("SELECT priority, scheduled FROM jobs").fetchall()
+        assert sorted({(r[0], r[1]) for r in flags}) == [(0, 0), (20, 1)]
+        (ready,) = claim(store, T0, limit=10)
+        assert ready.priority == Priority.LOW
+        assert len(claim(store, later, limit=100)) == 50
     finally:
         store.close()

@@ -44,6 +44,9 @@ Choices where the contract is silent:
 * `POST /jobs/batch/complete` answers 422 `payload-too-large` for an item whose
   result is too large, besides 200, 404 and 409.
 * Ids are positive 64-bit integers; an id outside that range is 422 `validation`.
+* A request is checked in this order: body size (413), media type (415), JSON
+  syntax (422), API key (401), rate limit (429), role (403), then the fields (422)
+  and the rules. The first three cost nothing to check and reveal nothing.
 * A claim request may have an empty body (all fields default).
 """
 

@@ -2,9 +2,9 @@
 
 -- name: job_insert
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
-                  idempotency_key, fingerprint, run_at, created_at, updated_at)
+                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
 VALUES (:type, :payload, :priority, :max_retries, :lease_seconds, :principal,
-        :idempotency_key, :fingerprint, :run_at, :now, :now)
+        :idempotency_key, :fingerprint, :run_at, :run_at > :now, :now, :now)
 ON CONFLICT (principal, idempotency_key) DO NOTHING
 RETURNING *;
 
@@ -22,13 +22,33 @@ SELECT * FROM jobs WHERE principal = :principal AND idempotency_key = :idempoten
 SELECT * FROM jobs WHERE id = :id;
 
 -- name: job_list
+-- Every job (an admin's view), newest first.
 SELECT * FROM jobs
 WHERE (:before_id IS NULL OR id < :before_id)
   AND (:status IS NULL OR status = :status)
   AND (:type IS NULL OR type = :type)
-  AND ((:principal IS NULL AND :holder IS NULL)
-       OR principal = :principal
-       OR (status = 'running' AND claimed_by = :holder))
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: job_list_by_principal
+-- The jobs one producer enqueued, newest first, walking its own index.
+SELECT * FROM jobs INDEXED BY jobs_principal
+WHERE principal = :principal
+  AND (:before_id IS NULL OR id < :before_id)
+  AND (:status IS NULL OR status = :status)
+  AND (:type IS NULL OR type = :type)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: job_list_by_holder
+-- The jobs one worker holds now: running jobs are few, whatever the table's size.
+SELECT * FROM jobs INDEXED BY jobs_leases
+WHERE status = 'running' AND claimed_by = :holder
+  AND (:before_id IS NULL OR id < :before_id)
+  AND (:status IS NULL OR status = :status)
+  AND (:type IS NULL OR type = :type)
   AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
 ORDER BY id DESC
 LIMIT :limit;
@@ -42,12 +62,10 @@ VALUES (:job_id, :at, :event, :from_status, :to_status, :actor, :detail);
 
 -- name: job_claim
 -- One statement: the sub-select picks the ready rows in claim order, the outer
--- guard (status = 'pending') makes the hand-out atomic. INDEXED BY: left to
--- itself the planner searches jobs_status_type and sorts every pending row, so
--- a claim would cost O(pending); walking jobs_ready stops at the first `limit`
--- rows. The outer guard is `+status` so that it is checked on the row found by
--- id rather than by scanning an index of every pending job.
-UPDATE jobs
+-- guard (status = 'pending') makes the hand-out atomic. INDEXED BY keeps the
+-- planner on the index that is already in claim order (no sort, whatever the size);
+-- NOT INDEXED makes the outer update look rows up by id, not scan every pending row.
+UPDATE jobs NOT INDEXED
 SET status = 'running',
     worker_id = :worker_id,
     claimed_by = :worker_name,
@@ -57,15 +75,19 @@ SET status = 'running',
     updated_at = :now
 WHERE id IN (
         SELECT id FROM jobs INDEXED BY jobs_ready
-        WHERE status = 'pending' AND run_at <= :now
+        WHERE status = 'pending' AND scheduled = 0 AND run_at <= :now
           AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)))
         ORDER BY priority DESC, created_at, id
         LIMIT :limit)
-  AND +status = 'pending'
+  AND status = 'pending'
 RETURNING *;
 
+-- name: job_promote_due
+-- Scheduled jobs whose run_at has come join the ready index.
+UPDATE jobs INDEXED BY jobs_pending_run_at SET scheduled = 0
+WHERE status = 'pending' AND scheduled = 1 AND run_at <= :now;
+
 -- name: job_expired_leases
--- A range scan of jobs_leases, not a sort of every running job.
 SELECT * FROM jobs INDEXED BY jobs_leases
 WHERE status = 'running' AND lease_expires_at <= :now
 ORDER BY lease_expires_at
@@ -98,6 +120,8 @@ SET status = CASE WHEN :retryable AND retry_count < max_retries
                        THEN retry_count + 1 ELSE retry_count END,
     run_at = CASE WHEN :retryable AND retry_count < max_retries
                   THEN :retry_at ELSE run_at END,
+    scheduled = CASE WHEN :retryable AND retry_count < max_retries
+                     THEN :retry_at > :now ELSE 0 END,
     claimed_at = CASE WHEN :retryable AND retry_count < max_retries
                       THEN NULL ELSE claimed_at END,
     worker_id = CASE WHEN :retryable AND retry_count < max_retries
@@ -119,13 +143,17 @@ RETURNING *;
 
 -- name: job_requeue
 UPDATE jobs
-SET status = 'pending', retry_count = 0, run_at = :now, claimed_at = NULL, worker_id = NULL,
-    claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
+SET status = 'pending', retry_count = 0, run_at = :now, scheduled = 0, claimed_at = NULL,
+    worker_id = NULL, claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+    updated_at = :now
 WHERE id = :id AND status IN ('failed', 'cancelled')
 RETURNING *;
 
 -- name: job_prunable
-SELECT id FROM jobs WHERE status = :status AND updated_at < :cutoff LIMIT :limit;
+SELECT id FROM jobs INDEXED BY jobs_finished
+WHERE status = :status AND status IN ('completed', 'failed', 'cancelled')
+  AND updated_at < :cutoff
+LIMIT :limit;
 
 -- name: job_delete
 DELETE FROM jobs WHERE id = :id;
@@ -137,8 +165,14 @@ DELETE FROM job_events WHERE job_id = :id;
 SELECT status, type, count(*) AS n FROM jobs GROUP BY status, type;
 
 -- name: job_oldest_ready
-SELECT min(run_at) AS oldest, count(*) AS ready
-FROM jobs WHERE status = 'pending' AND run_at <= :now;
+-- Two index seeks: the oldest of the ready set, and of the scheduled jobs now due.
+SELECT min(at) AS oldest FROM (
+    SELECT min(run_at) AS at FROM jobs WHERE status = 'pending' AND scheduled = 0
+    UNION ALL
+    SELECT min(run_at) FROM jobs WHERE status = 'pending' AND scheduled = 1 AND run_at <= :now);
+
+-- name: job_ready_count
+SELECT count(*) AS ready FROM jobs WHERE status = 'pending' AND run_at <= :now;
 
 -- name: key_insert
 INSERT INTO api_keys (name, roles, max_priority, types, key_hash, prefix, created_at)
@@ -161,7 +195,7 @@ LIMIT 1;
 
 -- name: job_next_due
 SELECT min(run_at) AS next_due FROM jobs
-WHERE status = 'pending' AND run_at > :now
+WHERE status = 'pending' AND scheduled = 1 AND run_at > :now
   AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)));
 
 -- name: job_event_counts
@@ -172,7 +206,8 @@ GROUP BY bucket, event;
 
 -- name: job_requeue_failed
 UPDATE jobs
-SET status = 'pending', retry_count = 0, run_at = :now, claimed_at = NULL, worker_id = NULL,
-    claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
+SET status = 'pending', retry_count = 0, run_at = :now, scheduled = 0, claimed_at = NULL,
+    worker_id = NULL, claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+    updated_at = :now
 WHERE status = 'failed' AND type = :type
 RETURNING *;

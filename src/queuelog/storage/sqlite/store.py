@@ -137,7 +137,17 @@ class SqliteStorage:
             "idempotency_key": params.idempotency_key,
             "limit": params.limit,
         }
-        return [job_from_row(r) for r in self._read("job_list", args)]
+        if params.principal is None and params.holder is None:
+            return [job_from_row(r) for r in self._read("job_list", args)]
+        # A key with both roles sees the union: each part newest first, merged.
+        found: dict[int, Job] = {}
+        for query, who in (
+            ("job_list_by_principal", "principal"),
+            ("job_list_by_holder", "holder"),
+        ):
+            if args[who] is not None:
+                found.update((j.id, j) for j in map(job_from_row, self._read(query, args)))
+        return sorted(found.values(), key=lambda j: j.id, reverse=True)[: params.limit]
 
     def job_events(self, job_id: int) -> list[JobEvent]:
         return [event_from_row(r) for r in self._read("job_events", {"job_id": job_id})]
@@ -206,12 +216,12 @@ class SqliteStorage:
 
     def job_stats(self, now: datetime) -> QueueStats:
         counts = {(r["status"], r["type"]): r["n"] for r in self._read("job_counts", {})}
-        ready = self._read("job_oldest_ready", {"now": to_micros(now)})[0]
-        oldest = ready["oldest"]
+        args = {"now": to_micros(now)}
+        oldest = self._read("job_oldest_ready", args)[0]["oldest"]
         return QueueStats(
             counts=counts,
-            oldest_ready_at=from_micros(oldest) if oldest else None,
-            ready=ready["ready"],
+            oldest_ready_at=from_micros(oldest) if oldest is not None else None,
+            ready=self._read("job_ready_count", args)[0]["ready"],
         )
 
     def job_event_counts(
@@ -369,6 +379,7 @@ def _rescue(
 def _claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Job]:
     if params.retry_at is not None:
         _rescue(conn, params.now, params.retry_at, limit=500)
+    conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
     args = {
         "worker_id": params.worker_id,
         "worker_name": params.worker_name,

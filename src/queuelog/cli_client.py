@@ -1,0 +1,248 @@
+"""The commands that talk to a running server: ``worker``, ``enqueue`` and ``jobs``."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib
+import json
+import logging
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import click
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from queuelog.client import Client, Job, Worker
+from queuelog.client.errors import ServerError, ServerUnavailable
+from queuelog.config import PRIORITY_LABELS
+from queuelog.errors import Forbidden, QueueError, Unauthenticated
+
+EXIT_CODES = """\b
+Exit codes:
+  0  success
+  1  the server refused the request (not found, invalid state, validation, ...)
+  2  bad usage (unknown option, malformed JSON argument or file)
+  3  authentication failed: missing, unknown or revoked key, or the key lacks the role
+  4  the server could not be reached or failed (5xx)
+"""
+BATCH_MAX = 500
+
+url_option = click.option(
+    "--url", envvar="QUEUELOG_URL", help="Server address (default: $QUEUELOG_URL, else local)."
+)
+key_option = click.option(
+    "--api-key", envvar="QUEUELOG_API_KEY", help="API key (default: $QUEUELOG_API_KEY)."
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON, not a table.")
+
+
+class Refused(click.ClickException):
+    """The server refused the request."""
+
+    exit_code = 1
+
+
+class AuthFailed(click.ClickException):
+    """The key is missing, unknown or revoked, or lacks the role."""
+
+    exit_code = 3
+
+
+class Unreachable(click.ClickException):
+    """The server could not be reached, or failed."""
+
+    exit_code = 4
+
+
+def failure_for(error: QueueError) -> type[click.ClickException]:
+    if isinstance(error, Unauthenticated | Forbidden):
+        return AuthFailed
+    if isinstance(error, ServerUnavailable | ServerError):
+        return Unreachable
+    return Refused
+
+
+@contextmanager
+def reported(what: str) -> Iterator[None]:
+    """Turn a client error into a one-line message and its documented exit code."""
+    try:
+        yield
+    except QueueError as error:
+        raise failure_for(error)(f"{what}: {error.detail} ({error.slug})") from error
+
+
+def to_json(value: Any) -> Any:
+    """A client value (dataclass, enum, datetime) as plain JSON data."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.name.lower() if isinstance(value.value, int) else value.value
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, list | tuple | frozenset):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    return value
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(to_json(value), indent=2, sort_keys=False))
+
+
+def console() -> Console:
+    """Standard output; when it is not a terminal, wide enough not to wrap job rows."""
+    return Console(soft_wrap=True, width=shutil.get_terminal_size((160, 24)).columns)
+
+
+def _when(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S") if at else ""
+
+
+def print_jobs(jobs: list[Job]) -> None:
+    table = Table("id", "type", "status", "priority", "tries", "run at (UTC)", "worker")
+    for job in jobs:
+        table.add_row(
+            str(job.id),
+            job.type,
+            job.status.value,
+            job.priority.label,
+            f"{job.retry_count}/{job.max_retries}",
+            _when(job.run_at),
+            job.worker_id or "",
+        )
+    console().print(table)
+
+
+# -- worker ---------------------------------------------------------------------
+
+
+def load_worker(target: str) -> Worker:
+    """The ``Worker`` named by ``MODULE:ATTRIBUTE`` (the current directory is importable)."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter("expected MODULE:WORKER, e.g. examples.mailer:worker")
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name}: {exc}") from exc
+    worker = getattr(module, attribute, None)
+    if not isinstance(worker, Worker):
+        raise click.BadParameter(f"{target} is not a queuelog.Worker")
+    return worker
+
+
+@click.command(epilog=EXIT_CODES)
+@click.argument("target", metavar="MODULE:WORKER")
+@url_option
+@key_option
+@click.option("--concurrency", type=click.IntRange(1, 1000), help="Jobs run at once.")
+def worker(target: str, url: str | None, api_key: str | None, concurrency: int | None) -> None:
+    """Run the handlers of a Worker until SIGTERM or SIGINT (then finish running jobs)."""
+    runtime = load_worker(target)
+    if concurrency is not None:
+        runtime.configure(concurrency=concurrency)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # the worker logs each job
+    with reported("worker stopped"):
+        runtime.run(url=url, api_key=api_key)
+
+
+# -- enqueue ----------------------------------------------------------------------
+
+
+def _payload(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        payload = json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="PAYLOAD_JSON") from exc
+    if not isinstance(payload, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="PAYLOAD_JSON")
+    return payload
+
+
+def read_jobs(stream: TextIO) -> list[dict[str, Any]]:
+    """One enqueue body per line (blank lines skipped)."""
+    jobs = []
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            raise click.BadParameter(f"line {number} is not JSON: {exc}") from exc
+        if not isinstance(item, dict) or "type" not in item:
+            raise click.BadParameter(f"line {number} is not an object with a 'type'")
+        jobs.append(item)
+    return jobs
+
+
+def enqueue_file(client: Client, jobs: list[dict[str, Any]], batch_size: int) -> tuple[int, int]:
+    """Enqueue in batches with a progress bar on standard error: (created, existing)."""
+    created = existing = 0
+    with Progress(console=Console(stderr=True), transient=False) as progress:
+        task = progress.add_task("enqueueing", total=len(jobs))
+        for start in range(0, len(jobs), batch_size):
+            batch = jobs[start : start + batch_size]
+            what = f"jobs {start + 1}-{start + len(batch)} refused (those before were enqueued)"
+            with reported(what):
+                answers = client.enqueue_many(batch)
+            created += sum(1 for a in answers if a.created)
+            existing += sum(1 for a in answers if not a.created)
+            progress.advance(task, len(batch))
+    return created, existing
+
+
+@click.command(epilog=EXIT_CODES)
+@click.argument("job_type", metavar="TYPE", required=False)
+@click.argument("payload", metavar="[PAYLOAD_JSON]", required=False)
+@click.option("--priority", type=click.Choice(PRIORITY_LABELS, case_sensitive=False))
+@click.option("--idempotency-key", help="Enqueueing again with the same key does nothing.")
+@click.option(
+    "--from-file",
+    type=click.File("r"),
+    help="JSON lines, one enqueue body each ('-' for standard input); sent in batches.",
+)
+@click.option("--batch-size", default=100, show_default=True, type=click.IntRange(1, BATCH_MAX))
+@url_option
+@key_option
+@json_option
+def enqueue(
+    job_type: str | None,
+    payload: str | None,
+    priority: str | None,
+    idempotency_key: str | None,
+    from_file: TextIO | None,
+    batch_size: int,
+    url: str | None,
+    api_key: str | None,
+    as_json: bool,
+) -> None:
+    """Enqueue one job of TYPE, or every job of a JSON-lines file (--from-file)."""
+    if (from_file is None) == (job_type is None):
+        raise click.UsageError("give TYPE [PAYLOAD_JSON] or --from-file FILE, not both")
+    with Client(url, api_key) as client:
+        if from_file is not None:
+            created, existing = enqueue_file(client, read_jobs(from_file), batch_size)
+            click.echo(f"enqueued {created + existing} jobs ({created} new, {existing} existing)")
+            return
+        assert job_type is not None
+        body = _payload(payload)
+        with reported("cannot enqueue"):
+            job = client.enqueue(job_type, body, priority=priority, idempotency_key=idempotency_key)
+    if as_json:
+        print_json(job)
+    else:
+        click.echo(f"job {job.id} {job.status.value} ({job.type}, {job.priority.label})")

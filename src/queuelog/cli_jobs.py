@@ -1,0 +1,139 @@
+"""``queuelog jobs``: list, show, follow and redrive jobs on a running server."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import click
+from rich.table import Table
+
+from queuelog.cli_client import (
+    EXIT_CODES,
+    console,
+    json_option,
+    key_option,
+    print_jobs,
+    print_json,
+    reported,
+    to_json,
+    url_option,
+)
+from queuelog.client import Client, Job
+from queuelog.models import JobStatus
+
+
+@click.group(epilog=EXIT_CODES)
+def jobs() -> None:
+    """List and inspect jobs; cancel or redrive them."""
+
+
+@jobs.command("list", epilog=EXIT_CODES)
+@click.option("--status", type=click.Choice([s.value for s in JobStatus]))
+@click.option("--type", "job_type", help="Only jobs of this type.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000))
+@url_option
+@key_option
+@json_option
+def list_jobs(
+    status: str | None,
+    job_type: str | None,
+    limit: int,
+    url: str | None,
+    api_key: str | None,
+    as_json: bool,
+) -> None:
+    """The newest visible jobs (following pages up to --limit)."""
+    with Client(url, api_key) as client, reported("cannot list jobs"):
+        pages = client.list(status=status, type=job_type, page_size=min(limit, 500))
+        found = list(itertools.islice(pages, limit))
+    if as_json:
+        print_json(found)
+    else:
+        print_jobs(found)
+
+
+@jobs.command("show", epilog=EXIT_CODES)
+@click.argument("job_id", type=int)
+@url_option
+@key_option
+@json_option
+def show(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> None:
+    """Every field of one job."""
+    with Client(url, api_key) as client, reported(f"cannot show job {job_id}"):
+        job = client.get(job_id)
+    if as_json:
+        print_json(job)
+        return
+    table = Table("field", "value", show_header=False)
+    for name, value in _fields(job):
+        table.add_row(name, value)
+    console().print(table)
+
+
+def _fields(job: Job) -> list[tuple[str, str]]:
+    data = to_json(job)
+    data.pop("lease_token", None)
+    return [(k, _cell(v)) for k, v in data.items()]
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    return json.dumps(value) if isinstance(value, dict | list) else str(value)
+
+
+@jobs.command("events", epilog=EXIT_CODES)
+@click.argument("job_id", type=int)
+@url_option
+@key_option
+@json_option
+def events(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> None:
+    """A job's history, oldest first."""
+    with Client(url, api_key) as client, reported(f"cannot read events of job {job_id}"):
+        history = client.events(job_id)
+    if as_json:
+        print_json(history)
+        return
+    table = Table("at (UTC)", "event", "from", "to", "actor", "detail")
+    for event in history:
+        table.add_row(
+            event.at.strftime("%Y-%m-%d %H:%M:%S.%f"),
+            event.event,
+            event.from_status.value if event.from_status else "",
+            event.to_status.value,
+            event.actor,
+            event.detail or "",
+        )
+    console().print(table)
+
+
+@jobs.command("cancel", epilog=EXIT_CODES)
+@click.argument("job_id", type=int)
+@url_option
+@key_option
+@json_option
+def cancel(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> None:
+    """Cancel a pending job."""
+    with Client(url, api_key) as client, reported(f"cannot cancel job {job_id}"):
+        job = client.cancel(job_id)
+    _done(job, as_json)
+
+
+@jobs.command("retry", epilog=EXIT_CODES)
+@click.argument("job_id", type=int)
+@url_option
+@key_option
+@json_option
+def retry(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> None:
+    """Run a failed or cancelled job again (admin)."""
+    with Client(url, api_key) as client, reported(f"cannot retry job {job_id}"):
+        job = client.retry(job_id)
+    _done(job, as_json)
+
+
+def _done(job: Job, as_json: bool) -> None:
+    if as_json:
+        print_json(job)
+    else:
+        click.echo(f"job {job.id} {job.status.value}")

@@ -1,0 +1,27 @@
+"""The Python SDK: ``Client``, ``AsyncClient`` and the ``Worker`` runtime."""
+
+from queuelog.client.aio import AsyncClient
+from queuelog.client.errors import BodyTooLarge, ServerError, ServerUnavailable
+from queuelog.client.outcome import Fail, Retry
+from queuelog.client.policy import RetryPolicy
+from queuelog.client.sync import Client
+from queuelog.client.types import Acknowledged, Enqueued, Event, Job, Key, Page
+from queuelog.client.worker import Worker
+
+__all__ = [
+    "Acknowledged",
+    "AsyncClient",
+    "BodyTooLarge",
+    "Client",
+    "Enqueued",
+    "Event",
+    "Fail",
+    "Job",
+    "Key",
+    "Page",
+    "Retry",
+    "RetryPolicy",
+    "ServerError",
+    "ServerUnavailable",
+    "Worker",
+]

@@ -1,0 +1,313 @@
+"""The one description of every API call: how its request is built, how its answer is read,
+and whether it is safe to send again. Pure: no I/O. ``Client`` and ``AsyncClient`` only
+send what is built here."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+import httpx
+
+from queuelog.client.errors import ServerError, error_from_item, error_from_problem
+from queuelog.client.types import Acknowledged, Enqueued, Event, Job, JsonObject, Key, Page
+from queuelog.clock import rfc3339
+
+T = TypeVar("T")
+JobRef = Job | int
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One request and the reading of its answer.
+
+    ``resend`` says whether the request may be sent again when the connection broke after
+    it may have reached the server: true only when a second delivery cannot do harm.
+    A request that never reached the server (connection refused) is always sent again.
+    """
+
+    method: str
+    path: str
+    read: Callable[[Any], T]
+    resend: bool
+    json: Any = None
+    params: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    wait_seconds: float = 0.0  # the server may hold the answer this long (long-poll)
+
+
+def answer(call: Call[T], response: httpx.Response) -> T:
+    """What a call returns for a (fully read) response, or the error it raises."""
+    try:
+        body = response.json() if response.content else None
+    except ValueError:
+        body = _NOT_JSON
+    if response.status_code >= 400:
+        retry_after = response.headers.get("Retry-After")
+        raise error_from_problem(response.status_code, body, retry_after)
+    if body is _NOT_JSON:
+        raise ServerError(f"the answer to {call.method} {call.path} is not JSON", 502, "not-json")
+    return call.read(body)
+
+
+_NOT_JSON = object()
+
+
+def new_idempotency_key() -> str:
+    return str(uuid.uuid4())
+
+
+def _job_id(job: JobRef) -> int:
+    return job.id if isinstance(job, Job) else int(job)
+
+
+def _lease_token(job: JobRef, lease_token: str | None) -> str:
+    token = lease_token or (job.lease_token if isinstance(job, Job) else None)
+    if not token:
+        raise ValueError("a lease token is needed: pass a claimed Job or lease_token=")
+    return token
+
+
+def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _job(data: Any) -> Job:
+    return Job.from_json(data)
+
+
+def enqueue_body(
+    type: str,
+    payload: JsonObject | None = None,
+    *,
+    priority: str | None = None,
+    max_retries: int | None = None,
+    run_at: datetime | None = None,
+    delay_seconds: float | None = None,
+    idempotency_key: str | None = None,
+) -> JsonObject:
+    """The JSON body of one job to enqueue. Without ``idempotency_key`` a new one is made,
+    so that sending the same body again can never create a second job."""
+    return _drop_none(
+        {
+            "type": type,
+            "payload": payload if payload is not None else {},
+            "priority": priority,
+            "max_retries": max_retries,
+            "run_at": rfc3339(run_at) if run_at is not None else None,
+            "delay_seconds": delay_seconds,
+            "idempotency_key": idempotency_key or new_idempotency_key(),
+        }
+    )
+
+
+def enqueue(
+    type: str,
+    payload: JsonObject | None = None,
+    *,
+    priority: str | None = None,
+    max_retries: int | None = None,
+    run_at: datetime | None = None,
+    delay_seconds: float | None = None,
+    idempotency_key: str | None = None,
+) -> Call[Job]:
+    """Enqueue one job (``POST /jobs``). Returns the new job, or the existing one when the
+    idempotency key was already used for the same request."""
+    body = enqueue_body(
+        type,
+        payload,
+        priority=priority,
+        max_retries=max_retries,
+        run_at=run_at,
+        delay_seconds=delay_seconds,
+        idempotency_key=idempotency_key,
+    )
+    return Call("POST", "/jobs", _job, resend=True, json=body)
+
+
+def enqueue_many(jobs: Iterable[JsonObject]) -> Call[list[Enqueued]]:
+    """Enqueue up to 500 jobs at once, all or nothing (``POST /jobs/batch``).
+
+    Each item is an enqueue body (``{"type": ..., "payload": ...}``, see ``enqueue_body``);
+    items without an ``idempotency_key`` get a new one.
+    """
+    items = [
+        {**job, "idempotency_key": job.get("idempotency_key") or new_idempotency_key()}
+        for job in jobs
+    ]
+
+    def read(data: Any) -> list[Enqueued]:
+        return [Enqueued(Job.from_json(i["job"]), bool(i["created"])) for i in data["jobs"]]
+
+    return Call("POST", "/jobs/batch", read, resend=True, json={"jobs": items})
+
+
+def get(job_id: JobRef) -> Call[Job]:
+    """One job (``GET /jobs/{id}``)."""
+    return Call("GET", f"/jobs/{_job_id(job_id)}", _job, resend=True)
+
+
+def list_page(
+    status: str | None = None,
+    type: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Call[Page]:
+    """One page of jobs, newest first (``GET /jobs``)."""
+    params = _drop_none({"status": status, "type": type, "limit": limit, "cursor": cursor})
+
+    def read(data: Any) -> Page:
+        return Page([Job.from_json(j) for j in data["jobs"]], data.get("next_cursor"))
+
+    return Call("GET", "/jobs", read, resend=True, params=params)
+
+
+def events(job_id: JobRef) -> Call[list[Event]]:
+    """A job's history, oldest first (``GET /jobs/{id}/events``)."""
+
+    def read(data: Any) -> list[Event]:
+        return [Event.from_json(e) for e in data["events"]]
+
+    return Call("GET", f"/jobs/{_job_id(job_id)}/events", read, resend=True)
+
+
+def cancel(job_id: JobRef) -> Call[Job]:
+    """Cancel a pending job. Sent again after a broken connection: a second delivery can
+    only be refused (409), never change anything."""
+    return Call("POST", f"/jobs/{_job_id(job_id)}/cancel", _job, resend=True)
+
+
+def retry(job_id: JobRef) -> Call[Job]:
+    """Redrive a failed or cancelled job (admin). Safe to send again, like ``cancel``."""
+    return Call("POST", f"/jobs/{_job_id(job_id)}/retry", _job, resend=True)
+
+
+def claim(
+    types: Sequence[str] | None = None,
+    limit: int = 1,
+    wait_seconds: float = 0,
+    lease_seconds: int | None = None,
+    instance: str | None = None,
+) -> Call[list[Job]]:
+    """Claim up to ``limit`` ready jobs (``POST /jobs/claim``).
+
+    Never sent again once it may have reached the server: if the answer was lost, the jobs
+    it claimed are held by nobody who knows their lease tokens, and a second claim would
+    not bring them back; they run again when their lease expires.
+    """
+    body = _drop_none(
+        {
+            "types": list(types) if types else None,
+            "limit": limit,
+            "wait_seconds": wait_seconds,
+            "lease_seconds": lease_seconds,
+            "instance": instance,
+        }
+    )
+
+    def read(data: Any) -> list[Job]:
+        return [Job.from_json(j) for j in data["jobs"]]
+
+    return Call("POST", "/jobs/claim", read, resend=False, json=body, wait_seconds=wait_seconds)
+
+
+def heartbeat(
+    job: JobRef, lease_token: str | None = None, lease_seconds: int | None = None
+) -> Call[Job]:
+    """Extend the lease of a held job. Safe to send again: it only extends the lease."""
+    body = _drop_none(
+        {"lease_token": _lease_token(job, lease_token), "lease_seconds": lease_seconds}
+    )
+    return Call("POST", f"/jobs/{_job_id(job)}/heartbeat", _job, resend=True, json=body)
+
+
+def complete(
+    job: JobRef, result: JsonObject | None = None, *, lease_token: str | None = None
+) -> Call[Job]:
+    """Complete a held job. Sent again after a broken connection: the lease token guards it,
+    so a second delivery can only be refused (409 ``invalid-state`` if the first landed)."""
+    body = _drop_none({"lease_token": _lease_token(job, lease_token), "result": result})
+    return Call("POST", f"/jobs/{_job_id(job)}/complete", _job, resend=True, json=body)
+
+
+def complete_many(
+    items: Iterable[Job | tuple[Job, JsonObject | None]],
+) -> Call[list[Acknowledged]]:
+    """Complete up to 100 held jobs (``POST /jobs/batch/complete``); answered per item."""
+    body = []
+    for item in items:
+        job, result = item if isinstance(item, tuple) else (item, None)
+        entry = {"id": job.id, "lease_token": _lease_token(job, None), "result": result}
+        body.append(_drop_none(entry))
+
+    def read(data: Any) -> list[Acknowledged]:
+        return [_acknowledged(r) for r in data["results"]]
+
+    return Call("POST", "/jobs/batch/complete", read, resend=True, json={"items": body})
+
+
+def _acknowledged(data: JsonObject) -> Acknowledged:
+    status = int(data["status"])
+    job = Job.from_json(data["job"]) if data.get("job") else None
+    error = None if status == 200 else error_from_item(status, data.get("type"))
+    return Acknowledged(int(data["id"]), status, job, error)
+
+
+def fail(
+    job: JobRef,
+    error: str,
+    *,
+    retryable: bool = True,
+    retry_in_seconds: float | None = None,
+    lease_token: str | None = None,
+) -> Call[Job]:
+    """Fail a held job: retried later while attempts remain, unless ``retryable`` is false.
+    Safe to send again, like ``complete``."""
+    body = _drop_none(
+        {
+            "lease_token": _lease_token(job, lease_token),
+            "error": error,
+            "retryable": retryable,
+            "retry_in_seconds": retry_in_seconds,
+        }
+    )
+    return Call("POST", f"/jobs/{_job_id(job)}/fail", _job, resend=True, json=body)
+
+
+def create_key(
+    name: str,
+    roles: Sequence[str],
+    max_priority: str | None = None,
+    types: Sequence[str] | None = None,
+) -> Call[Key]:
+    """Create an API key (admin). Never sent again: a second delivery makes a second key."""
+    body = _drop_none(
+        {
+            "name": name,
+            "roles": list(roles),
+            "max_priority": max_priority,
+            "types": list(types) if types is not None else None,
+        }
+    )
+    return Call("POST", "/keys", Key.from_json, resend=False, json=body)
+
+
+def list_keys() -> Call[list[Key]]:
+    """Every API key, without secrets (admin)."""
+
+    def read(data: Any) -> list[Key]:
+        return [Key.from_json(k) for k in data["keys"]]
+
+    return Call("GET", "/keys", read, resend=True)
+
+
+def revoke_key(key_id: int) -> Call[None]:
+    """Revoke an API key (admin); it stops working at once."""
+
+    def read(_: Any) -> None:
+        return None
+
+    return Call("DELETE", f"/keys/{key_id}", read, resend=True)

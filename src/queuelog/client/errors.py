@@ -1,0 +1,84 @@
+"""Errors a client raises: the server's problem+json answers, keyed by their ``type`` slug,
+and the client's own (the server could not be reached, or answered something unexpected)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from queuelog.errors import (
+    Forbidden,
+    IdempotencyKeyReused,
+    InvalidState,
+    NotFound,
+    NotLeaseHolder,
+    PayloadTooLarge,
+    QueueError,
+    RateLimited,
+    Unauthenticated,
+    UnknownJobType,
+    ValidationFailed,
+)
+
+
+class BodyTooLarge(QueueError):
+    slug, status, title = "body-too-large", 413, "Request body is too large"
+
+
+class ServerError(QueueError):
+    """The server failed (5xx) or answered with a status this client does not know."""
+
+    slug, status, title = "internal", 500, "Server error"
+
+    def __init__(self, detail: str = "", status: int = 500, slug: str = "internal") -> None:
+        super().__init__(detail)
+        self.status = status
+        self.slug = slug
+
+
+class ServerUnavailable(QueueError):
+    """The server could not be reached, or the connection broke before it answered."""
+
+    slug, status, title = "server-unavailable", 0, "Cannot reach the queuelog server"
+
+
+ERRORS_BY_SLUG: dict[str, type[QueueError]] = {
+    cls.slug: cls
+    for cls in (
+        Unauthenticated,
+        Forbidden,
+        NotFound,
+        InvalidState,
+        NotLeaseHolder,
+        ValidationFailed,
+        UnknownJobType,
+        PayloadTooLarge,
+        IdempotencyKeyReused,
+        BodyTooLarge,
+    )
+}
+
+
+def error_from_problem(status: int, body: Any, retry_after: str | None = None) -> QueueError:
+    """The exception for one problem+json answer (or any error answer without one)."""
+    problem: dict[str, Any] = body if isinstance(body, dict) else {}
+    slug = str(problem.get("type", ""))
+    detail = str(problem.get("detail") or problem.get("title") or f"HTTP {status}")
+    if slug == RateLimited.slug or status == 429:
+        return RateLimited(_seconds(retry_after))
+    cls = ERRORS_BY_SLUG.get(slug)
+    if cls is None:
+        return ServerError(detail, status=status, slug=slug or "unknown")
+    extra = {k: v for k, v in problem.items() if k not in ("type", "title", "status", "detail")}
+    return cls(detail, **extra)
+
+
+def error_from_item(status: int, slug: str | None) -> QueueError:
+    """The exception for one refused item of a batch answer."""
+    return error_from_problem(status, {"type": slug or "", "detail": f"item refused ({slug})"})
+
+
+def _seconds(value: str | None) -> int:
+    try:
+        return max(0, int(value)) if value is not None else 1
+    except ValueError:
+        return 1

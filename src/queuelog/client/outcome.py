@@ -1,0 +1,79 @@
+"""How a handler's return or exception becomes a job's outcome. Pure: no I/O."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from queuelog.client.types import JsonObject
+
+# The server keeps 2,000 characters of an error; sending far more only risks a refusal.
+ERROR_CHARS = 4000
+
+
+class Retry(Exception):
+    """Raise from a handler to fail this attempt and run the job again.
+
+    Args:
+        reason: Stored as the job's error.
+        after: Seconds until the next attempt (``retry_in_seconds``); default: the type's
+            backoff. The job still fails for good once it has no retries left.
+    """
+
+    def __init__(self, reason: str = "retry requested", *, after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.after = after
+
+
+class Fail(Exception):
+    """Raise from a handler to fail the job for good (``retryable=false``): no more attempts."""
+
+    def __init__(self, reason: str = "failed") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What to tell the server about one job: complete it, or fail it."""
+
+    completed: bool
+    result: JsonObject | None = None
+    error: str | None = None
+    retryable: bool = True
+    retry_in_seconds: float | None = None
+
+    @property
+    def label(self) -> str:
+        """For the log: completed, retry or failed."""
+        if self.completed:
+            return "completed"
+        return "retry" if self.retryable else "failed"
+
+
+def outcome_of_return(value: Any) -> Outcome:
+    """A handler's return value is the job's result: a dict as it is, None as no result,
+    anything else wrapped as ``{"value": ...}``. A result that is not JSON fails the job."""
+    if value is None:
+        return Outcome(completed=True)
+    result = value if isinstance(value, dict) else {"value": value}
+    try:
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return Outcome(completed=False, error=f"result is not JSON: {exc}", retryable=False)
+    return Outcome(completed=True, result=result)
+
+
+def outcome_of_error(error: BaseException) -> Outcome:
+    """A handler's exception fails the job: ``Fail`` for good, anything else to retry."""
+    if isinstance(error, Fail):
+        return Outcome(completed=False, error=error.reason[:ERROR_CHARS], retryable=False)
+    if isinstance(error, Retry):
+        reason = error.reason[:ERROR_CHARS]
+        return Outcome(completed=False, error=reason, retry_in_seconds=error.after)
+    text = str(error)
+    name = type(error).__name__
+    message = f"{name}: {text}" if text else name
+    return Outcome(completed=False, error=message[:ERROR_CHARS])

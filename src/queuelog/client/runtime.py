@@ -1,0 +1,349 @@
+"""One run of a ``Worker``: a claiming loop, N handler threads, one heartbeat thread and
+one thread that acknowledges completions in batches.
+
+A job is *busy* from its claim until its handler returns (that is what ``concurrency``
+counts) and *held* until the server has its outcome (heartbeats keep its lease alive until
+then). Async handlers run on one event loop shared by the handler threads: the caller's
+loop under ``Worker.arun``, else a loop thread of the run's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from queuelog.client.outcome import Outcome, outcome_of_error, outcome_of_return
+from queuelog.client.sync import Client
+from queuelog.client.types import Job
+from queuelog.errors import InvalidState, NotFound, NotLeaseHolder, QueueError
+
+log = logging.getLogger("queuelog.worker")
+Handler = Callable[[Job], Any]
+LOST = (InvalidState, NotLeaseHolder, NotFound)  # the lease is gone: someone else has the job
+ACK_BATCH = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    concurrency: int
+    wait_seconds: float
+    lease_seconds: int | None
+    instance: str | None
+    shutdown_seconds: float
+    idle_seconds: float
+
+
+@dataclass(eq=False)
+class Running:
+    """A held job, shared by its handler thread, the heartbeat thread and the acker."""
+
+    job: Job
+    lease: float
+    started: float = field(default_factory=time.monotonic)
+    next_beat: float = 0.0
+    reported: bool = False  # its outcome is on its way to the server
+    abandoned: bool = False  # the shutdown deadline passed: its outcome is dropped
+    future: Future[Any] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.next_beat = self.started + self.lease / 3
+
+    def claim_report(self) -> bool:
+        """True once for whoever reports the outcome first: the handler or the shutdown."""
+        with self.lock:
+            if self.reported or self.abandoned:
+                return False
+            self.reported = True
+            return True
+
+
+def log_outcome(running: Running, outcome: str, level: int = logging.INFO) -> None:
+    job, duration = running.job, time.monotonic() - running.started
+    log.log(
+        level,
+        "job_id=%s type=%s outcome=%s duration=%.3fs attempt=%s",
+        job.id, job.type, outcome, duration, job.retry_count + 1,
+        extra={"job_id": job.id, "job_type": job.type, "outcome": outcome, "duration": duration},
+    )  # fmt: skip
+
+
+class Run:
+    """The threads of one ``Worker.run``; ``stop`` ends it gracefully."""
+
+    def __init__(
+        self,
+        client: Client,
+        handlers: dict[str, Handler],
+        options: Options,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.client = client
+        self.handlers = handlers
+        self.options = options
+        self.stopping = threading.Event()
+        self.deadline: float | None = None
+        self.changed = threading.Condition()
+        self.busy = 0
+        self.held: dict[int, Running] = {}
+        self.tasks: queue.Queue[Running | None] = queue.Queue()
+        self.acks: queue.Queue[tuple[Running, Outcome] | None] = queue.Queue()
+        self.own_loop = loop is None
+        self.loop = loop or asyncio.new_event_loop()  # for async def handlers
+        self.acks_done = threading.Event()
+        self.fatal: QueueError | None = None
+
+    def stop(self, force: bool = False) -> None:
+        """Stop claiming; in-flight jobs get ``shutdown_seconds`` (none if ``force``)."""
+        if not self.stopping.is_set():
+            self.deadline = time.monotonic() + self.options.shutdown_seconds
+            self.stopping.set()
+        if force:
+            self.deadline = time.monotonic()
+        with self.changed:
+            self.changed.notify_all()
+
+    # -- the claiming loop ------------------------------------------------------
+
+    def run(self) -> None:
+        """Claim and run jobs until stopped; then wind down. Raises a fatal claim error."""
+        threads = self._start_threads()
+        idle = self.options.idle_seconds / 8
+        while not self.stopping.is_set():
+            free = self._free_slots()
+            if free == 0:
+                continue
+            started = time.monotonic()
+            jobs = self._claim(min(free, 100))
+            for job in jobs:
+                self._hand_out(job)
+            if jobs:
+                idle = self.options.idle_seconds / 8
+            elif time.monotonic() - started < max(0.05, self.options.wait_seconds / 2):
+                # The server answered at once with nothing: pause instead of spinning.
+                self.stopping.wait(idle)
+                idle = min(idle * 2, self.options.idle_seconds)
+        self._wind_down(threads)
+        if self.fatal is not None:
+            raise self.fatal
+
+    def _free_slots(self) -> int:
+        with self.changed:
+            free = self.options.concurrency - self.busy
+            if free <= 0:
+                self.changed.wait(1.0)
+            return max(0, free)
+
+    def _claim(self, limit: int) -> list[Job]:
+        try:
+            return self.client.claim(
+                types=sorted(self.handlers),
+                limit=limit,
+                wait_seconds=self.options.wait_seconds,
+                lease_seconds=self.options.lease_seconds,
+                instance=self.options.instance,
+            )
+        except QueueError as error:
+            if error.status in (401, 403, 422):  # this worker cannot claim at all
+                log.error("cannot claim jobs: %s", error.detail)
+                self.fatal = error
+                self.stop()
+            else:  # the client already tried again (after any Retry-After): pause a bit
+                log.warning("claim failed (%s); trying again soon", error.detail)
+                self.stopping.wait(self.options.idle_seconds)
+        except Exception:  # an answer this client cannot read: keep going, but say so
+            log.exception("claim failed")
+            self.stopping.wait(self.options.idle_seconds)
+        return []
+
+    def _hand_out(self, job: Job) -> None:
+        lease = float(self.options.lease_seconds or job.lease_seconds or 30)
+        running = Running(job, lease)
+        with self.changed:
+            self.busy += 1
+            self.held[job.id] = running
+        self.tasks.put(running)
+
+    # -- handler threads --------------------------------------------------------
+
+    def _handle_tasks(self) -> None:
+        while (running := self.tasks.get()) is not None:
+            try:
+                outcome = self._execute(running)
+                if running.claim_report():
+                    self._report(running, outcome)
+            except Exception:  # never lose the slot: the lease expires and the job runs again
+                log.exception("job_id=%s could not be reported", running.job.id)
+                self._release(running)
+            finally:
+                # Only now: a slot is free once the outcome is reported or queued for the acker.
+                with self.changed:
+                    self.busy -= 1
+                    self.changed.notify_all()
+
+    def _execute(self, running: Running) -> Outcome:
+        handler = self.handlers[running.job.type]
+        try:
+            value = handler(running.job)
+            if isinstance(value, Awaitable):
+                value = self._await(running, value)
+        except BaseException as error:  # whatever a handler raises fails its job, nothing more
+            return outcome_of_error(error)
+        return outcome_of_return(value)
+
+    def _await(self, running: Running, awaitable: Awaitable[Any]) -> Any:
+        async def wrapped() -> Any:
+            return await awaitable
+
+        running.future = asyncio.run_coroutine_threadsafe(wrapped(), self.loop)
+        return running.future.result()
+
+    def _report(self, running: Running, outcome: Outcome) -> None:
+        if outcome.completed:
+            self.acks.put((running, outcome))
+            return
+        try:
+            self.client.fail(
+                running.job,
+                outcome.error or "failed",
+                retryable=outcome.retryable,
+                retry_in_seconds=outcome.retry_in_seconds,
+            )
+            log_outcome(running, outcome.label)
+        except LOST as error:
+            log_outcome(running, f"lost ({error.slug})", logging.WARNING)
+        except QueueError as error:
+            log_outcome(running, f"unreported ({error.detail})", logging.ERROR)
+        self._release(running)
+
+    def _release(self, running: Running) -> None:
+        with self.changed:
+            self.held.pop(running.job.id, None)
+            self.changed.notify_all()
+
+    # -- acknowledgements -------------------------------------------------------
+
+    def _acknowledge(self) -> None:
+        done = False
+        while not done:
+            first = self.acks.get()
+            batch = [first] if first is not None else []
+            while len(batch) < ACK_BATCH:  # whatever else is already waiting
+                try:
+                    item = self.acks.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    done = True
+                    break
+                batch.append(item)
+            done = done or first is None
+            try:
+                if batch:
+                    self._complete(batch)
+            except Exception:  # keep acknowledging; these jobs run again when their leases end
+                log.exception("completions could not be reported")
+                for running, _ in batch:
+                    self._release(running)
+
+    def _complete(self, batch: list[tuple[Running, Outcome]]) -> None:
+        try:
+            answers = self.client.complete_many([(r.job, o.result) for r, o in batch])
+        except QueueError as error:
+            for running, _ in batch:
+                log_outcome(running, f"unreported ({error.detail})", logging.ERROR)
+                self._release(running)
+            return
+        for (running, _), ack in zip(batch, answers, strict=True):
+            if ack.ok:
+                log_outcome(running, "completed")
+            elif ack.error is not None and ack.error.slug == "payload-too-large":
+                self._report(running, Outcome(False, error="result too large", retryable=False))
+                continue
+            else:
+                slug = ack.error.slug if ack.error else "?"
+                log_outcome(running, f"lost ({slug})", logging.WARNING)
+            self._release(running)
+
+    # -- heartbeats -------------------------------------------------------------
+
+    def _beat(self) -> None:
+        while not self.acks_done.wait(0.1):
+            now = time.monotonic()
+            with self.changed:
+                due = [r for r in self.held.values() if r.next_beat <= now]
+            for running in due:
+                try:
+                    self._beat_one(running)
+                except Exception:  # a surprise must not end heartbeats for every other job
+                    log.exception("job_id=%s heartbeat failed", running.job.id)
+                    running.next_beat = time.monotonic() + min(1.0, running.lease / 6)
+
+    def _beat_one(self, running: Running) -> None:
+        try:
+            self.client.heartbeat(running.job, lease_seconds=max(1, round(running.lease)))
+            running.next_beat = time.monotonic() + running.lease / 3
+        except LOST as error:
+            log.warning("job_id=%s lost its lease (%s)", running.job.id, error.slug)
+            self._release(running)
+        except QueueError as error:
+            log.warning("job_id=%s heartbeat failed: %s", running.job.id, error.detail)
+            running.next_beat = time.monotonic() + min(1.0, running.lease / 6)
+
+    # -- start and stop ---------------------------------------------------------
+
+    def _start_threads(self) -> list[threading.Thread]:
+        names = [f"queuelog-handler-{i}" for i in range(self.options.concurrency)]
+        threads = [threading.Thread(target=self._handle_tasks, name=n, daemon=True) for n in names]
+        threads.append(threading.Thread(target=self._acknowledge, name="queuelog-ack", daemon=True))
+        threads.append(threading.Thread(target=self._beat, name="queuelog-heartbeat", daemon=True))
+        if self.own_loop:
+            loop_thread = threading.Thread(target=self.loop.run_forever, name="queuelog-loop")
+            loop_thread.daemon = True
+            loop_thread.start()
+        for thread in threads:
+            thread.start()
+        return threads
+
+    def _wind_down(self, threads: list[threading.Thread]) -> None:
+        assert self.deadline is not None
+        with self.changed:
+            while self.busy and time.monotonic() < self.deadline:
+                self.changed.wait(min(0.5, max(0.01, self.deadline - time.monotonic())))
+            late = [r for r in self.held.values() if not r.reported]
+        for running in late:
+            self._abandon(running)
+        for _ in range(self.options.concurrency):
+            self.tasks.put(None)
+        self.acks.put(None)
+        acker, beater = threads[-2], threads[-1]
+        acker.join(timeout=60)
+        self.acks_done.set()
+        beater.join(timeout=30)
+        if self.own_loop:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+
+    def _abandon(self, running: Running) -> None:
+        with running.lock:
+            if running.reported:
+                return
+            running.abandoned = True
+        if running.future is not None:
+            running.future.cancel()
+        outcome = Outcome(False, error="worker stopped before the job finished", retry_in_seconds=0)
+        self._report_late(running, outcome)
+
+    def _report_late(self, running: Running, outcome: Outcome) -> None:
+        try:
+            self.client.fail(running.job, outcome.error or "", retry_in_seconds=0)
+            log_outcome(running, "abandoned", logging.WARNING)
+        except QueueError as error:
+            log_outcome(running, f"abandoned, unreported ({error.detail})", logging.WARNING)
+        self._release(running)

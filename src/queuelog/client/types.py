@@ -1,0 +1,161 @@
+"""What the API answers, as typed values: jobs, events, keys and per-item results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from queuelog.errors import QueueError
+from queuelog.models import JobStatus, Priority, Role
+
+JsonObject = dict[str, Any]
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """An RFC 3339 time from the API (``...Z``) as an aware datetime, or None."""
+    if value is None:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _time(value: str) -> datetime:
+    parsed = parse_time(value)
+    assert parsed is not None
+    return parsed
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as the API shows it. ``lease_token`` is set only on jobs this worker claimed."""
+
+    id: int
+    type: str
+    payload: JsonObject
+    priority: Priority
+    status: JobStatus
+    retry_count: int
+    max_retries: int
+    idempotency_key: str | None
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    claimed_at: datetime | None = None
+    lease_expires_at: datetime | None = None
+    worker_id: str | None = None
+    error: str | None = None
+    result: JsonObject | None = None
+    lease_token: str | None = None
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> Job:
+        return cls(
+            id=int(data["id"]),
+            type=str(data["type"]),
+            payload=dict(data.get("payload") or {}),
+            priority=Priority.from_label(str(data["priority"])),
+            status=JobStatus(data["status"]),
+            retry_count=int(data["retry_count"]),
+            max_retries=int(data["max_retries"]),
+            idempotency_key=data.get("idempotency_key"),
+            run_at=_time(data["run_at"]),
+            created_at=_time(data["created_at"]),
+            updated_at=_time(data["updated_at"]),
+            claimed_at=parse_time(data.get("claimed_at")),
+            lease_expires_at=parse_time(data.get("lease_expires_at")),
+            worker_id=data.get("worker_id"),
+            error=data.get("error"),
+            result=data.get("result"),
+            lease_token=data.get("lease_token"),
+        )
+
+    @property
+    def lease_seconds(self) -> float | None:
+        """Length of the lease this job was claimed with (None if not claimed)."""
+        if self.claimed_at is None or self.lease_expires_at is None:
+            return None
+        return (self.lease_expires_at - self.claimed_at).total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of a job's history."""
+
+    at: datetime
+    event: str
+    from_status: JobStatus | None
+    to_status: JobStatus
+    actor: str
+    detail: str | None
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> Event:
+        source = data.get("from_status")
+        return cls(
+            at=_time(data["at"]),
+            event=str(data["event"]),
+            from_status=JobStatus(source) if source else None,
+            to_status=JobStatus(data["to_status"]),
+            actor=str(data["actor"]),
+            detail=data.get("detail"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """One answer of a batch enqueue: the job, and whether this call created it."""
+
+    job: Job
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledged:
+    """One answer of a batch completion. ``error`` is set unless ``status`` is 200."""
+
+    id: int
+    status: int
+    job: Job | None
+    error: QueueError | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """An API key. ``key`` (the plaintext) is set only in the answer that created it."""
+
+    id: int
+    name: str
+    roles: frozenset[Role]
+    max_priority: Priority
+    types: tuple[str, ...] | None
+    prefix: str
+    created_at: datetime
+    revoked_at: datetime | None
+    key: str | None = None
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> Key:
+        types = data.get("types")
+        return cls(
+            id=int(data["id"]),
+            name=str(data["name"]),
+            roles=frozenset(Role(r) for r in data["roles"]),
+            max_priority=Priority.from_label(str(data["max_priority"])),
+            types=tuple(types) if types is not None else None,
+            prefix=str(data["prefix"]),
+            created_at=_time(data["created_at"]),
+            revoked_at=parse_time(data.get("revoked_at")),
+            key=data.get("key"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of ``GET /jobs``."""
+
+    jobs: list[Job]
+    next_cursor: str | None

@@ -1,0 +1,179 @@
+"""``Worker``: register a handler per job type, then ``run`` claims and runs jobs.
+
+```python
+worker = Worker(concurrency=4)
+
+@worker.handler("send_email")
+def send_email(job: Job) -> dict[str, Any]:
+    ...  # return the result; raise Retry(after=60) or Fail("reason") to choose the failure
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import re
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any, TypeVar
+
+from queuelog.client.runtime import Handler, Options, Run
+from queuelog.client.sync import Client
+
+H = TypeVar("H", bound=Handler)
+
+
+def default_instance() -> str:
+    """``<host>-<pid>``, cut to what the API accepts: ``[A-Za-z0-9._-]{1,64}``."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()) or "host"
+    pid = str(os.getpid())
+    return f"{host[: 63 - len(pid)]}-{pid}"
+
+
+class Worker:
+    """Runs handlers for claimed jobs, keeps their leases alive and reports their outcome.
+
+    Args:
+        concurrency: Jobs run at once, each on its own thread (``async def`` handlers share
+            one event loop). Claims fetch up to the free slots in one request.
+        wait_seconds: How long a claim may wait on the server for a job (long-poll).
+        lease_seconds: Lease to claim with; default the job type's. Heartbeats renew it
+            every third of the lease while the handler runs.
+        instance: Names this process in ``worker_id`` (``<key name>/<instance>``); default
+            ``<host>-<pid>``.
+        shutdown_seconds: After SIGTERM/SIGINT or ``stop``, how long running jobs may take
+            to finish. Those still running then are failed as retryable.
+        idle_seconds: Longest pause between claims when the server answers at once with
+            nothing to do.
+    """
+
+    def __init__(
+        self,
+        *,
+        concurrency: int = 4,
+        wait_seconds: float = 5.0,
+        lease_seconds: int | None = None,
+        instance: str | None = None,
+        shutdown_seconds: float = 30.0,
+        idle_seconds: float = 1.0,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.handlers: dict[str, Handler] = {}
+        self.options = Options(
+            concurrency=concurrency,
+            wait_seconds=wait_seconds,
+            lease_seconds=lease_seconds,
+            instance=instance or default_instance(),
+            shutdown_seconds=shutdown_seconds,
+            idle_seconds=idle_seconds,
+        )
+        self._run: Run | None = None
+        self._stop_requested = threading.Event()
+        self._signals_seen = 0
+
+    def handler(self, job_type: str) -> Callable[[H], H]:
+        """Decorator: run the function (sync or ``async def``) for jobs of ``job_type``."""
+
+        def register(function: H) -> H:
+            if job_type in self.handlers:
+                raise ValueError(f"a handler for {job_type!r} is already registered")
+            self.handlers[job_type] = function
+            return function
+
+        return register
+
+    def configure(self, **changes: Any) -> None:
+        """Change options after construction (the CLI's ``--concurrency``, for example)."""
+        self.options = dataclasses.replace(self.options, **changes)
+
+    def run(
+        self, client: Client | None = None, *, url: str | None = None, api_key: str | None = None
+    ) -> None:
+        """Claim and run jobs until ``stop``, SIGTERM or SIGINT; returns once wound down.
+
+        Raises the claim's error if this worker cannot claim at all (bad key, forbidden or
+        unknown job type).
+        """
+        if not self.handlers:
+            raise ValueError("register at least one handler before run()")
+        with self._signals():
+            self._serve(client, url, api_key)
+
+    def _serve(
+        self,
+        client: Client | None,
+        url: str | None,
+        api_key: str | None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        own = client is None
+        client = client or Client(url, api_key, timeout=30.0)
+        self._run = Run(client, self.handlers, self.options, loop)
+        try:
+            if self._stop_requested.is_set():
+                self._run.stop()
+            self._run.run()
+        finally:
+            self._run = None
+            self._stop_requested.clear()
+            self._signals_seen = 0
+            if own:
+                client.close()
+
+    async def arun(
+        self, client: Client | None = None, *, url: str | None = None, api_key: str | None = None
+    ) -> None:
+        """``run`` from asyncio: ``async def`` handlers run on the caller's event loop, so
+        they may use its resources; the rest of the worker runs on threads meanwhile.
+        SIGTERM and SIGINT stop it as in ``run``; so does cancelling the awaiting task."""
+        if not self.handlers:
+            raise ValueError("register at least one handler before arun()")
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT)
+        if threading.current_thread() is threading.main_thread():
+            for signum in signals:
+                loop.add_signal_handler(signum, self._on_signal)
+        serving = asyncio.ensure_future(asyncio.to_thread(self._serve, client, url, api_key, loop))
+        try:
+            await asyncio.shield(serving)
+        except asyncio.CancelledError:
+            self.stop()
+            await serving  # running jobs may finish (within shutdown_seconds) on this loop
+            raise
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                for signum in signals:
+                    loop.remove_signal_handler(signum)
+
+    def _on_signal(self) -> None:
+        self._signals_seen += 1
+        self.stop(force=self._signals_seen > 1)  # a second signal: do not wait any longer
+
+    def stop(self, force: bool = False) -> None:
+        """Stop claiming and let running jobs finish (``force``: fail them now)."""
+        self._stop_requested.set()
+        if self._run is not None:
+            self._run.stop(force)
+
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum: int, _: FrameType | None) -> None:
+            self._on_signal()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)

@@ -1,0 +1,115 @@
+"""The ``queuelog`` command talking to a real server: output and documented exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.realserver import QUEUELOG, RealServer, free_port
+
+
+def cli(server: RealServer, key: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+    env = server.env(server.keys.get(key, key) if key else None)
+    return subprocess.run(
+        [QUEUELOG, *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_enqueue_prints_the_job_and_show_and_events_read_it(real_server: RealServer) -> None:
+    done = cli(
+        real_server, "shop", "enqueue", "send_email", '{"to": "a@b.c"}', "--priority", "high"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("job ") and "pending (send_email, high)" in done.stdout
+    job_id = done.stdout.split()[1]
+    shown = cli(real_server, "shop", "jobs", "show", job_id, "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["payload"] == {"to": "a@b.c"}
+    table = cli(real_server, "shop", "jobs", "show", job_id)
+    assert "send_email" in table.stdout and "a@b.c" in table.stdout
+    events = cli(real_server, "shop", "jobs", "events", job_id, "--json")
+    assert [e["event"] for e in json.loads(events.stdout)] == ["enqueued"]
+    assert "enqueued" in cli(real_server, "shop", "jobs", "events", job_id).stdout
+
+
+def test_enqueue_with_an_idempotency_key_twice_gives_one_job(real_server: RealServer) -> None:
+    args = ("enqueue", "noop", "--idempotency-key", "cli-once", "--json")
+    first = json.loads(cli(real_server, "shop", *args).stdout)
+    second = json.loads(cli(real_server, "shop", *args).stdout)
+    assert first["id"] == second["id"] and first["idempotency_key"] == "cli-once"
+
+
+def test_enqueue_from_file_sends_batches(real_server: RealServer, tmp_path: Path) -> None:
+    lines = [json.dumps({"type": "noop", "payload": {"line": i}}) for i in range(250)]
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("\n".join(lines) + "\n\n")
+    done = cli(real_server, "shop", "enqueue", "--from-file", str(path), "--batch-size", "100")
+    assert done.returncode == 0, done.stderr
+    assert "enqueued 250 jobs (250 new, 0 existing)" in done.stdout
+    path.write_text("\n".join([*lines[:3], json.dumps({"type": "no_such_type"})]))
+    bad = cli(real_server, "shop", "enqueue", "--from-file", str(path), "--batch-size", "2")
+    assert bad.returncode == 1 and "jobs 3-4 refused" in bad.stderr.strip().splitlines()[-1]
+
+
+def test_jobs_list_cancel_and_retry(real_server: RealServer) -> None:
+    job = json.loads(cli(real_server, "shop", "enqueue", "noop", "--json").stdout)
+    listed = json.loads(cli(real_server, "root", "jobs", "list", "--json", "--limit", "5").stdout)
+    assert len(listed) == 5 and listed[0]["id"] >= job["id"]
+    table = cli(real_server, "shop", "jobs", "list", "--status", "pending", "--type", "noop")
+    assert table.returncode == 0 and "pending" in table.stdout
+    cancelled = cli(real_server, "shop", "jobs", "cancel", str(job["id"]))
+    assert cancelled.stdout.strip() == f"job {job['id']} cancelled"
+    again = cli(real_server, "shop", "jobs", "cancel", str(job["id"]))
+    assert again.returncode == 1 and "invalid-state" in one_line_error(again)
+    forbidden = cli(real_server, "shop", "jobs", "retry", str(job["id"]))
+    assert forbidden.returncode == 3 and "forbidden" in one_line_error(forbidden)
+    redriven = cli(real_server, "root", "jobs", "retry", str(job["id"]))
+    assert redriven.stdout.strip() == f"job {job['id']} pending"
+
+
+def test_refused_requests_exit_1_with_one_line(real_server: RealServer) -> None:
+    unknown = cli(real_server, "shop", "enqueue", "no_such_type")
+    assert unknown.returncode == 1 and "unknown-job-type" in one_line_error(unknown)
+    missing = cli(real_server, "shop", "jobs", "show", "999999")
+    assert missing.returncode == 1 and "not-found" in one_line_error(missing)
+    invalid = cli(real_server, "shop", "enqueue", "send_email", '{"no": "to"}')
+    assert invalid.returncode == 1 and "validation" in one_line_error(invalid)
+
+
+def test_bad_key_exits_3(real_server: RealServer) -> None:
+    bad = cli(real_server, "ql_not_a_real_key", "jobs", "list")
+    assert bad.returncode == 3 and "unauthenticated" in one_line_error(bad)
+    missing = cli(real_server, None, "enqueue", "noop")
+    assert missing.returncode == 3
+
+
+def test_server_down_exits_4(real_server: RealServer) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = cli(real_server, "shop", "enqueue", "noop", "--url", url)
+    assert done.returncode == 4 and "cannot reach" in one_line_error(done)
+
+
+def test_bad_usage_exits_2(real_server: RealServer) -> None:
+    assert cli(real_server, "shop", "enqueue", "noop", "{not json").returncode == 2
+    assert cli(real_server, "shop", "enqueue", "noop", "[1]").returncode == 2
+    assert cli(real_server, "shop", "enqueue").returncode == 2
+    assert cli(real_server, "mailer", "worker", "no_such_module:worker").returncode == 2
+    assert cli(real_server, "mailer", "worker", "examples.mailer:nothing").returncode == 2
+
+
+def test_worker_with_a_bad_key_exits_3(real_server: RealServer) -> None:
+    done = cli(real_server, "ql_not_a_real_key", "worker", "examples.mailer:worker")
+    assert done.returncode == 3
+    assert "unauthenticated" in done.stderr.strip().splitlines()[-1]
+
+
+def test_help_documents_the_exit_codes(real_server: RealServer) -> None:
+    for args in ((), ("enqueue",), ("worker",), ("jobs", "list")):
+        done = cli(real_server, None, *args, "--help")
+        assert "Exit codes:" in done.stdout and "4  the server could not be reached" in done.stdout

@@ -1,0 +1,239 @@
+"""Client and AsyncClient against a real server: results, every error slug, retries."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from queuelog.client import (
+    AsyncClient,
+    Client,
+    Job,
+    RetryPolicy,
+    ServerError,
+    ServerUnavailable,
+)
+from queuelog.client.errors import BodyTooLarge
+from queuelog.errors import (
+    Forbidden,
+    IdempotencyKeyReused,
+    InvalidState,
+    NotFound,
+    NotLeaseHolder,
+    PayloadTooLarge,
+    RateLimited,
+    Unauthenticated,
+    UnknownJobType,
+    ValidationFailed,
+)
+from queuelog.models import JobStatus, Priority
+from tests.realserver import RealServer, free_port
+
+FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
+
+
+def client(server: RealServer, name: str, **options: Any) -> Client:
+    return Client(server.url, server.keys[name], **options)
+
+
+def test_enqueue_get_and_events_return_typed_values(real_server: RealServer) -> None:
+    with client(real_server, "shop") as shop:
+        job = shop.enqueue("send_email", {"to": "a@example.com"}, priority="high")
+        assert job.status is JobStatus.PENDING and job.priority is Priority.HIGH
+        assert job.idempotency_key  # made by the client, so a resend never duplicates
+        assert shop.get(job.id) == job
+        (event,) = shop.events(job)
+        assert event.event == "enqueued" and event.to_status is JobStatus.PENDING
+
+
+def test_enqueue_with_the_same_idempotency_key_returns_the_same_job(
+    real_server: RealServer,
+) -> None:
+    with client(real_server, "shop") as shop:
+        first = shop.enqueue("noop", {"n": 1}, idempotency_key="same-request")
+        again = shop.enqueue("noop", {"n": 1}, idempotency_key="same-request")
+        assert again.id == first.id
+        with pytest.raises(IdempotencyKeyReused):
+            shop.enqueue("noop", {"n": 2}, idempotency_key="same-request")
+
+
+def test_list_follows_next_cursor_across_pages(real_server: RealServer) -> None:
+    with client(real_server, "root") as root, client(real_server, "shop") as shop:
+        made = shop.enqueue_many([{"type": "noop", "payload": {"i": i}} for i in range(7)])
+        assert all(item.created for item in made)
+        listed = [job.id for job in root.list(type="noop", page_size=2)]
+        assert {item.job.id for item in made} <= set(listed)
+        assert listed == sorted(listed, reverse=True)
+
+
+def test_claim_heartbeat_complete_many_and_fail(real_server: RealServer) -> None:
+    with client(real_server, "shop") as shop, client(real_server, "mailer") as worker:
+        for i in range(3):
+            shop.enqueue("send_email", {"to": f"{i}@example.com"}, priority="high")
+        jobs = worker.claim(types=["send_email"], limit=3, lease_seconds=60, instance="t-1")
+        assert len(jobs) == 3 and all(j.lease_token for j in jobs)
+        assert jobs[0].worker_id == "mailer/t-1" and jobs[0].lease_seconds == 60
+        beat = worker.heartbeat(jobs[0], lease_seconds=120)
+        assert beat.lease_expires_at is not None
+        failed = worker.fail(jobs[2], "smtp down", retryable=False)
+        assert failed.status is JobStatus.FAILED
+        stale = jobs[1].__class__(**{**_fields(jobs[1]), "lease_token": "0" * 32})
+        answers = worker.complete_many([(jobs[0], {"ok": True}), stale])
+        assert answers[0].ok and answers[0].job is not None
+        assert answers[0].job.result == {"ok": True}
+        assert not answers[1].ok and isinstance(answers[1].error, NotLeaseHolder)
+
+
+def claim_job(worker: Client, job: Job) -> Job:
+    """Claim ``job``, completing any older job of its type claimed on the way."""
+    for _ in range(20):
+        for claimed in worker.claim(types=[job.type], limit=100):
+            if claimed.id == job.id:
+                return claimed
+            worker.complete(claimed)
+    raise AssertionError(f"job {job.id} was never claimed")
+
+
+def _fields(job: Any) -> dict[str, Any]:
+    return {name: getattr(job, name) for name in job.__dataclass_fields__}
+
+
+@pytest.mark.parametrize(
+    ("action", "error"),
+    [
+        (lambda c: c["shop"].get(999_999), NotFound),
+        (lambda c: c["shop"].enqueue("no_such_type"), UnknownJobType),
+        (lambda c: c["shop"].enqueue("send_email", {"no": "to"}), ValidationFailed),
+        (lambda c: c["shop"].enqueue("noop", {"x": "y" * 4000}), PayloadTooLarge),
+        (lambda c: c["shop"].enqueue("noop", {"x": "y" * 1_100_000}), BodyTooLarge),
+        (lambda c: c["shop"].enqueue("noop", priority="critical"), Forbidden),
+        (lambda c: c["shop"].create_key("x", ["worker"]), Forbidden),
+        (lambda c: c["nobody"].get(1), Unauthenticated),
+    ],
+)
+def test_each_problem_type_raises_its_own_exception(
+    real_server: RealServer, action: Any, error: type[Exception]
+) -> None:
+    clients = {"shop": client(real_server, "shop"), "nobody": Client(real_server.url, "ql_bad")}
+    try:
+        with pytest.raises(error) as raised:
+            action(clients)
+    finally:
+        for each in clients.values():
+            each.close()
+    assert raised.value.detail  # type: ignore[attr-defined]
+
+
+def test_invalid_state_and_not_lease_holder(real_server: RealServer) -> None:
+    with client(real_server, "shop") as shop, client(real_server, "mailer") as worker:
+        job = shop.enqueue("noop")
+        claimed = claim_job(worker, job)
+        with pytest.raises(InvalidState):
+            shop.cancel(job)
+        with pytest.raises(NotLeaseHolder):
+            worker.complete(claimed, lease_token="f" * 32)
+        worker.complete(claimed)
+        with pytest.raises(InvalidState):
+            worker.complete(claimed)
+
+
+def test_validation_error_keeps_the_field_errors(real_server: RealServer) -> None:
+    with client(real_server, "mailer") as worker, pytest.raises(ValidationFailed) as raised:
+        worker.claim(limit=1000)
+    assert raised.value.extra["errors"]
+
+
+def test_admin_manages_keys(real_server: RealServer) -> None:
+    with client(real_server, "root") as root:
+        key = root.create_key("reporter", ["producer"], max_priority="low", types=["noop"])
+        assert key.key and key.key.startswith("ql_")
+        assert key.id in {k.id for k in root.list_keys()}
+        with Client(real_server.url, key.key) as reporter:
+            reporter.enqueue("noop")
+            root.revoke_key(key.id)
+            with pytest.raises(Unauthenticated):
+                reporter.enqueue("noop")
+
+
+def test_url_and_key_come_from_the_environment(
+    real_server: RealServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QUEUELOG_URL", real_server.url)
+    monkeypatch.setenv("QUEUELOG_API_KEY", real_server.keys["shop"])
+    with Client() as shop:
+        assert shop.enqueue("noop").status is JobStatus.PENDING
+
+
+def test_async_client_speaks_the_same_calls(real_server: RealServer) -> None:
+    async def scenario() -> list[int]:
+        async with (
+            AsyncClient(real_server.url, real_server.keys["shop"]) as shop,
+            AsyncClient(real_server.url, real_server.keys["mailer"]) as worker,
+        ):
+            job = await shop.enqueue("send_email", {"to": "async@example.com"})
+            claimed = next(j for j in await worker.claim(limit=100) if j.id == job.id)
+            done = await worker.complete(claimed, {"sent": True})
+            assert done.status is JobStatus.COMPLETED
+            with pytest.raises(NotFound):
+                await shop.get(999_999)
+            return [j.id async for j in shop.list(type="send_email", page_size=1)]
+
+    ids = asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+    assert ids and ids == sorted(ids, reverse=True)
+
+
+# -- errors that need a scripted answer --------------------------------------------
+
+
+def scripted(
+    status: int, body: Any, headers: dict[str, str] | None = None, retry: RetryPolicy = FAST
+) -> Client:
+    def answer(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json=body, headers=headers)
+
+    return Client(
+        "http://127.0.0.1:1", "ql_x", retry_policy=retry, transport=httpx.MockTransport(answer)
+    )
+
+
+def test_a_rate_limited_claim_is_sent_again_after_retry_after() -> None:
+    answers = [
+        httpx.Response(429, json={"type": "rate-limited"}, headers={"Retry-After": "0"}),
+        httpx.Response(200, json={"jobs": []}),
+    ]
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return answers[len(sent) - 1]
+
+    transport = httpx.MockTransport(answer)
+    with Client("http://127.0.0.1:1", "ql_x", retry_policy=FAST, transport=transport) as worker:
+        assert worker.claim() == []
+    assert len(sent) == 2  # refused before anything happened, so even a claim is safe
+
+
+def test_rate_limited_carries_retry_after() -> None:
+    problem = {"type": "rate-limited", "title": "Too many", "status": 429, "detail": "slow"}
+    limited = scripted(429, problem, {"Retry-After": "7"}, RetryPolicy(attempts=1))
+    with limited, pytest.raises(RateLimited) as raised:
+        limited.get(1)
+    assert raised.value.retry_after == 7
+
+
+def test_server_failure_is_a_server_error_with_its_status() -> None:
+    problem = {"type": "internal", "title": "Internal", "status": 500, "detail": "oops"}
+    failing = scripted(500, problem)
+    with failing, pytest.raises(ServerError) as raised:
+        failing.get(1)
+    assert raised.value.status == 500
+
+
+def test_unreachable_server_raises_server_unavailable_after_retries() -> None:
+    nowhere = Client(f"http://127.0.0.1:{free_port()}", "ql_x", retry_policy=FAST)
+    with nowhere, pytest.raises(ServerUnavailable) as raised:
+        nowhere.claim()
+    assert "cannot reach" in raised.value.detail

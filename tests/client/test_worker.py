@@ -1,0 +1,209 @@
+"""The Worker runtime in this process against a real server: outcomes, leases, stopping."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from queuelog.client import Client, Fail, Job, Retry, Worker
+from queuelog.models import JobStatus
+from tests.realserver import RealServer, start_server
+
+DEADLINE = 90.0  # seconds any single wait in these tests may take, on a busy machine
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RealServer]:
+    """A server of its own: workers claim whatever is pending, so tests must not share."""
+    started = start_server(tmp_path)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@contextmanager
+def running(worker: Worker, server: RealServer) -> Iterator[threading.Thread]:
+    client = Client(server.url, server.keys["mailer"])
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+        client.close()
+        assert not thread.is_alive(), "the worker did not stop"
+
+
+def wait_until(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def admin(server: RealServer) -> Client:
+    return Client(server.url, server.keys["root"])
+
+
+def settled(server: RealServer, *ids: int) -> Callable[[], bool]:
+    def check() -> bool:
+        with admin(server) as root:
+            return all(root.get(i).status in _FINAL for i in ids)
+
+    return check
+
+
+_FINAL = {JobStatus.COMPLETED, JobStatus.FAILED}
+
+
+def test_handler_outcomes_become_complete_retry_and_fail(server: RealServer) -> None:
+    worker = Worker(concurrency=3, wait_seconds=1)
+
+    @worker.handler("noop")
+    def handle(job: Job) -> Any:
+        kind = job.payload["kind"]
+        if kind == "retry" and job.retry_count == 0:
+            raise Retry("not yet", after=0)
+        if kind == "fail":
+            raise Fail("never")
+        if kind == "crash":
+            raise RuntimeError("boom")
+        return {"dict": True} if kind == "dict" else 42
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        kinds = ["dict", "value", "retry", "fail", "crash"]
+        ids = {k: shop.enqueue("noop", {"kind": k}).id for k in kinds}
+    with running(worker, server):
+        wait_until(settled(server, *ids.values()), "every job to settle")
+    with admin(server) as root:
+        jobs = {k: root.get(i) for k, i in ids.items()}
+    assert jobs["dict"].result == {"dict": True}
+    assert jobs["value"].result == {"value": 42}
+    assert jobs["retry"].status is JobStatus.COMPLETED and jobs["retry"].retry_count == 1
+    assert jobs["fail"].status is JobStatus.FAILED and jobs["fail"].retry_count == 0
+    assert jobs["fail"].error == "never"
+    assert jobs["crash"].status is JobStatus.FAILED  # noop allows 2 retries, then fails
+    assert jobs["crash"].retry_count == 2 and jobs["crash"].error == "RuntimeError: boom"
+
+
+def test_a_result_too_large_to_store_fails_the_job_for_good(server: RealServer) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1)
+
+    @worker.handler("noop")
+    def huge(job: Job) -> dict[str, Any]:
+        return {"blob": "x" * 70_000}  # over max_result_bytes (64 KiB)
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        job = shop.enqueue("noop")
+    with running(worker, server):
+        wait_until(settled(server, job.id), "the job to settle")
+    with admin(server) as root:
+        failed = root.get(job.id)
+    assert failed.status is JobStatus.FAILED and failed.error == "result too large"
+
+
+def test_heartbeats_keep_a_long_job_alive_past_its_lease(server: RealServer) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1)
+
+    @worker.handler("slow")  # lease 2 s, no retries: an expired lease would fail the job
+    def slow(job: Job) -> dict[str, Any]:
+        time.sleep(5)
+        return {"slept": 5}
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        job = shop.enqueue("slow")
+    with running(worker, server):
+        wait_until(settled(server, job.id), "the slow job to finish")
+    with admin(server) as root:
+        done = root.get(job.id)
+        history = [e.event for e in root.events(job.id)]
+    assert done.status is JobStatus.COMPLETED and done.retry_count == 0
+    assert "lease_expired" not in history
+
+
+def test_async_handlers_run_on_the_worker_loop(server: RealServer) -> None:
+    worker = Worker(concurrency=4, wait_seconds=1)
+
+    @worker.handler("noop")
+    async def handle(job: Job) -> dict[str, Any]:
+        await asyncio.sleep(0.05)
+        return {"n": job.payload["n"] * 2}
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        made = shop.enqueue_many([{"type": "noop", "payload": {"n": n}} for n in range(10)])
+    ids = [m.job.id for m in made]
+    with running(worker, server):
+        wait_until(settled(server, *ids), "the async jobs")
+    with admin(server) as root:
+        assert [root.get(i).result for i in ids] == [{"n": n * 2} for n in range(10)]
+
+
+def test_arun_runs_async_handlers_on_the_callers_loop(server: RealServer) -> None:
+    worker = Worker(concurrency=3, wait_seconds=1)
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    @worker.handler("noop")
+    async def handle(job: Job) -> dict[str, Any]:
+        loops.append(asyncio.get_running_loop())
+        await asyncio.sleep(0.01)
+        return {"n": job.payload["n"]}
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        ids = [m.job.id for m in shop.enqueue_many([{"type": "noop", "payload": {"n": 1}}] * 5)]
+
+    async def main() -> asyncio.AbstractEventLoop:
+        with Client(server.url, server.keys["mailer"]) as client:
+            task = asyncio.create_task(worker.arun(client))
+            while not settled(server, *ids)():  # bounded by the wait_for below
+                await asyncio.sleep(0.2)
+            task.cancel()  # cancelling stops the worker gracefully
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        return asyncio.get_running_loop()
+
+    caller_loop = asyncio.run(asyncio.wait_for(main(), timeout=DEADLINE))
+    assert len(loops) == 5 and set(loops) == {caller_loop}
+
+
+def test_a_job_still_running_at_the_shutdown_deadline_is_failed_as_retryable(
+    server: RealServer,
+) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1, shutdown_seconds=0.5)
+    release = threading.Event()
+    started = threading.Event()
+
+    @worker.handler("noop")
+    def stuck(job: Job) -> None:
+        started.set()
+        release.wait(DEADLINE)
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        job = shop.enqueue("noop")
+    with running(worker, server):
+        assert started.wait(DEADLINE)
+    release.set()
+    with admin(server) as root:
+        after = root.get(job.id)
+        history = [e.event for e in root.events(job.id)]
+    assert after.status is JobStatus.PENDING and after.retry_count == 1
+    assert history[-1] == "retry_scheduled"
+
+
+def test_worker_with_a_bad_key_stops_with_the_error(server: RealServer) -> None:
+    worker = Worker(wait_seconds=0)
+    worker.handler("noop")(lambda job: None)
+    from queuelog.errors import Unauthenticated
+
+    with pytest.raises(Unauthenticated):
+        worker.run(url=server.url, api_key="ql_not_a_key")
