@@ -40,6 +40,8 @@ def to_micros(at: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+# Rows read together (a claim, a batch) share most of their times: see rfc3339.
+@functools.lru_cache(maxsize=4096)
 def from_micros(value: int) -> datetime:
     return _EPOCH + timedelta(microseconds=value)
 
