@@ -1,4 +1,4 @@
-"""Shared fixtures: settings, a fake clock, real SQLite storage in a temp file, an app."""
+"""Shared fixtures: settings, a fake clock, real storage (SQLite, PostgreSQL), an app."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from queuelog.clock import FakeClock
 from queuelog.config import Settings
 from queuelog.models import ApiKey, Priority, Role
 from queuelog.service import JobService
+from queuelog.storage.base import Storage
+from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.sqlite.store import SqliteStorage
+from tests.postgres import fresh_schema
 
 TYPES: dict[str, Any] = {
     "send_email": {
@@ -54,8 +57,15 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture
-def storage(settings: Settings) -> Iterator[SqliteStorage]:
+@pytest.fixture(params=["sqlite", "postgres"])
+def storage(request: pytest.FixtureRequest, settings: Settings) -> Iterator[Storage]:
+    """Real storage of each backend: SQLite in a temp file, PostgreSQL in a fresh schema."""
+    if request.param == "postgres":
+        with fresh_schema() as url:
+            pg = PostgresStorage(url)
+            yield pg
+            pg.close()
+        return
     path = settings.sqlite_path
     assert path is not None
     store = SqliteStorage(path)

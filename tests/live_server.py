@@ -58,7 +58,12 @@ def create_key(config: Path, name: str, *roles: str, max_priority: str = "medium
 class LiveServer:
     url: str
     config: Path
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def output(self) -> str:
+        """What the server has printed so far (it writes to a file, never a pipe)."""
+        return self.log_path.read_text(errors="replace")
 
     def client(self, key: str, timeout: float = 30) -> httpx.Client:
         return httpx.Client(
@@ -76,14 +81,15 @@ def write_config(tmp: Path, extra: str = "") -> Path:
 def live_server(config: Path, env: dict[str, str] | None = None) -> Iterator[LiveServer]:
     """Start ``queuelog serve``, wait until /readyz answers, stop it afterwards."""
     port = free_port()
-    process = subprocess.Popen(
-        [str(BIN), "serve", "--config", str(config), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-    server = LiveServer(f"http://127.0.0.1:{port}", config, process)
+    log_path = config.parent / f"server-{port}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [str(BIN), "serve", "--config", str(config), "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+    server = LiveServer(f"http://127.0.0.1:{port}", config, process, log_path)
     try:
         _wait_ready(server)
         yield server
@@ -101,8 +107,7 @@ def _wait_ready(server: LiveServer, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
-            output = server.process.stdout.read() if server.process.stdout else ""
-            raise AssertionError(f"server exited early: {output}")
+            raise AssertionError(f"server exited early: {server.output()}")
         try:
             if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
                 return

@@ -66,17 +66,15 @@ def test_many_threads_claiming_over_http_get_each_job_exactly_once(tmp_path: Pat
 def test_serve_bootstraps_one_admin_key_on_an_empty_database(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     with live_server(config) as server:
-        assert server.process.stdout is not None
-        lines = [server.process.stdout.readline() for _ in range(2)]
+        lines = server.output().splitlines()
+        assert "No active admin key" in lines[0]
         key = lines[1].strip()
         assert key.startswith("ql_")
         with server.client(key) as admin:
             keys = admin.get("/keys").json()["keys"]
             assert [(k["name"], k["roles"]) for k in keys] == [("admin", ["admin"])]
     with live_server(config) as server:
-        assert server.process.stdout is not None
-        first = server.process.stdout.readline()
-        assert "admin key" not in first and "ql_" not in first
+        assert "admin key" not in server.output() and "ql_" not in server.output()
 
 
 def test_keys_cli_creates_lists_and_revokes(tmp_path: Path) -> None:

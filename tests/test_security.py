@@ -9,6 +9,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 
+import pytest
 from fastapi.testclient import TestClient
 
 from queuelog.sanitize import sanitize_error
@@ -34,6 +35,8 @@ def test_v01_producers_and_workers_have_separate_roles(producer: Api, worker: Ap
     assert worker.post("/jobs", json={"type": "noop"}).status_code == 403
 
 
+# Reads the SQLite file itself; tests/storage/test_postgres.py checks PostgreSQL's tables.
+@pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
 def test_v01_keys_are_stored_only_as_hashes(admin: Api, storage: SqliteStorage) -> None:
     created = admin.post("/keys", json={"name": "p", "roles": ["producer"]}).json()
     with sqlite3.connect(storage.path) as conn:
@@ -116,6 +119,7 @@ def test_v07_oversized_payload_is_422_and_oversized_body_413(producer: Api) -> N
     assert huge.status_code == 413 and huge.json()["type"] == "body-too-large"
 
 
+@pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
 def test_v08_sql_metacharacters_are_stored_as_text(
     producer: Api, admin: Api, storage: SqliteStorage
 ) -> None:

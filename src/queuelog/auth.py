@@ -65,6 +65,21 @@ def display_prefix(key: str) -> str:
     return key[: len(KEY_PREFIX) + 6]
 
 
+def _new_key(
+    name: str, roles: frozenset[Role], max_priority: Priority, types: tuple[str, ...] | None
+) -> tuple[NewKey, str]:
+    plaintext = generate_key()
+    new = NewKey(
+        name=name,
+        roles=roles,
+        max_priority=max_priority,
+        types=types,
+        key_hash=hash_key(plaintext),
+        prefix=display_prefix(plaintext),
+    )
+    return new, plaintext
+
+
 class KeyRing:
     """Creates, lists, revokes and checks API keys, with a short-lived lookup cache.
 
@@ -90,16 +105,18 @@ class KeyRing:
         """Store a new key; return it with its plaintext, which is never shown again."""
         if not roles:
             raise ValidationFailed("A key needs at least one role")
-        plaintext = generate_key()
-        new = NewKey(
-            name=name,
-            roles=roles,
-            max_priority=max_priority,
-            types=types,
-            key_hash=hash_key(plaintext),
-            prefix=display_prefix(plaintext),
-        )
+        new, plaintext = _new_key(name, roles, max_priority, types)
         return self._storage.key_insert(new, self._clock.now()), plaintext
+
+    def bootstrap_admin(self) -> str | None:
+        """Create an admin key if no active one exists; its plaintext, or None.
+
+        Atomic in the storage: nodes starting together on an empty database
+        create one key between them, not one each.
+        """
+        new, plaintext = _new_key("admin", frozenset({Role.ADMIN}), Priority.CRITICAL, None)
+        created = self._storage.key_insert_first_admin(new, self._clock.now())
+        return plaintext if created is not None else None
 
     def list(self) -> list[ApiKey]:
         return self._storage.key_list()

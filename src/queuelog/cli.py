@@ -67,9 +67,8 @@ def serve(config_path: str | None, host: str, port: int, access_log: bool) -> No
 
     settings = _settings(config_path)
     storage = _open(settings)
-    keys = KeyRing(storage, SystemClock())
-    if not storage.key_has_active_admin():
-        _, plaintext = keys.create("admin", frozenset({Role.ADMIN}), Priority.CRITICAL)
+    plaintext = KeyRing(storage, SystemClock()).bootstrap_admin()
+    if plaintext is not None:
         click.echo("No active admin key was found; created one. It is shown only this once:")
         click.echo(plaintext)
     app = create_app(settings, storage=storage)

@@ -358,3 +358,24 @@ def test_list_for_a_producer_and_worker_is_the_union_newest_first(store: Storage
     both = store.job_list(JobListParams(limit=10, principal="shop", holder="w"))
     assert [j.id for j in both] == sorted([*mine, mine[0] - 1], reverse=True)
     assert len(store.job_list(JobListParams(limit=2, principal="shop", holder="w"))) == 2
+
+
+def test_first_admin_is_created_once_however_many_try_at_once(store: Storage) -> None:
+    created: list[object] = []
+    lock = threading.Lock()
+    start = threading.Barrier(6)
+
+    def bootstrap(n: int) -> None:
+        start.wait(timeout=30)
+        key = NewKey("admin", frozenset({Role.ADMIN}), Priority.CRITICAL, None, f"h{n}", "ql_x")
+        outcome = store.key_insert_first_admin(key, T0)
+        with lock:
+            created.append(outcome)
+
+    threads = [threading.Thread(target=bootstrap, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sum(c is not None for c in created) == 1 and len(created) == 6
+    assert len(store.key_list()) == 1

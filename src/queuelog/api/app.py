@@ -21,7 +21,7 @@ from queuelog.dashboard import dashboard_router
 from queuelog.maintenance import Maintenance
 from queuelog.service import JobService
 from queuelog.storage import open_storage
-from queuelog.storage.base import Storage
+from queuelog.storage.base import ReadySubscriber, Storage
 from queuelog.wakeup import Wakeup
 
 DESCRIPTION = """
@@ -62,6 +62,9 @@ def create_app(
     storage = storage or open_storage(settings)
     wakeup = Wakeup()
     service = JobService(storage, settings, clock, on_ready=wakeup.notify)
+    if isinstance(storage, ReadySubscriber):
+        # Jobs made ready on other nodes sharing the database wake this node's claimers.
+        storage.subscribe(wakeup.notify)
     state = AppState(
         service=service,
         keys=KeyRing(storage, clock),

@@ -15,4 +15,8 @@ def open_storage(settings: Settings) -> Storage:
         path = settings.sqlite_path
         assert path is not None
         return SqliteStorage(path, durability=settings.durability)
-    raise ValueError("database must be a sqlite:/// URL")
+    if url.startswith(("postgresql://", "postgres://")):
+        from queuelog.storage.postgres.store import PostgresStorage
+
+        return PostgresStorage(url, durability=settings.durability)
+    raise ValueError("database must be a sqlite:/// or postgresql:// URL")

@@ -11,9 +11,9 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from queuelog.clock import from_micros
+from queuelog.clock import from_micros, to_micros
 from queuelog.errors import InvalidState, NotFound, NotLeaseHolder, QueueError
 from queuelog.models import (
     ApiKey,
@@ -173,6 +173,35 @@ class Storage(Protocol):
     def key_list(self) -> list[ApiKey]: ...
     def key_revoke(self, key_id: int, now: datetime) -> bool: ...
     def key_has_active_admin(self) -> bool: ...
+
+    def key_insert_first_admin(self, key: NewKey, now: datetime) -> ApiKey | None:
+        """Insert ``key`` only if no active admin key exists, atomically across nodes."""
+        ...
+
+
+@runtime_checkable
+class ReadySubscriber(Protocol):
+    """A backend that hears when another process sharing the database made a job ready.
+
+    PostgreSQL does (LISTEN/NOTIFY); SQLite has one process, whose own wake-ups suffice.
+    """
+
+    def subscribe(self, on_ready: Callable[[], None]) -> None:
+        """Call ``on_ready`` (from any thread) whenever a job may have become ready."""
+        ...
+
+
+def key_params(key: NewKey, now: datetime) -> dict[str, Any]:
+    """The bound parameters of ``key_insert``: both backends store keys alike."""
+    return {
+        "name": key.name,
+        "roles": json.dumps(sorted(r.value for r in key.roles)),
+        "max_priority": int(key.max_priority),
+        "types": json.dumps(list(key.types)) if key.types is not None else None,
+        "key_hash": key.key_hash,
+        "prefix": key.prefix,
+        "now": to_micros(now),
+    }
 
 
 def guard_failure(job: Job | None, worker_name: str, lease_token: str) -> QueueError:

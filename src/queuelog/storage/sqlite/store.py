@@ -24,6 +24,7 @@ from queuelog.storage.base import (
     guard_failure,
     job_from_row,
     key_from_row,
+    key_params,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
 from queuelog.storage.sqlite.writer import GroupWriter
@@ -241,15 +242,7 @@ class SqliteStorage:
     # -- keys --------------------------------------------------------------
 
     def key_insert(self, key: NewKey, now: datetime) -> ApiKey:
-        args = {
-            "name": key.name,
-            "roles": json.dumps(sorted(r.value for r in key.roles)),
-            "max_priority": int(key.max_priority),
-            "types": _dumps(list(key.types) if key.types is not None else None),
-            "key_hash": key.key_hash,
-            "prefix": key.prefix,
-            "now": to_micros(now),
-        }
+        args = key_params(key, now)
         return self._writer.run(
             lambda conn: key_from_row(conn.execute(Q["key_insert"], args).fetchone())
         )
@@ -267,6 +260,17 @@ class SqliteStorage:
 
     def key_has_active_admin(self) -> bool:
         return bool(self._read("key_active_admin", {}))
+
+    def key_insert_first_admin(self, key: NewKey, now: datetime) -> ApiKey | None:
+        args = key_params(key, now)
+
+        def insert_first(conn: sqlite3.Connection) -> ApiKey | None:
+            # The writer's BEGIN IMMEDIATE serialises this check with every other writer.
+            if conn.execute(Q["key_active_admin"]).fetchone() is not None:
+                return None
+            return key_from_row(conn.execute(Q["key_insert"], args).fetchone())
+
+        return self._writer.run(insert_first)
 
 
 # -- operations run by the writer, inside its transaction ---------------------

@@ -1,0 +1,1 @@
+"""PostgreSQL backend: several queuelog nodes on one database (see store.py)."""

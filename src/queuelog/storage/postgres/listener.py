@@ -1,0 +1,76 @@
+"""LISTEN on a dedicated connection; wake this node when any node made a job ready."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import psycopg
+
+from queuelog.storage.postgres.transactions import Q
+
+log = logging.getLogger("queuelog.storage.postgres")
+
+CHANNEL = "queuelog_ready"
+APPLICATION = "queuelog-listener"
+
+
+class ReadyListener:
+    """Calls its callbacks for each notification on this schema's queue.
+
+    A notification sent while the connection was down is lost, so every
+    (re)connection also calls the callbacks once: claimers look again, and the
+    long poll's periodic re-check covers the rest.
+    """
+
+    def __init__(self, url: str, poll_seconds: float = 0.1, retry_seconds: float = 1.0) -> None:
+        self._url = url
+        self._poll_seconds = poll_seconds
+        self._retry_seconds = retry_seconds
+        self._callbacks: list[Callable[[], None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="queuelog-pg-listener", daemon=True)
+        self.listening = threading.Event()
+        self.backend_pid: int | None = None
+
+    def add(self, callback: Callable[[], None]) -> None:
+        self._callbacks.append(callback)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self._poll_seconds + 5)
+
+    def _fire(self) -> None:
+        for callback in list(self._callbacks):
+            try:
+                callback()
+            except Exception:  # one failing callback must not stop the listener
+                log.exception("ready callback failed")
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._listen()
+            except psycopg.Error as exc:
+                self.listening.clear()
+                log.warning("LISTEN connection lost (%s); reconnecting", type(exc).__name__)
+                self._stop.wait(self._retry_seconds)
+
+    def _listen(self) -> None:
+        with psycopg.connect(
+            self._url, autocommit=True, application_name=APPLICATION, connect_timeout=10
+        ) as conn:
+            self.backend_pid = conn.info.backend_pid
+            row = conn.execute(Q["current_schema"]).fetchone()
+            schema = row[0] if row else None
+            conn.execute(f"LISTEN {CHANNEL}")
+            self._fire()
+            self.listening.set()
+            while not self._stop.is_set():
+                for notification in conn.notifies(timeout=self._poll_seconds):
+                    if notification.payload == schema:
+                        self._fire()

@@ -1,0 +1,261 @@
+-- Named queries for the PostgreSQL backend: the same names as SQLite's queries.sql,
+-- plus the few only PostgreSQL needs (migration lock, notifications).
+-- Parameters are always bound (%(name)s), never formatted. A parameter that may be
+-- NULL is cast so the server knows its type.
+
+-- name: migrate_lock
+-- Several nodes may start at once: the first migrates, the others wait and then
+-- find nothing left to do. Keyed by schema, so schemas migrate independently.
+SELECT pg_advisory_xact_lock(hashtext('queuelog.migrate'), hashtext(current_schema()));
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY);
+
+-- name: migrations_done
+SELECT version FROM schema_migrations;
+
+-- name: migration_record
+INSERT INTO schema_migrations (version) VALUES (%(version)s);
+
+-- name: session_durability
+SELECT set_config('synchronous_commit', %(value)s, false);
+
+-- name: job_ready_notify
+-- Delivered at commit, to every node LISTENing; the payload names the schema so
+-- nodes of another queue in the same database ignore it.
+SELECT pg_notify('queuelog_ready', current_schema());
+
+-- name: current_schema
+SELECT current_schema() AS name;
+
+-- name: job_insert
+INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
+                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
+VALUES (%(type)s, %(payload)s, %(priority)s, %(max_retries)s, %(lease_seconds)s, %(principal)s,
+        %(idempotency_key)s::text, %(fingerprint)s::text, %(run_at)s,
+        %(run_at)s::bigint > %(now)s::bigint, %(now)s, %(now)s)
+ON CONFLICT (principal, idempotency_key) DO NOTHING
+RETURNING *;
+
+-- name: job_by_idempotency_key
+SELECT * FROM jobs WHERE principal = %(principal)s AND idempotency_key = %(idempotency_key)s;
+
+-- name: job_get
+SELECT * FROM jobs WHERE id = %(id)s;
+
+-- name: job_list
+-- Every job (an admin's view), newest first.
+SELECT * FROM jobs
+WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(type)s::text IS NULL OR type = %(type)s::text)
+  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_list_by_principal
+-- The jobs one producer enqueued, newest first, walking its own index.
+SELECT * FROM jobs
+WHERE principal = %(principal)s::text
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(type)s::text IS NULL OR type = %(type)s::text)
+  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_list_by_holder
+-- The jobs one worker holds now: running jobs are few, whatever the table's size.
+SELECT * FROM jobs
+WHERE status = 'running' AND claimed_by = %(holder)s::text
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(type)s::text IS NULL OR type = %(type)s::text)
+  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_events
+SELECT * FROM job_events WHERE job_id = %(job_id)s ORDER BY id;
+
+-- name: event_insert
+INSERT INTO job_events (job_id, at, event, from_status, to_status, actor, detail)
+VALUES (%(job_id)s, %(at)s, %(event)s, %(from_status)s, %(to_status)s, %(actor)s, %(detail)s);
+
+-- name: event_insert_many
+-- Many events in one statement: one array per column.
+INSERT INTO job_events (job_id, at, event, from_status, to_status, actor, detail)
+SELECT * FROM unnest(%(job_id)s::bigint[], %(at)s::bigint[], %(event)s::text[],
+                     %(from_status)s::text[], %(to_status)s::text[], %(actor)s::text[],
+                     %(detail)s::text[]);
+
+-- name: job_claim
+-- One statement: the CTE locks the first ready rows in claim order, skipping rows
+-- another node's claim has locked, so concurrent claimers never wait on each other
+-- and never get the same job. The lease token is 128 random bits, fresh per claim.
+WITH ready AS (
+    SELECT id FROM jobs
+    WHERE status = 'pending' AND NOT scheduled AND run_at <= %(now)s::bigint
+      AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]))
+    ORDER BY priority DESC, created_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs
+SET status = 'running',
+    worker_id = %(worker_id)s,
+    claimed_by = %(worker_name)s,
+    claimed_at = %(now)s::bigint,
+    lease_token = replace(gen_random_uuid()::text, '-', ''),
+    lease_expires_at = %(now)s::bigint
+        + COALESCE(%(lease_seconds)s::integer, lease_seconds)::bigint * 1000000,
+    updated_at = %(now)s::bigint
+FROM ready
+WHERE jobs.id = ready.id AND jobs.status = 'pending'
+RETURNING jobs.*;
+
+-- name: job_promote_due
+-- Scheduled jobs whose run_at has come join the ready index. SKIP LOCKED: rows
+-- another node is promoting right now are its to promote; no claim waits here.
+UPDATE jobs SET scheduled = false
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE status = 'pending' AND scheduled AND run_at <= %(now)s::bigint
+    FOR UPDATE SKIP LOCKED);
+
+-- name: job_expired_leases
+-- SKIP LOCKED: a lease another node is rescuing (or a worker is finishing) right
+-- now is left to it; the guarded job_fail decides in any case.
+SELECT * FROM jobs
+WHERE status = 'running' AND lease_expires_at <= %(now)s::bigint
+ORDER BY lease_expires_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: job_heartbeat
+UPDATE jobs
+SET lease_expires_at = %(now)s::bigint
+        + COALESCE(%(lease_seconds)s::integer, lease_seconds)::bigint * 1000000,
+    updated_at = %(now)s::bigint
+WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
+  AND claimed_by = %(worker_name)s AND lease_expires_at > %(now)s::bigint
+RETURNING *;
+
+-- name: job_complete
+UPDATE jobs
+SET status = 'completed', result = %(result)s::text, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s::bigint
+WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
+  AND claimed_by = %(worker_name)s AND lease_expires_at > %(now)s::bigint
+RETURNING *;
+
+-- name: job_fail
+-- Retry while attempts remain and the error is retryable; else fail for good,
+-- leaving retry_count as it was. A lease past its deadline is no longer held
+-- (the expired flag is set only by the rescue of such leases).
+UPDATE jobs
+SET status = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
+                  THEN 'pending' ELSE 'failed' END,
+    retry_count = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
+                       THEN retry_count + 1 ELSE retry_count END,
+    run_at = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
+                  THEN %(retry_at)s::bigint ELSE run_at END,
+    scheduled = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
+                     THEN %(retry_at)s::bigint > %(now)s::bigint ELSE false END,
+    claimed_at = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
+                      THEN NULL ELSE claimed_at END,
+    worker_id = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
+                     THEN NULL ELSE worker_id END,
+    claimed_by = CASE WHEN %(retryable)s::boolean AND retry_count < max_retries
+                      THEN NULL ELSE claimed_by END,
+    lease_token = NULL,
+    lease_expires_at = NULL,
+    error = %(error)s,
+    updated_at = %(now)s::bigint
+WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
+  AND claimed_by = %(worker_name)s
+  AND (%(expired)s::boolean OR lease_expires_at > %(now)s::bigint)
+RETURNING *;
+
+-- name: job_cancel
+UPDATE jobs SET status = 'cancelled', updated_at = %(now)s::bigint
+WHERE id = %(id)s AND status = 'pending'
+RETURNING *;
+
+-- name: job_requeue
+UPDATE jobs
+SET status = 'pending', retry_count = 0, run_at = %(now)s::bigint, scheduled = false,
+    claimed_at = NULL, worker_id = NULL, claimed_by = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s::bigint
+WHERE id = %(id)s AND status IN ('failed', 'cancelled')
+RETURNING *;
+
+-- name: job_prunable
+-- SKIP LOCKED: pruners on several nodes take disjoint rows.
+SELECT id FROM jobs
+WHERE status = %(status)s AND status IN ('completed', 'failed', 'cancelled')
+  AND updated_at < %(cutoff)s::bigint
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: job_delete
+DELETE FROM jobs WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: job_events_delete
+DELETE FROM job_events WHERE job_id = ANY(%(ids)s::bigint[]);
+
+-- name: job_counts
+SELECT status, type, count(*) AS n FROM jobs GROUP BY status, type;
+
+-- name: job_oldest_ready
+-- Two index seeks: the oldest of the ready set, and of the scheduled jobs now due.
+SELECT min(at) AS oldest FROM (
+    SELECT min(run_at) AS at FROM jobs WHERE status = 'pending' AND NOT scheduled
+    UNION ALL
+    SELECT min(run_at) FROM jobs
+    WHERE status = 'pending' AND scheduled AND run_at <= %(now)s::bigint) AS candidates;
+
+-- name: job_ready_count
+SELECT count(*) AS ready FROM jobs WHERE status = 'pending' AND run_at <= %(now)s::bigint;
+
+-- name: job_next_due
+SELECT min(run_at) AS next_due FROM jobs
+WHERE status = 'pending' AND scheduled AND run_at > %(now)s::bigint
+  AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]));
+
+-- name: key_insert
+INSERT INTO api_keys (name, roles, max_priority, types, key_hash, prefix, created_at)
+VALUES (%(name)s, %(roles)s, %(max_priority)s, %(types)s::text, %(key_hash)s, %(prefix)s,
+        %(now)s)
+RETURNING *;
+
+-- name: key_by_hash
+SELECT * FROM api_keys WHERE key_hash = %(key_hash)s;
+
+-- name: key_list
+SELECT * FROM api_keys ORDER BY id;
+
+-- name: key_revoke
+UPDATE api_keys SET revoked_at = %(now)s::bigint WHERE id = %(id)s AND revoked_at IS NULL;
+
+-- name: admin_bootstrap_lock
+SELECT pg_advisory_xact_lock(hashtext('queuelog.admin'), hashtext(current_schema()));
+
+-- name: key_active_admin
+SELECT 1 FROM api_keys
+WHERE revoked_at IS NULL AND roles::jsonb @> '["admin"]'::jsonb
+LIMIT 1;
+
+-- name: job_event_counts
+SELECT (at - %(since)s::bigint) / %(bucket)s::bigint AS bucket, event, count(*) AS n
+FROM job_events
+WHERE at >= %(since)s::bigint AND at < %(until)s::bigint
+GROUP BY bucket, event;
+
+-- name: job_requeue_failed
+UPDATE jobs
+SET status = 'pending', retry_count = 0, run_at = %(now)s::bigint, scheduled = false,
+    claimed_at = NULL, worker_id = NULL, claimed_by = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s::bigint
+WHERE status = 'failed' AND type = %(type)s
+RETURNING *;

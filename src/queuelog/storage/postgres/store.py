@@ -1,0 +1,275 @@
+"""PostgreSQL backend: several queuelog nodes on one database.
+
+Every write is one transaction on a pooled connection; the claim locks rows with
+``FOR UPDATE SKIP LOCKED`` so nodes claiming at once never wait on each other and
+never get the same job. Transitions that make a job pending NOTIFY the other
+nodes (delivered at commit), which wakes their long-polling claimers.
+
+Time: the service's injected ``now`` is the source of truth for leases and
+``run_at``, not the database's clock. It keeps one notion of time for both
+backends (tests drive a fake clock through the same protocol), and a node decides
+with the same ``now`` it answers the worker with. The price is that the nodes'
+clocks must agree: a node whose clock runs ``d`` ahead expires leases (refusing
+a late heartbeat or completion) and hands out scheduled jobs up to ``d`` early.
+With NTP (skew in milliseconds) and leases of seconds that is harmless; keep skew
+well under the shortest lease (we suggest under 100 ms, and leases of at least a
+few seconds with heartbeats at half of it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from queuelog.clock import from_micros, to_micros
+from queuelog.errors import QueueError
+from queuelog.models import ApiKey, EventKind, Job, JobEvent, JobStatus, QueueStats
+from queuelog.storage.base import (
+    ClaimParams,
+    EventCount,
+    FinishParams,
+    JobListParams,
+    NewJob,
+    NewKey,
+    event_from_row,
+    job_from_row,
+    key_from_row,
+    key_params,
+)
+from queuelog.storage.postgres import transactions as tx
+from queuelog.storage.postgres.listener import ReadyListener
+from queuelog.storage.postgres.transactions import Conn, Q
+
+T = TypeVar("T")
+
+# A transaction that lost a deadlock (two batches taking the same idempotency keys
+# in another order) or a serialization race is run again, a few times.
+_RETRIES = 3
+_RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
+
+
+class PostgresStorage:
+    def __init__(
+        self,
+        url: str,
+        durability: str = "full",
+        pool_size: int = 16,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        """Args:
+        url: a libpq URL; ``?options=-csearch_path%3Dname`` selects a schema.
+        durability: ``full`` waits for the WAL flush at each commit; ``normal``
+            turns ``synchronous_commit`` off for this node's sessions (a server
+            crash may lose the last fraction of a second of acknowledged work).
+        pool_size: most connections this node opens (plus one for LISTEN).
+        connect_timeout: how long to wait for the database when opening.
+        """
+        self._url = url
+        self._synchronous_commit = "on" if durability == "full" else "off"
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            connection_class=psycopg.Connection[DictRow],
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            configure=self._configure,
+            open=False,
+            name="queuelog",
+        )
+        self._listener: ReadyListener | None = None
+        self._listener_lock = threading.Lock()
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout)
+            self.migrate()
+        except BaseException:  # unreachable or failed to migrate: stop the pool's threads
+            self._pool.close()
+            raise
+
+    # -- connections -------------------------------------------------------
+
+    def _configure(self, conn: Conn) -> None:
+        conn.execute(Q["session_durability"], {"value": self._synchronous_commit})
+
+    def _read(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
+        with self._pool.connection() as conn:
+            return conn.execute(Q[name], params).fetchall()
+
+    def _write(self, operation: Callable[[Conn], T]) -> T:
+        """Run ``operation`` in one transaction; again if it lost a deadlock."""
+        for attempt in range(_RETRIES):
+            try:
+                with self._pool.connection() as conn, conn.transaction():
+                    return operation(conn)
+            except _RETRYABLE:
+                if attempt == _RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def migrate(self) -> None:
+        self._write(tx.apply_migrations)
+
+    def close(self) -> None:
+        with self._listener_lock:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+        self._pool.close()
+
+    def ping(self) -> bool:
+        try:
+            with self._pool.connection(timeout=5.0) as conn:
+                conn.execute("SELECT 1").fetchone()
+        except (psycopg.Error, PoolTimeout):
+            return False
+        return True
+
+    def subscribe(self, on_ready: Callable[[], None]) -> None:
+        """Call ``on_ready`` whenever any node may have made a job ready.
+
+        LISTENs on a dedicated connection (reconnecting if it drops); ``on_ready``
+        runs on the listener's thread and must be quick and thread-safe.
+        """
+        with self._listener_lock:
+            if self._listener is None:
+                self._listener = ReadyListener(self._url)
+                self._listener.start()
+            self._listener.add(on_ready)
+
+    # -- jobs --------------------------------------------------------------
+
+    def job_insert_many(self, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
+        return self._write(lambda conn: tx.insert_many(conn, jobs, now))
+
+    def job_get(self, job_id: int) -> Job | None:
+        rows = self._read("job_get", {"id": job_id})
+        return job_from_row(rows[0]) if rows else None
+
+    def job_list(self, params: JobListParams) -> list[Job]:
+        args = {
+            "before_id": params.before_id,
+            "status": params.status.value if params.status else None,
+            "type": params.type,
+            "principal": params.principal,
+            "holder": params.holder,
+            "idempotency_key": params.idempotency_key,
+            "limit": params.limit,
+        }
+        if params.principal is None and params.holder is None:
+            return [job_from_row(r) for r in self._read("job_list", args)]
+        # A key with both roles sees the union: each part newest first, merged.
+        found: dict[int, Job] = {}
+        for query, who in (
+            ("job_list_by_principal", "principal"),
+            ("job_list_by_holder", "holder"),
+        ):
+            if args[who] is not None:
+                found.update((j.id, j) for j in map(job_from_row, self._read(query, args)))
+        return sorted(found.values(), key=lambda j: j.id, reverse=True)[: params.limit]
+
+    def job_events(self, job_id: int) -> list[JobEvent]:
+        return [event_from_row(r) for r in self._read("job_events", {"job_id": job_id})]
+
+    def job_claim(self, params: ClaimParams) -> list[Job]:
+        return self._write(lambda conn: tx.claim(conn, params))
+
+    def job_next_due(self, now: datetime, types: Sequence[str] | None = None) -> datetime | None:
+        args = {"now": to_micros(now), "types": list(types) if types is not None else None}
+        value = self._read("job_next_due", args)[0]["next_due"]
+        return from_micros(value) if value is not None else None
+
+    def job_heartbeat(
+        self,
+        job_id: int,
+        lease_token: str,
+        worker_name: str,
+        lease_seconds: int | None,
+        now: datetime,
+    ) -> Job:
+        args = {
+            "id": job_id,
+            "lease_token": lease_token,
+            "worker_name": worker_name,
+            "lease_seconds": lease_seconds,
+            "now": to_micros(now),
+        }
+        return self._write(lambda conn: tx.heartbeat(conn, args))
+
+    def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
+        return self._write(lambda conn: tx.finish_many(conn, items))
+
+    def job_rescue_expired(
+        self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500
+    ) -> list[Job]:
+        return self._write(lambda conn: tx.rescue(conn, now, retry_at, limit))
+
+    def job_cancel(self, job_id: int, actor: str, now: datetime) -> Job:
+        return self._write(lambda conn: tx.cancel(conn, job_id, actor, now))
+
+    def job_requeue(self, job_id: int, actor: str, now: datetime) -> Job:
+        return self._write(lambda conn: tx.requeue(conn, job_id, actor, now))
+
+    def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int:
+        return self._write(lambda conn: tx.prune(conn, cutoffs, limit))
+
+    def job_stats(self, now: datetime) -> QueueStats:
+        counts = {(r["status"], r["type"]): r["n"] for r in self._read("job_counts", {})}
+        args = {"now": to_micros(now)}
+        oldest = self._read("job_oldest_ready", args)[0]["oldest"]
+        return QueueStats(
+            counts=counts,
+            oldest_ready_at=from_micros(oldest) if oldest is not None else None,
+            ready=self._read("job_ready_count", args)[0]["ready"],
+        )
+
+    def job_event_counts(
+        self, since: datetime, until: datetime, bucket_seconds: int
+    ) -> list[EventCount]:
+        start = to_micros(since)
+        bucket = bucket_seconds * 1_000_000
+        args = {"since": start, "until": to_micros(until), "bucket": bucket}
+        return [
+            EventCount(from_micros(start + r["bucket"] * bucket), EventKind(r["event"]), r["n"])
+            for r in self._read("job_event_counts", args)
+        ]
+
+    def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
+        return self._write(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
+
+    # -- keys --------------------------------------------------------------
+
+    def key_insert(self, key: NewKey, now: datetime) -> ApiKey:
+        args = key_params(key, now)
+        return self._write(lambda conn: key_from_row(tx.one(conn, "key_insert", args)))
+
+    def key_by_hash(self, key_hash: str) -> ApiKey | None:
+        rows = self._read("key_by_hash", {"key_hash": key_hash})
+        return key_from_row(rows[0]) if rows else None
+
+    def key_list(self) -> list[ApiKey]:
+        return [key_from_row(r) for r in self._read("key_list", {})]
+
+    def key_revoke(self, key_id: int, now: datetime) -> bool:
+        args = {"id": key_id, "now": to_micros(now)}
+        return self._write(lambda conn: conn.execute(Q["key_revoke"], args).rowcount == 1)
+
+    def key_has_active_admin(self) -> bool:
+        return bool(self._read("key_active_admin", {}))
+
+    def key_insert_first_admin(self, key: NewKey, now: datetime) -> ApiKey | None:
+        args = key_params(key, now)
+
+        def insert_first(conn: Conn) -> ApiKey | None:
+            # Nodes starting together on an empty database: one admin key, not one each.
+            conn.execute(Q["admin_bootstrap_lock"])
+            if conn.execute(Q["key_active_admin"]).fetchone() is not None:
+                return None
+            return key_from_row(tx.one(conn, "key_insert", args))
+
+        return self._write(insert_first)

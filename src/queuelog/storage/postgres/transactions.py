@@ -1,0 +1,291 @@
+"""The PostgreSQL store's operations, each run inside one transaction.
+
+Every transition is guarded in SQL and decided by the row it returns; its
+``job_events`` row is written in the same transaction. A transition that makes a
+job pending also NOTIFYs, which PostgreSQL delivers to the listening nodes only
+if the transaction commits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import DictRow
+
+from queuelog.clock import to_micros
+from queuelog.errors import IdempotencyKeyReused, InvalidState, NotFound, QueueError
+from queuelog.models import EventKind, Job, JobStatus
+from queuelog.storage.base import (
+    ClaimParams,
+    FinishParams,
+    NewJob,
+    guard_failure,
+    job_from_row,
+)
+from queuelog.storage.sqlfile import load_migrations, load_queries
+
+PACKAGE = "queuelog.storage.postgres"
+Q = load_queries(PACKAGE)
+Conn = psycopg.Connection[DictRow]
+_INSERT_ATTEMPTS = 5
+
+
+def dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def one(conn: Conn, name: str, args: Mapping[str, Any]) -> DictRow:
+    row = conn.execute(Q[name], args).fetchone()
+    assert row is not None, name
+    return row
+
+
+def _event(
+    job: Job,
+    at: datetime,
+    kind: EventKind,
+    before: JobStatus | None,
+    actor: str,
+    detail: Any = None,
+) -> dict[str, Any]:
+    return {
+        "job_id": job.id,
+        "at": to_micros(at),
+        "event": kind.value,
+        "from_status": before.value if before else None,
+        "to_status": job.status.value,
+        "actor": actor,
+        "detail": detail,
+    }
+
+
+_EVENT_COLUMNS = ("job_id", "at", "event", "from_status", "to_status", "actor", "detail")
+
+
+def _record(conn: Conn, events: Sequence[dict[str, Any]]) -> None:
+    """Insert events in one statement (executemany costs a round trip per row)."""
+    if len(events) == 1:
+        conn.execute(Q["event_insert"], events[0])
+    elif events:
+        columns = {name: [e[name] for e in events] for name in _EVENT_COLUMNS}
+        conn.execute(Q["event_insert_many"], columns)
+
+
+def _notify_ready(conn: Conn) -> None:
+    conn.execute(Q["job_ready_notify"])
+
+
+def _get(conn: Conn, job_id: int) -> Job | None:
+    row = conn.execute(Q["job_get"], {"id": job_id}).fetchone()
+    return job_from_row(row) if row else None
+
+
+def apply_migrations(conn: Conn) -> None:
+    """Apply what is missing, under an advisory lock held to the end of the transaction."""
+    conn.execute(Q["migrate_lock"])
+    conn.execute(Q["migrations_table"])
+    done = {r["version"] for r in conn.execute(Q["migrations_done"])}
+    for version, sql in load_migrations(PACKAGE):
+        if version not in done:
+            conn.execute(sql)  # no parameters: sent as is, several statements
+            conn.execute(Q["migration_record"], {"version": version})
+
+
+def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
+    out: list[tuple[Job, bool]] = []
+    events = []
+    for index, new in enumerate(jobs):
+        args = {
+            "type": new.type,
+            "payload": dumps(new.payload),
+            "priority": int(new.priority),
+            "max_retries": new.max_retries,
+            "lease_seconds": new.lease_seconds,
+            "principal": new.principal,
+            "idempotency_key": new.idempotency_key,
+            "fingerprint": new.fingerprint,
+            "run_at": to_micros(new.run_at),
+            "now": to_micros(now),
+        }
+        job, created = _insert_or_existing(conn, args)
+        if created:
+            events.append(_event(job, now, EventKind.ENQUEUED, None, new.principal))
+        elif job.fingerprint != new.fingerprint:
+            raise IdempotencyKeyReused(
+                "This idempotency key was used with a different request", index=index
+            )
+        out.append((job, created))
+    _record(conn, events)
+    if events:
+        _notify_ready(conn)
+    return out
+
+
+def _insert_or_existing(conn: Conn, args: Mapping[str, Any]) -> tuple[Job, bool]:
+    """Insert, or find the job holding ``(principal, idempotency_key)``.
+
+    ON CONFLICT waits for a concurrent insert of the same key (on any node) to
+    commit or roll back, so the SELECT after it sees the winner. If that job is
+    pruned in between, the insert is simply tried again.
+    """
+    for _ in range(_INSERT_ATTEMPTS):
+        row = conn.execute(Q["job_insert"], args).fetchone()
+        if row is not None:
+            return job_from_row(row), True
+        existing = conn.execute(Q["job_by_idempotency_key"], args).fetchone()
+        if existing is not None:
+            return job_from_row(existing), False
+    raise RuntimeError("idempotency key kept conflicting with a job that then vanished")
+
+
+def claim(conn: Conn, params: ClaimParams) -> list[Job]:
+    if params.retry_at is not None:
+        rescue(conn, params.now, params.retry_at, limit=500)
+    conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
+    args = {
+        "worker_id": params.worker_id,
+        "worker_name": params.worker_name,
+        "now": to_micros(params.now),
+        "lease_seconds": params.lease_seconds,
+        "types": list(params.types) if params.types is not None else None,
+        "limit": params.limit,
+    }
+    jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]
+    jobs.sort(key=lambda j: (-j.priority, j.created_at, j.id))
+    by = params.worker_id
+    _record(conn, [_event(j, params.now, EventKind.CLAIMED, JobStatus.PENDING, by) for j in jobs])
+    return jobs
+
+
+def rescue(conn: Conn, now: datetime, retry_at: Callable[[Job], datetime], limit: int) -> list[Job]:
+    """Fail expired leases; rows another node is rescuing right now are skipped."""
+    args = {"now": to_micros(now), "limit": limit}
+    expired = [job_from_row(r) for r in conn.execute(Q["job_expired_leases"], args)]
+    rescued: list[Job] = []
+    events: list[dict[str, Any]] = []
+    for job in expired:
+        assert job.lease_token is not None and job.claimed_by is not None
+        params = FinishParams(
+            job_id=job.id,
+            lease_token=job.lease_token,
+            worker_name=job.claimed_by,
+            now=now,
+            error="lease expired",
+            retry_at=retry_at(job),
+        )
+        outcome = _finish(conn, params, events, EventKind.LEASE_EXPIRED, "queuelog")
+        if isinstance(outcome, Job):
+            rescued.append(outcome)
+    _recorded(conn, events, rescued)
+    return rescued
+
+
+def heartbeat(conn: Conn, args: Mapping[str, Any]) -> Job:
+    row = conn.execute(Q["job_heartbeat"], args).fetchone()
+    if row is None:
+        raise guard_failure(_get(conn, args["id"]), args["worker_name"], args["lease_token"])
+    return job_from_row(row)
+
+
+def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueError]:
+    events: list[dict[str, Any]] = []
+    outcomes = [_finish(conn, item, events) for item in items]
+    _recorded(conn, events, [o for o in outcomes if isinstance(o, Job)])
+    return outcomes
+
+
+def _recorded(conn: Conn, events: Sequence[dict[str, Any]], jobs: Sequence[Job]) -> None:
+    """Write the transitions' events; NOTIFY if one made a job pending."""
+    _record(conn, events)
+    if any(job.status == JobStatus.PENDING for job in jobs):
+        _notify_ready(conn)
+
+
+def _finish(
+    conn: Conn,
+    item: FinishParams,
+    events: list[dict[str, Any]],
+    kind: EventKind | None = None,
+    actor: str | None = None,
+) -> Job | QueueError:
+    """Complete or fail one held job under its guard; its event goes to ``events``."""
+    args: dict[str, Any] = {
+        "id": item.job_id,
+        "lease_token": item.lease_token,
+        "worker_name": item.worker_name,
+        "now": to_micros(item.now),
+    }
+    if item.error is None:
+        args["result"] = dumps(item.result)
+        row = conn.execute(Q["job_complete"], args).fetchone()
+    else:
+        retry_at = item.retry_at or item.now
+        args.update(
+            error=item.error,
+            retryable=item.retryable,
+            retry_at=to_micros(retry_at),
+            expired=kind is EventKind.LEASE_EXPIRED,
+        )
+        row = conn.execute(Q["job_fail"], args).fetchone()
+    if row is None:
+        return guard_failure(_get(conn, item.job_id), item.worker_name, item.lease_token)
+    job = job_from_row(row)
+    if kind is None:
+        kind = {
+            JobStatus.COMPLETED: EventKind.COMPLETED,
+            JobStatus.PENDING: EventKind.RETRY_SCHEDULED,
+            JobStatus.FAILED: EventKind.FAILED,
+        }[job.status]
+    actor = actor or item.worker_name
+    events.append(_event(job, item.now, kind, JobStatus.RUNNING, actor, item.error))
+    return job
+
+
+def cancel(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:
+    return _transition(conn, "job_cancel", job_id, actor, now, EventKind.CANCELLED)
+
+
+def requeue(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:
+    job = _transition(conn, "job_requeue", job_id, actor, now, EventKind.REQUEUED)
+    _notify_ready(conn)
+    return job
+
+
+def requeue_failed(conn: Conn, job_type: str, actor: str, now: datetime) -> int:
+    args = {"type": job_type, "now": to_micros(now)}
+    jobs = [job_from_row(r) for r in conn.execute(Q["job_requeue_failed"], args)]
+    events = [_event(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
+    _recorded(conn, events, jobs)
+    return len(jobs)
+
+
+def _transition(
+    conn: Conn, query: str, job_id: int, actor: str, now: datetime, kind: EventKind
+) -> Job:
+    before = _get(conn, job_id)
+    if before is None:
+        raise NotFound("No such job")
+    row = conn.execute(Q[query], {"id": job_id, "now": to_micros(now)}).fetchone()
+    if row is None:
+        current = _get(conn, job_id)
+        status = current.status if current is not None else before.status
+        raise InvalidState(f"Job is {status.value}")
+    job = job_from_row(row)
+    _record(conn, [_event(job, now, kind, before.status, actor)])
+    return job
+
+
+def prune(conn: Conn, cutoffs: Mapping[JobStatus, datetime], limit: int) -> int:
+    """Delete old finished jobs and their events; pruners on other nodes take other rows."""
+    ids: list[int] = []
+    for status, cutoff in cutoffs.items():
+        args = {"status": status.value, "cutoff": to_micros(cutoff), "limit": limit}
+        ids += [r["id"] for r in conn.execute(Q["job_prunable"], args)]
+    if ids:
+        conn.execute(Q["job_events_delete"], {"ids": ids})
+        conn.execute(Q["job_delete"], {"ids": ids})
+    return len(ids)

@@ -1,0 +1,303 @@
+"""PostgreSQL only: several nodes (stores) on one database at once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import TypeVar
+
+import pytest
+from psycopg_pool import PoolTimeout
+
+from queuelog.auth import KeyRing, display_prefix
+from queuelog.clock import SystemClock, to_micros
+from queuelog.models import EventKind, JobStatus, Priority, Role
+from queuelog.storage.base import JobListParams, NewJob, ReadySubscriber
+from queuelog.storage.postgres.store import PostgresStorage
+from queuelog.storage.postgres.transactions import Q
+from queuelog.storage.sqlfile import load_migrations, load_queries
+from tests.postgres import fresh_schema
+from tests.storage.test_conformance import T0, claim, finish, new_job
+
+T = TypeVar("T")
+NODES = 3
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[PostgresStorage]]:
+    """Three stores on one fresh schema, as three queuelog nodes would be."""
+    with fresh_schema() as url:
+        stores = [PostgresStorage(url, pool_size=4) for _ in range(NODES)]
+        yield stores
+        for store in stores:
+            store.close()
+
+
+def all_at_once(count: int, work: Callable[[int], T]) -> list[T]:
+    """Run ``work(i)`` for i in range(count) on as many threads, released together."""
+    barrier = threading.Barrier(count)
+    results: list[T | None] = [None] * count
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        barrier.wait(timeout=30)
+        try:
+            results[i] = work(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    if errors:
+        raise errors[0]
+    return results  # type: ignore[return-value]
+
+
+def test_nodes_migrating_at_once_all_succeed() -> None:
+    with fresh_schema() as url:
+        stores = all_at_once(4, lambda _: PostgresStorage(url, pool_size=1))
+        try:
+            assert all(store.ping() for store in stores)
+        finally:
+            for store in stores:
+                store.close()
+
+
+def test_claims_from_several_nodes_hand_each_job_out_once(
+    nodes: list[PostgresStorage],
+) -> None:
+    nodes[0].job_insert_many([new_job() for _ in range(300)], T0)
+
+    def drain(i: int) -> list[int]:
+        seen = []
+        while batch := claim(nodes[i % NODES], limit=7):
+            seen += [j.id for j in batch]
+        return seen
+
+    seen = [job_id for batch in all_at_once(9, drain) for job_id in batch]
+    assert len(seen) == 300 and len(set(seen)) == 300
+
+
+def test_scheduled_jobs_promoted_by_several_nodes_are_each_claimed_once(
+    nodes: list[PostgresStorage],
+) -> None:
+    due = T0 + timedelta(seconds=10)
+    nodes[0].job_insert_many([new_job(run_at=due) for _ in range(200)], T0)
+    assert claim(nodes[1], T0, limit=10) == []
+
+    def drain(i: int) -> list[int]:
+        seen = []
+        while batch := claim(nodes[i % NODES], due, limit=5):
+            seen += [j.id for j in batch]
+        return seen
+
+    seen = [job_id for batch in all_at_once(6, drain) for job_id in batch]
+    assert len(seen) == 200 and len(set(seen)) == 200
+
+
+def test_same_idempotency_key_on_two_nodes_at_once_makes_one_job(
+    nodes: list[PostgresStorage],
+) -> None:
+    for round_ in range(10):
+        key = f"order-{round_}"
+        outcomes = all_at_once(
+            NODES,
+            lambda i, key=key: nodes[i].job_insert_many([new_job(key=key, fingerprint="f")], T0),
+        )
+        jobs = [job for ((job, _),) in outcomes]
+        created = [made for ((_, made),) in outcomes]
+        assert len({job.id for job in jobs}) == 1 and created.count(True) == 1
+
+
+def test_expired_leases_swept_by_every_node_are_rescued_once(
+    nodes: list[PostgresStorage],
+) -> None:
+    nodes[0].job_insert_many([new_job() for _ in range(60)], T0)
+    claimed = claim(nodes[0], limit=60)
+    later = T0 + timedelta(seconds=31)
+    rescued = all_at_once(
+        NODES, lambda i: nodes[i].job_rescue_expired(later, lambda j: later, limit=20)
+    )
+    ids = [job.id for batch in rescued for job in batch]
+    assert len(ids) == len(set(ids))
+    while more := nodes[1].job_rescue_expired(later, lambda j: later, limit=20):
+        ids += [job.id for job in more]
+    assert sorted(ids) == sorted(j.id for j in claimed)
+    for job in claimed:
+        kinds = [e.event for e in nodes[2].job_events(job.id)]
+        assert kinds.count(EventKind.LEASE_EXPIRED) == 1
+
+
+def test_pruners_on_every_node_delete_each_job_once(nodes: list[PostgresStorage]) -> None:
+    nodes[0].job_insert_many([new_job() for _ in range(50)], T0)
+    for job in claim(nodes[0], limit=50):
+        finish(nodes[0], job)
+    cutoffs = {JobStatus.COMPLETED: T0 + timedelta(days=1)}
+    pruned = all_at_once(NODES, lambda i: nodes[i].job_prune(cutoffs, limit=10))
+    while more := nodes[0].job_prune(cutoffs, limit=10):
+        pruned.append(more)
+    assert sum(pruned) == 50
+    assert nodes[1].job_list(JobListParams(limit=10)) == []
+
+
+def test_a_job_made_ready_on_one_node_wakes_listeners_on_another(
+    nodes: list[PostgresStorage],
+) -> None:
+    assert isinstance(nodes[1], ReadySubscriber)
+    woken = threading.Event()
+    nodes[1].subscribe(woken.set)
+    listener = nodes[1]._listener
+    assert listener is not None and listener.listening.wait(10)
+    woken.clear()  # the (re)connection itself wakes once
+    ((job, _),) = nodes[0].job_insert_many([new_job()], T0)
+    assert woken.wait(10), "enqueue on node 0 did not reach node 1"
+    nodes[0].job_cancel(job.id, "shop", T0)
+    woken.clear()
+    nodes[2].job_requeue(job.id, "root", T0)
+    assert woken.wait(10), "redrive on node 2 did not reach node 1"
+
+
+def test_notifications_of_another_schema_are_ignored(nodes: list[PostgresStorage]) -> None:
+    woken = threading.Event()
+    nodes[0].subscribe(woken.set)
+    listener = nodes[0]._listener
+    assert listener is not None and listener.listening.wait(10)
+    with fresh_schema() as other_url:
+        other = PostgresStorage(other_url, pool_size=1)
+        try:
+            woken.clear()
+            other.job_insert_many([new_job()], T0)
+            assert not woken.wait(1.0)
+        finally:
+            other.close()
+
+
+@pytest.mark.parametrize(("durability", "expected"), [("full", "on"), ("normal", "off")])
+def test_durability_sets_synchronous_commit(durability: str, expected: str) -> None:
+    with fresh_schema() as url:
+        store = PostgresStorage(url, durability=durability, pool_size=1)
+        try:
+            rows = store._read("current_schema", {})
+            assert rows[0]["name"].startswith("ql_test_")
+            with store._pool.connection() as conn:
+                row = conn.execute("SHOW synchronous_commit").fetchone()
+            assert row is not None and row["synchronous_commit"] == expected
+        finally:
+            store.close()
+
+
+def table_dump(store: PostgresStorage) -> str:
+    with store._pool.connection() as conn:
+        rows = [
+            str(row)
+            for table in ("jobs", "job_events", "api_keys")
+            for row in conn.execute(f"SELECT * FROM {table}").fetchall()
+        ]
+    return "\n".join(rows)
+
+
+def test_v01_keys_are_stored_only_as_hashes(nodes: list[PostgresStorage]) -> None:
+    ring = KeyRing(nodes[0], SystemClock())
+    _, plaintext = ring.create("p", frozenset({Role.PRODUCER}))
+    assert ring.authenticate(plaintext).name == "p"
+    dump = table_dump(nodes[0])
+    assert plaintext not in dump and plaintext[len(display_prefix(plaintext)) :] not in dump
+
+
+def test_v08_sql_metacharacters_are_stored_as_text(nodes: list[PostgresStorage]) -> None:
+    hostile = "'); DELETE FROM jobs; --"
+    job = NewJob(
+        type="noop' OR '1'='1",
+        payload={"q": "'; DROP TABLE jobs; --"},
+        priority=Priority.LOW,
+        max_retries=3,
+        lease_seconds=30,
+        run_at=T0,
+        principal=hostile,
+        idempotency_key=hostile,
+        fingerprint="f",
+    )
+    ((stored, _),) = nodes[0].job_insert_many([job], T0)
+    again = nodes[1].job_get(stored.id)
+    assert again is not None and again.payload == {"q": "'; DROP TABLE jobs; --"}
+    assert again.principal == hostile and again.idempotency_key == hostile
+    assert nodes[1].job_list(JobListParams(limit=10, type="noop")) == []
+    assert claim(nodes[2], types=["noop' OR '1'='1"])[0].id == stored.id
+
+
+def test_next_due_is_the_earliest_future_run_at_of_the_types(
+    nodes: list[PostgresStorage],
+) -> None:
+    store = nodes[0]
+    assert store.job_next_due(T0) is None
+    soon, later = T0 + timedelta(seconds=5), T0 + timedelta(seconds=9)
+    store.job_insert_many([new_job(run_at=T0), new_job("send_email", run_at=soon)], T0)
+    store.job_insert_many([new_job(run_at=later)], T0)
+    assert store.job_next_due(T0) == soon
+    assert store.job_next_due(T0, ["noop"]) == later
+    assert store.job_next_due(T0, ["other"]) is None
+    assert store.job_next_due(later) is None
+
+
+@pytest.mark.parametrize("types", [None, ["noop"]])
+def test_claim_walks_the_ready_index_without_sorting(
+    nodes: list[PostgresStorage], types: list[str] | None
+) -> None:
+    store = nodes[0]
+    store.job_insert_many([new_job() for _ in range(500)], T0)
+    for job in claim(store, limit=100):
+        finish(store, job)
+    # Every pending job is due: the planner walks the ready index in claim order. (When
+    # most pending jobs are scheduled later it may rather take jobs_due and sort the few.)
+    args = {
+        "now": to_micros(T0 + timedelta(hours=1)),
+        "types": types,
+        "limit": 10,
+        "worker_id": "w/1",
+        "worker_name": "w",
+        "lease_seconds": None,
+    }
+    with store._pool.connection() as conn:
+        conn.execute("ANALYZE jobs")
+        rows = conn.execute("EXPLAIN " + Q["job_claim"], args).fetchall()
+    plan = "\n".join(row["QUERY PLAN"] for row in rows)
+    assert "jobs_ready" in plan and "Sort" not in plan, plan
+
+
+def test_both_backends_number_migrations_and_name_queries_alike() -> None:
+    numbers = {
+        backend: [n for n, _ in load_migrations(f"queuelog.storage.{backend}")]
+        for backend in ("sqlite", "postgres")
+    }
+    assert numbers["postgres"] == numbers["sqlite"]
+    sqlite_names = set(load_queries("queuelog.storage.sqlite"))
+    assert sqlite_names <= set(load_queries("queuelog.storage.postgres"))
+
+
+def test_listener_reconnects_after_losing_its_connection(nodes: list[PostgresStorage]) -> None:
+    woken = threading.Event()
+    nodes[1].subscribe(woken.set)
+    listener = nodes[1]._listener
+    assert listener is not None and listener.listening.wait(10)
+    with nodes[0]._pool.connection() as conn:
+        killed = conn.execute(
+            "SELECT pg_terminate_backend(%s) AS done", (listener.backend_pid,)
+        ).fetchall()
+    assert killed and all(row["done"] for row in killed)
+    for _ in range(100):  # bounded: the listener notices, waits a second, reconnects
+        woken.clear()
+        nodes[0].job_insert_many([new_job()], T0)
+        if woken.wait(0.5):
+            break
+    assert woken.is_set() and listener.listening.is_set()
+
+
+def test_an_unreachable_database_fails_to_open_and_leaves_no_threads() -> None:
+    before = set(threading.enumerate())
+    with pytest.raises(PoolTimeout):
+        PostgresStorage("postgresql://nobody@127.0.0.1:9/none", connect_timeout=1)
+    assert set(threading.enumerate()) <= before
