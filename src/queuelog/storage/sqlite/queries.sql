@@ -8,13 +8,6 @@ VALUES (:type, :payload, :priority, :max_retries, :lease_seconds, :principal,
 ON CONFLICT (principal, idempotency_key) DO NOTHING
 RETURNING *;
 
--- name: job_last_id
-SELECT coalesce(max(id), 0) AS last_id FROM jobs;
-
--- name: job_inserted_after
--- Inside the writer's transaction nobody else inserts: these are this batch's rows.
-SELECT * FROM jobs WHERE id > :last_id ORDER BY id;
-
 -- name: job_by_idempotency_key
 SELECT * FROM jobs WHERE principal = :principal AND idempotency_key = :idempotency_key;
 

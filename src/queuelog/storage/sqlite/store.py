@@ -298,30 +298,24 @@ def _get(conn: sqlite3.Connection, job_id: int) -> Job | None:
     return job_from_row(row) if row else None
 
 
-def _insert_args(new: NewJob, now: int) -> dict[str, Any]:
-    return {
-        "type": new.type,
-        "payload": _dumps(new.payload),
-        "priority": int(new.priority),
-        "max_retries": new.max_retries,
-        "lease_seconds": new.lease_seconds,
-        "principal": new.principal,
-        "idempotency_key": new.idempotency_key,
-        "fingerprint": new.fingerprint,
-        "run_at": to_micros(new.run_at),
-        "now": now,
-    }
-
-
 def _insert_many(
     conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
 ) -> list[tuple[Job, bool]]:
-    if all(new.idempotency_key is None for new in jobs):
-        return _insert_unkeyed(conn, jobs, now)
     out: list[tuple[Job, bool]] = []
     events = []
     for index, new in enumerate(jobs):
-        args = _insert_args(new, to_micros(now))
+        args = {
+            "type": new.type,
+            "payload": _dumps(new.payload),
+            "priority": int(new.priority),
+            "max_retries": new.max_retries,
+            "lease_seconds": new.lease_seconds,
+            "principal": new.principal,
+            "idempotency_key": new.idempotency_key,
+            "fingerprint": new.fingerprint,
+            "run_at": to_micros(new.run_at),
+            "now": to_micros(now),
+        }
         row = conn.execute(Q["job_insert"], args).fetchone()
         if row is not None:
             job = job_from_row(row)
@@ -337,23 +331,6 @@ def _insert_many(
         out.append((existing, False))
     conn.executemany(Q["event_insert"], events)
     return out
-
-
-def _insert_unkeyed(
-    conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
-) -> list[tuple[Job, bool]]:
-    """Jobs without idempotency keys cannot conflict: one executemany, one read back."""
-    stamp = to_micros(now)
-    last_id = conn.execute(Q["job_last_id"]).fetchone()[0]
-    conn.executemany(Q["job_insert"], [_insert_args(new, stamp) for new in jobs])
-    created = [job_from_row(r) for r in conn.execute(Q["job_inserted_after"], {"last_id": last_id})]
-    if len(created) != len(jobs):
-        raise RuntimeError(f"inserted {len(created)} jobs, expected {len(jobs)}")
-    conn.executemany(
-        Q["event_insert"],
-        [_event(job, now, EventKind.ENQUEUED, None, job.principal) for job in created],
-    )
-    return [(job, True) for job in created]
 
 
 def _rescue(
