@@ -1,54 +1,43 @@
-"""A real queuelog server in a subprocess, for end-to-end tests.
+"""A real ``queuelog serve`` process on a free 127.0.0.1 port: the one way tests run a server.
 
-``RealServer`` writes a TOML config and a SQLite file under a temp directory, creates keys
-with ``queuelog keys create``, then runs ``queuelog serve`` on a free 127.0.0.1 port.
-Use the fixtures ``real_server`` (one per module) or build one with ``start_server``.
+``RealServer`` writes a TOML config (from a dict) in a directory, creates keys with
+``queuelog keys create`` (the plaintext key is the last line it prints), starts the server,
+waits for ``/readyz`` and stops it with SIGTERM or SIGKILL. It can be started again on the
+same database; each start writes its output to a log file of its own, never to a pipe.
+Every wait is bounded.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
-import pytest
 
-BIN = Path(sys.executable).parent
-QUEUELOG = str(BIN / "queuelog")
+QUEUELOG = str(Path(sys.executable).parent / "queuelog")
 ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
 
-CONFIG = """\
-database = "sqlite:///{db}"
-durability = "normal"
-sweep_interval_seconds = 0.2
-
-[limits]
-rate_per_second = 0
-max_payload_bytes = 2048
-
-[types.send_email]
-max_retries = 3
-lease_seconds = 30
-backoff_base_seconds = 0.05
-backoff_cap_seconds = 0.2
-payload_schema = {{ type = "object", required = ["to"] }}
-
-[types.noop]
-max_retries = 2
-backoff_base_seconds = 0.05
-backoff_cap_seconds = 0.2
-
-[types.slow]
-max_retries = 0
-lease_seconds = 2
-"""
+DEFAULT_TYPES: dict[str, dict[str, Any]] = {
+    "noop": {"max_retries": 3, "lease_seconds": 30},
+    "short": {
+        "max_retries": 5,
+        "lease_seconds": 2,
+        "backoff_base_seconds": 0.2,
+        "backoff_cap_seconds": 0.5,
+    },
+}
 
 
 def free_port() -> int:
@@ -58,51 +47,135 @@ def free_port() -> int:
         return port
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> str:
-    """Run ``queuelog ARGS`` and return its standard output; fails the test on exit != 0."""
-    done = subprocess.run(
-        [QUEUELOG, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
-    )
-    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
-    return done.stdout
+def _toml_value(value: Any) -> str:
+    if isinstance(value, Mapping):
+        inner = ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items())
+        return "{ " + inner + " }"
+    return json.dumps(value)
 
 
-@dataclass
+def toml_text(data: Mapping[str, Any], table: tuple[str, ...] = ()) -> str:
+    """TOML for ``data``: tables down to ``[types.NAME]``, inline tables below that."""
+    lines: list[str] = []
+    tables: list[tuple[str, Mapping[str, Any]]] = []
+    for key, value in data.items():
+        if isinstance(value, Mapping) and len(table) < 2:
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    text = "\n".join(lines) + "\n" if lines else ""
+    for key, value in tables:
+        path = (*table, key)
+        body = toml_text(value, path)
+        # A table holding only tables needs no header of its own.
+        header = "" if body.startswith("\n[") else f"\n[{'.'.join(path)}]\n"
+        text += header + body
+    return text
+
+
+def _merged(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def clean_environ(**extra: str) -> dict[str, str]:
+    """This process's environment without any ``QUEUELOG_*`` variable, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
+    env.update(extra)
+    return env
+
+
 class RealServer:
-    directory: Path
-    config_text: str = CONFIG
-    port: int = field(default_factory=free_port)
-    keys: dict[str, str] = field(default_factory=dict)
-    process: subprocess.Popen[bytes] | None = None
+    """One ``queuelog serve`` process at a time, on the same config and database.
+
+    ``types`` are the job types (``DEFAULT_TYPES`` unless given); ``config`` is merged
+    over the base settings (SQLite in ``directory``, full durability, no rate limit, a
+    0.2 s sweep); ``env`` is added to the environment of the server and of the CLI, which
+    has no other ``QUEUELOG_*`` variable: ``{"QUEUELOG_DATABASE_URL": url}`` serves
+    PostgreSQL instead of the SQLite file.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        types: Mapping[str, Mapping[str, Any]] | None = None,
+        config: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.database = directory / "queuelog.db"
+        self.config = directory / "queuelog.toml"
+        settings: dict[str, Any] = {
+            "database": f"sqlite:///{self.database}",
+            "durability": "full",
+            "sweep_interval_seconds": 0.2,
+            "limits": {"rate_per_second": 0},
+        }
+        settings = _merged(settings, config or {})
+        settings["types"] = types if types is not None else DEFAULT_TYPES
+        self.config.write_text(toml_text(settings))
+        self.environ = clean_environ(**(env or {}))
+        self.keys: dict[str, str] = {}
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     @property
-    def config(self) -> Path:
-        return self.directory / "queuelog.toml"
+    def log_path(self) -> Path:
+        """The output of the latest start."""
+        return self.directory / f"server-{self.starts}.log"
 
-    def write_config(self) -> None:
-        db = self.directory / "queuelog.db"
-        self.config.write_text(self.config_text.format(db=db))
+    def log(self) -> str:
+        """What the latest start has printed so far."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
 
-    def create_key(self, name: str, *roles: str, max_priority: str = "high") -> str:
-        role_args = [arg for role in roles for arg in ("--role", role)]
-        out = run_cli(
-            "keys", "create", "--config", str(self.config), "--name", name,
-            "--max-priority", max_priority, *role_args,
-        )  # fmt: skip
-        key = out.strip().splitlines()[-1]
+    # -- the command line ------------------------------------------------------------
+
+    def cli(self, *args: str, timeout: float = START_TIMEOUT) -> subprocess.CompletedProcess[str]:
+        """``queuelog ARGS --config CONFIG``; the caller checks the exit code."""
+        return subprocess.run(
+            [QUEUELOG, *args, "--config", str(self.config)],
+            env=self.environ,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def create_key(self, name: str, *roles: str, max_priority: str | None = None) -> str:
+        """``queuelog keys create``; the plaintext key is the last line of its output."""
+        args = ["keys", "create", "--name", name]
+        args += [arg for role in roles for arg in ("--role", role)]
+        if max_priority is not None:
+            args += ["--max-priority", max_priority]
+        done = self.cli(*args)
+        assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+        key = done.stdout.strip().splitlines()[-1]
+        assert key.startswith("ql_"), done.stdout
         self.keys[name] = key
         return key
 
-    def create_key_over_http(self, name: str, *roles: str) -> str:
-        """Create a key with the admin key ``root`` on the running server."""
+    def create_key_over_http(
+        self, name: str, *roles: str, admin: str = "root", max_priority: str = "high"
+    ) -> str:
+        """``POST /keys`` on the running server with the admin key named ``admin``."""
         response = httpx.post(
             f"{self.url}/keys",
-            json={"name": name, "roles": list(roles), "max_priority": "high"},
-            headers={"Authorization": f"Bearer {self.keys['root']}"},
+            json={"name": name, "roles": list(roles), "max_priority": max_priority},
+            headers={"Authorization": f"Bearer {self.keys[admin]}"},
             timeout=30,
         )
         assert response.status_code == 201, response.text
@@ -110,63 +183,101 @@ class RealServer:
         self.keys[name] = key
         return key
 
+    def client_env(self, key: str | None = None) -> dict[str, str]:
+        """Environment for a client process talking to this server, with ``key`` if given."""
+        env = clean_environ(QUEUELOG_URL=self.url, PYTHONPATH=str(ROOT))
+        if key is not None:
+            env["QUEUELOG_API_KEY"] = key
+        return env
+
+    # -- the process -----------------------------------------------------------------
+
+    def launch(self) -> None:
+        """Start on a fresh free port without waiting (``wait_ready`` waits)."""
+        assert self.process is None or self.process.poll() is not None, "already running"
+        self.starts += 1
+        self.port = free_port()
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [QUEUELOG, "serve", "--config", str(self.config), "--port", str(self.port)],
+                env=self.environ,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
     def start(self) -> None:
-        log = open(self.directory / "server.log", "ab")  # noqa: SIM115 - lives with the process
-        self.process = subprocess.Popen(
-            [QUEUELOG, "serve", "--config", str(self.config), "--port", str(self.port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
-        deadline = time.monotonic() + 60
+        """Start on a fresh free port and wait until ``/readyz`` answers 200."""
+        self.launch()
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.log()
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"server exited early:\n{self.log()[-5000:]}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}/readyz", timeout=2.0).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
-            time.sleep(0.1)
-        raise AssertionError("server did not start:\n" + self.log())
+            time.sleep(0.05)
+        raise AssertionError(f"server not ready after {timeout} s:\n{self.log()[-5000:]}")
 
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
+    def terminate(self, timeout: float = STOP_TIMEOUT) -> int:
+        """SIGTERM and wait for the exit; the exit code."""
+        return self._signal(signal.SIGTERM, timeout)
 
-    def log(self) -> str:
-        path = self.directory / "server.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+    def kill(self) -> int:
+        """SIGKILL and wait for the exit; the exit code (-9)."""
+        return self._signal(signal.SIGKILL, STOP_TIMEOUT)
 
-    def env(self, key: str | None = None) -> dict[str, str]:
-        """Environment for a subprocess talking to this server, with ``key`` if given."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
-        env["QUEUELOG_URL"] = self.url
-        if key is not None:
-            env["QUEUELOG_API_KEY"] = key
-        env["PYTHONPATH"] = str(ROOT)
-        return env
+    def _signal(self, sig: signal.Signals, timeout: float) -> int:
+        process = self.process
+        assert process is not None
+        if process.poll() is None:
+            process.send_signal(sig)
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=STOP_TIMEOUT)
+            raise AssertionError(f"server did not exit {timeout} s after {sig.name}") from None
+
+    def close(self) -> None:
+        """Make sure no server is left running (for teardown): SIGTERM, then SIGKILL."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=STOP_TIMEOUT)
+
+    # -- talking to it ---------------------------------------------------------------
+
+    def client(self, key: str, timeout: float = 30.0) -> httpx.Client:
+        """An HTTP client for the running server that sends ``key``."""
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=timeout
+        )
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check`` on the database ("ok" when sound)."""
+        conn = sqlite3.connect(self.database, timeout=30.0)
+        try:
+            row = conn.execute("PRAGMA integrity_check").fetchone()
+            return str(row[0])
+        finally:
+            conn.close()
 
 
-def start_server(directory: Path, config_text: str = CONFIG) -> RealServer:
-    """A started server with keys ``shop`` (producer), ``mailer`` (worker), ``root`` (admin)."""
-    server = RealServer(directory, config_text)
-    server.write_config()
-    server.create_key("root", "admin")  # with the command, before the server starts
-    server.start()
-    server.create_key_over_http("shop", "producer")
-    server.create_key_over_http("mailer", "worker")
-    return server
-
-
-@pytest.fixture(scope="module")
-def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
-    server = start_server(tmp_path_factory.mktemp("server"))
+@contextmanager
+def closing(server: RealServer) -> Iterator[RealServer]:
+    """Yield ``server``; whatever happens, none of its processes is left running."""
     try:
         yield server
     finally:
-        server.stop()
+        server.close()

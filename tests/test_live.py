@@ -3,91 +3,100 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.live_server import create_key, live_server, run_cli, write_config
+from tests.realserver import RealServer, closing
 
 pytestmark = pytest.mark.slow
 
-
-def test_many_threads_claiming_over_http_get_each_job_exactly_once(tmp_path: Path) -> None:
-    config = write_config(tmp_path)
-    producer_key = create_key(config, "shop", "producer")
-    worker_keys = [create_key(config, f"w{i}", "worker") for i in range(4)]
-    with live_server(config) as server:
-        with server.client(producer_key) as producer:
-            for _ in range(6):
-                batch = {"jobs": [{"type": "noop", "payload": {"i": i}} for i in range(100)]}
-                assert producer.post("/jobs/batch", json=batch).status_code == 200
-        claims: list[tuple[int, str]] = []
-        errors: list[str] = []
-        lock = threading.Lock()
-        barrier = threading.Barrier(16)
-
-        def drain(key: str, instance: str) -> None:
-            with server.client(key) as api:
-                barrier.wait(timeout=30)
-                for _ in range(1000):
-                    body = {"limit": 3, "instance": instance}
-                    response = api.post("/jobs/claim", json=body)
-                    if response.status_code != 200:
-                        errors.append(response.text)
-                        return
-                    jobs = response.json()["jobs"]
-                    if not jobs:
-                        return
-                    for job in jobs:
-                        done = api.post(
-                            f"/jobs/{job['id']}/complete", json={"lease_token": job["lease_token"]}
-                        )
-                        if done.status_code != 200:
-                            errors.append(done.text)
-                    with lock:
-                        claims.extend((j["id"], j["lease_token"]) for j in jobs)
-
-        threads = [
-            threading.Thread(target=drain, args=(worker_keys[i % 4], f"t{i}")) for i in range(16)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
-        assert not errors
-        ids = [job_id for job_id, _ in claims]
-        assert len(ids) == 600 and len(set(ids)) == 600
-        admin_key = create_key(config, "root", "admin")
-        with server.client(admin_key) as admin:
-            assert admin.get("/stats").json()["by_status"] == {"completed": 600}
+TYPES = {"noop": {"max_retries": 3, "lease_seconds": 30}, "send_email": {"max_retries": 5}}
 
 
-def test_serve_bootstraps_one_admin_key_on_an_empty_database(tmp_path: Path) -> None:
-    config = write_config(tmp_path)
-    with live_server(config) as server:
-        lines = server.output().splitlines()
-        assert "No active admin key" in lines[0]
-        key = lines[1].strip()
-        assert key.startswith("ql_")
-        with server.client(key) as admin:
-            keys = admin.get("/keys").json()["keys"]
-            assert [(k["name"], k["roles"]) for k in keys] == [("admin", ["admin"])]
-    with live_server(config) as server:
-        assert "admin key" not in server.output() and "ql_" not in server.output()
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RealServer]:
+    """A configured, not yet started server; always stopped at teardown."""
+    with closing(RealServer(tmp_path, types=TYPES)) as real:
+        yield real
 
 
-def test_keys_cli_creates_lists_and_revokes(tmp_path: Path) -> None:
-    config = write_config(tmp_path)
-    assert run_cli("migrate", config=config).returncode == 0
-    key = create_key(config, "shop", "producer", "worker", max_priority="high")
-    listed = run_cli("keys", "list", config=config)
+def test_many_threads_claiming_over_http_get_each_job_exactly_once(server: RealServer) -> None:
+    producer_key = server.create_key("shop", "producer")
+    worker_keys = [server.create_key(f"w{i}", "worker") for i in range(4)]
+    server.start()
+    with server.client(producer_key) as producer:
+        for _ in range(6):
+            batch = {"jobs": [{"type": "noop", "payload": {"i": i}} for i in range(100)]}
+            assert producer.post("/jobs/batch", json=batch).status_code == 200
+    claims: list[tuple[int, str]] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(16)
+
+    def drain(key: str, instance: str) -> None:
+        with server.client(key) as api:
+            barrier.wait(timeout=30)
+            for _ in range(1000):
+                body = {"limit": 3, "instance": instance}
+                response = api.post("/jobs/claim", json=body)
+                if response.status_code != 200:
+                    errors.append(response.text)
+                    return
+                jobs = response.json()["jobs"]
+                if not jobs:
+                    return
+                for job in jobs:
+                    done = api.post(
+                        f"/jobs/{job['id']}/complete", json={"lease_token": job["lease_token"]}
+                    )
+                    if done.status_code != 200:
+                        errors.append(done.text)
+                with lock:
+                    claims.extend((j["id"], j["lease_token"]) for j in jobs)
+
+    threads = [
+        threading.Thread(target=drain, args=(worker_keys[i % 4], f"t{i}")) for i in range(16)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors
+    ids = [job_id for job_id, _ in claims]
+    assert len(ids) == 600 and len(set(ids)) == 600
+    admin_key = server.create_key("root", "admin")
+    with server.client(admin_key) as admin:
+        assert admin.get("/stats").json()["by_status"] == {"completed": 600}
+
+
+def test_serve_bootstraps_one_admin_key_on_an_empty_database(server: RealServer) -> None:
+    server.start()
+    lines = server.log().splitlines()
+    assert "No active admin key" in lines[0]
+    key = lines[1].strip()
+    assert key.startswith("ql_")
+    with server.client(key) as admin:
+        keys = admin.get("/keys").json()["keys"]
+        assert [(k["name"], k["roles"]) for k in keys] == [("admin", ["admin"])]
+    server.terminate()
+    server.start()  # the same database: its admin key is found
+    assert "admin key" not in server.log() and "ql_" not in server.log()
+
+
+def test_keys_cli_creates_lists_and_revokes(server: RealServer) -> None:
+    assert server.cli("migrate").returncode == 0
+    key = server.create_key("shop", "producer", "worker", max_priority="high")
+    listed = server.cli("keys", "list")
     assert listed.returncode == 0
     assert "shop\tproducer,worker\thigh\t*" in listed.stdout and key not in listed.stdout
     key_id = listed.stdout.split("\t")[0]
-    with live_server(config) as server, server.client(key) as api:
+    server.start()
+    with server.client(key) as api:
         assert api.get("/jobs").status_code == 200
-        revoked = run_cli("keys", "revoke", key_id, config=config)
+        revoked = server.cli("keys", "revoke", key_id)
         assert revoked.returncode == 0
         # Another process revoked it: this server notices within its one-second cache.
         for _ in range(50):
@@ -95,23 +104,21 @@ def test_keys_cli_creates_lists_and_revokes(tmp_path: Path) -> None:
                 break
             threading.Event().wait(0.1)
         assert api.get("/jobs").status_code == 401
-    again = run_cli("keys", "revoke", key_id, config=config)
+    server.terminate()
+    again = server.cli("keys", "revoke", key_id)
     assert again.returncode != 0 and "no active key" in again.stderr
 
 
-def test_keys_cli_rejects_unknown_roles_and_types(tmp_path: Path) -> None:
-    config = write_config(tmp_path)
-    bad_role = run_cli("keys", "create", "--name", "x", "--role", "root", config=config)
+def test_keys_cli_rejects_unknown_roles_and_types(server: RealServer) -> None:
+    bad_role = server.cli("keys", "create", "--name", "x", "--role", "root")
     assert bad_role.returncode != 0
-    bad_type = run_cli(
-        "keys", "create", "--name", "x", "--role", "worker", "--type", "nope", config=config
-    )
+    bad_type = server.cli("keys", "create", "--name", "x", "--role", "worker", "--type", "nope")
     assert bad_type.returncode != 0 and "not configured" in bad_type.stderr
 
 
-def test_readyz_and_unknown_routes_over_http(tmp_path: Path) -> None:
-    with live_server(write_config(tmp_path)) as server:
-        assert httpx.get(f"{server.url}/readyz").json() == {"status": "ready"}
-        missing = httpx.get(f"{server.url}/nope")
-        assert missing.status_code == 404
-        assert missing.headers["content-type"] == "application/problem+json"
+def test_readyz_and_unknown_routes_over_http(server: RealServer) -> None:
+    server.start()
+    assert httpx.get(f"{server.url}/readyz").json() == {"status": "ready"}
+    missing = httpx.get(f"{server.url}/nope")
+    assert missing.status_code == 404
+    assert missing.headers["content-type"] == "application/problem+json"

@@ -10,7 +10,7 @@ from tests.realserver import QUEUELOG, RealServer, free_port
 
 
 def cli(server: RealServer, key: str | None, *args: str) -> subprocess.CompletedProcess[str]:
-    env = server.env(server.keys.get(key, key) if key else None)
+    env = server.client_env(server.keys.get(key, key) if key else None)
     return subprocess.run(
         [QUEUELOG, *args], capture_output=True, text=True, env=env, timeout=120, check=False
     )

@@ -6,30 +6,18 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from queuelog.client import Client
 from queuelog.models import JobStatus
-from tests.realserver import QUEUELOG, ROOT, RealServer, start_server
+from tests.realserver import QUEUELOG, ROOT, RealServer
 
 DEADLINE = 180.0
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[RealServer]:
-    started = start_server(tmp_path)
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
 def start_worker(server: RealServer, outbox: Path, *args: str) -> subprocess.Popen[bytes]:
-    env = server.env(server.keys["mailer"])
+    env = server.client_env(server.keys["mailer"])
     env["MAILER_FAILURE_RATE"] = "0"  # only the scripted failures
     env["MAILER_OUTBOX"] = str(outbox)
     log = open(outbox.with_suffix(".log"), "ab")  # noqa: SIM115 - lives with the process

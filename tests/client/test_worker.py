@@ -7,26 +7,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from queuelog.client import Client, Fail, Job, Retry, Worker
 from queuelog.models import JobStatus
-from tests.realserver import RealServer, start_server
+from tests.realserver import RealServer
 
 DEADLINE = 90.0  # seconds any single wait in these tests may take, on a busy machine
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[RealServer]:
-    """A server of its own: workers claim whatever is pending, so tests must not share."""
-    started = start_server(tmp_path)
-    try:
-        yield started
-    finally:
-        started.stop()
 
 
 @contextmanager

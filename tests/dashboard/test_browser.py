@@ -14,15 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from queuelog.api.app import create_app
-from queuelog.auth import KeyRing
-from queuelog.clock import SystemClock
 from queuelog.config import Settings
-from queuelog.models import Priority, Role
 from queuelog.storage.sqlite.store import SqliteStorage
-from tests.conftest import make_settings
-from tests.dashboard.live_server import LiveServer
+from tests.conftest import TYPES, make_settings
 from tests.dashboard.seed import seed_every_state
+from tests.realserver import RealServer, closing
 
 pytestmark = pytest.mark.slow
 
@@ -72,20 +68,14 @@ def chromium() -> Iterator[Any]:
 class Site:
     """A live server with its own database, and keys to call its API with."""
 
-    def __init__(self, settings: Settings, server: LiveServer, storage: SqliteStorage) -> None:
+    def __init__(self, settings: Settings, server: RealServer, storage: SqliteStorage) -> None:
         self.settings = settings
         self.url = server.url
         self.storage = storage
         self._clients: list[httpx.Client] = []
-        ring = KeyRing(storage, SystemClock())
-        self.admin_key = self.key(ring, "root", Role.ADMIN)
-        self.producer = self.api(self.key(ring, "shop", Role.PRODUCER))
-        self.worker = self.api(self.key(ring, "mailer", Role.WORKER))
-
-    @staticmethod
-    def key(ring: KeyRing, name: str, role: Role) -> str:
-        _, plaintext = ring.create(name, frozenset({role}), Priority.CRITICAL)
-        return plaintext
+        self.admin_key = server.keys["root"]
+        self.producer = self.api(server.keys["shop"])
+        self.worker = self.api(server.keys["mailer"])
 
     def api(self, key: str) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"}
@@ -114,15 +104,20 @@ class Site:
 
 @pytest.fixture
 def site(tmp_path: Path, chromium: Any) -> Iterator[Site]:
-    settings = make_settings(tmp_path)
-    path = settings.sqlite_path
-    assert path is not None
-    storage = SqliteStorage(path)
-    app = create_app(settings, storage=storage)
-    with LiveServer(app) as server:
+    """``queuelog serve`` on the shared test settings; this process seeds the same database."""
+    with closing(RealServer(tmp_path, types=TYPES)) as server:
+        for name, role in (("root", "admin"), ("shop", "producer"), ("mailer", "worker")):
+            server.create_key(name, role, max_priority="critical")
+        server.start()
+        settings = make_settings(tmp_path)
+        assert settings.sqlite_path == server.database
+        storage = SqliteStorage(server.database)
         running = Site(settings, server, storage)
-        yield running
-        running.close()
+        try:
+            yield running
+        finally:
+            running.close()
+            storage.close()
 
 
 @pytest.fixture

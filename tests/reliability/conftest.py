@@ -1,4 +1,5 @@
-"""Fixtures for the reliability suite: a real server in a subprocess."""
+"""Fixtures for the reliability suite: a real server in a subprocess, and the keys of
+the in-process tests."""
 
 from __future__ import annotations
 
@@ -7,12 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.server import RealServer
+from queuelog.models import ApiKey
+from tests.conftest import KeyMaker
+from tests.realserver import RealServer, closing
 
 
 @pytest.fixture
 def real_server(tmp_path: Path) -> Iterator[RealServer]:
     """A configured, not yet started server; always stopped at teardown."""
-    server = RealServer(tmp_path)
-    yield server
-    server.close()
+    with closing(RealServer(tmp_path)) as server:
+        yield server
+
+
+@pytest.fixture
+def shop(make_key: KeyMaker) -> ApiKey:
+    return make_key("shop", "producer")[0]
+
+
+@pytest.fixture
+def mailer(make_key: KeyMaker) -> ApiKey:
+    return make_key("mailer", "worker")[0]

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.reliability.server import RealServer
+from tests.realserver import RealServer
 
 pytestmark = pytest.mark.slow
 

@@ -11,19 +11,9 @@ from queuelog.clock import FakeClock
 from queuelog.errors import InvalidState, NotLeaseHolder
 from queuelog.models import ApiKey, EventKind, Job, JobStatus
 from queuelog.service import EnqueueSpec, FinishSpec, JobService
-from tests.conftest import Api, KeyMaker, claim_one, enqueue
+from tests.conftest import Api, claim_one, enqueue
 
 MICROSECOND = 1e-6
-
-
-@pytest.fixture
-def shop(make_key: KeyMaker) -> ApiKey:
-    return make_key("shop", "producer")[0]
-
-
-@pytest.fixture
-def mailer(make_key: KeyMaker) -> ApiKey:
-    return make_key("mailer", "worker")[0]
 
 
 def _held(service: JobService, shop: ApiKey, mailer: ApiKey, **spec: Any) -> Job:

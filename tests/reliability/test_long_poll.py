@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.reliability.server import RealServer
+from tests.realserver import RealServer, closing
 
 pytestmark = pytest.mark.slow
 
@@ -36,15 +36,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealServe
         for name in ("wake", "empty", "retry", "gone", "latency")
     }
     types["expire"] = {"lease_seconds": 1, "backoff_base_seconds": 0.2, "backoff_cap_seconds": 1}
-    real = RealServer(Path(tmp_path_factory.mktemp("long_poll")), types=types)
-    keys = Keys(
-        admin=real.create_key("root", "admin"),
-        producer=real.create_key("shop", "producer"),
-        worker=real.create_key("mailer", "worker"),
-    )
-    real.start()
-    yield real, keys
-    real.close()
+    with closing(RealServer(Path(tmp_path_factory.mktemp("long_poll")), types=types)) as real:
+        keys = Keys(
+            admin=real.create_key("root", "admin"),
+            producer=real.create_key("shop", "producer"),
+            worker=real.create_key("mailer", "worker"),
+        )
+        real.start()
+        yield real, keys
 
 
 def _claim_later(

@@ -16,20 +16,10 @@ from queuelog.models import ApiKey, JobStatus, Priority, Role
 from queuelog.service import EnqueueSpec, FinishSpec, JobService
 from queuelog.storage.base import JobListParams
 from queuelog.storage.sqlite.store import SqliteStorage
-from tests.conftest import KeyMaker, make_settings
+from tests.conftest import make_settings
 
 DAY = 86_400.0
 ALL = JobListParams(limit=5000)
-
-
-@pytest.fixture
-def shop(make_key: KeyMaker) -> ApiKey:
-    return make_key("shop", "producer")[0]
-
-
-@pytest.fixture
-def mailer(make_key: KeyMaker) -> ApiKey:
-    return make_key("mailer", "worker")[0]
 
 
 def _enqueue(service: JobService, shop: ApiKey, key: str | None = None) -> int:

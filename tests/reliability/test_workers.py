@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.reliability.server import RealServer
+from tests.realserver import RealServer
 from tests.reliability.workers import holding_worker, scripted_worker
 
 pytestmark = pytest.mark.slow

@@ -5,15 +5,11 @@ Bounded loops and generous timeouts; nothing here asserts on speed.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,116 +21,62 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from queuelog.api.app import create_app
-from queuelog.auth import KeyRing
 from queuelog.cli import main
-from queuelog.clock import SystemClock
-from queuelog.models import Priority, Role
-from queuelog.storage.postgres.store import PostgresStorage
+from queuelog.models import Role
 from queuelog.storage.sqlfile import load_migrations
 from tests.conftest import make_settings
 from tests.postgres import fresh_schema
+from tests.realserver import RealServer, closing
 
 pytestmark = pytest.mark.slow
 
 JOBS = 3000
 LEASE_SECONDS = 3
-CONFIG = """
-database = "{url}"
-sweep_interval_seconds = 0.2
-
-[limits]
-rate_per_second = 0
-
-[types.work]
-max_retries = 25
-lease_seconds = {lease}
-backoff_base_seconds = 0.05
-backoff_cap_seconds = 0.2
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+TYPES = {
+    "work": {
+        "max_retries": 25,
+        "lease_seconds": LEASE_SECONDS,
+        "backoff_base_seconds": 0.05,
+        "backoff_cap_seconds": 0.2,
+    }
+}
 
 
 @dataclass
 class Cluster:
     url: str
     keys: dict[str, str]
-    urls: list[str]
-    processes: list[subprocess.Popen[bytes]]
+    nodes: list[RealServer]
     alive: list[bool] = field(default_factory=list)
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
 
     def headers(self, role: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys[role]}"}
 
     def kill(self, node: int) -> None:
         self.alive[node] = False
-        self.processes[node].send_signal(signal.SIGKILL)
-        self.processes[node].wait(timeout=30)
-
-
-def _create_keys(url: str) -> dict[str, str]:
-    store = PostgresStorage(url, pool_size=1)
-    try:
-        ring = KeyRing(store, SystemClock())
-        roles = {"admin": Role.ADMIN, "producer": Role.PRODUCER, "worker": Role.WORKER}
-        return {
-            name: ring.create(name, frozenset({role}), Priority.CRITICAL)[1]
-            for name, role in roles.items()
-        }
-    finally:
-        store.close()
-
-
-def _wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "node exited while starting"
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"node {url} did not become ready")
+        self.nodes[node].kill()
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """Three ``queuelog serve`` processes on one fresh schema."""
-    with fresh_schema() as url:
-        keys = _create_keys(url)
-        config = tmp_path / "queuelog.toml"
-        config.write_text(CONFIG.format(url=url, lease=LEASE_SECONDS))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
-        processes, urls = [], []
-        try:
-            for node in range(3):
-                port = free_port()
-                log = (tmp_path / f"node{node}.log").open("wb")
-                command = [sys.executable, "-m", "queuelog.cli", "serve"]
-                command += ["--config", str(config), "--port", str(port)]
-                processes.append(
-                    subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-                )
-                urls.append(f"http://127.0.0.1:{port}")
-            for node_url, process in zip(urls, processes, strict=True):
-                _wait_healthy(node_url, process)
-            yield Cluster(url, keys, urls, processes, alive=[True] * 3)
-        finally:
-            for process in processes:
-                if process.poll() is None:
-                    process.terminate()
-            for process in processes:
-                try:
-                    process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=15)
+    with fresh_schema() as url, ExitStack() as stack:
+        env = {"QUEUELOG_DATABASE_URL": url}
+        nodes = [
+            stack.enter_context(closing(RealServer(tmp_path / f"node{n}", TYPES, env=env)))
+            for n in range(3)
+        ]
+        for role in ("admin", "producer", "worker"):
+            nodes[0].create_key(role, role, max_priority="critical")
+        for node in nodes:
+            node.launch()
+        for node in nodes:
+            node.wait_ready()
+        yield Cluster(url, nodes[0].keys, nodes, alive=[True] * 3)
 
 
 class Tally:
