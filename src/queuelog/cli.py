@@ -54,7 +54,13 @@ main.add_command(jobs)
 @config_option
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)
-def serve(config_path: str | None, host: str, port: int) -> None:
+@click.option(
+    "--access-log/--no-access-log",
+    default=False,
+    show_default=True,
+    help="Log every request (costs throughput: one log line per job step).",
+)
+def serve(config_path: str | None, host: str, port: int, access_log: bool) -> None:
     """Start the HTTP server (migrates the database first)."""
     from queuelog.api.app import create_app
     from queuelog.api.server import run
@@ -67,7 +73,7 @@ def serve(config_path: str | None, host: str, port: int) -> None:
         click.echo(plaintext)
     app = create_app(settings, storage=storage)
     click.echo(f"queuelog serving on http://{host}:{port} (database: {_redact(settings)})")
-    run(app, host, port)
+    run(app, host, port, access_log=access_log)
 
 
 def _redact(settings: Settings) -> str:

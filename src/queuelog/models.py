@@ -22,14 +22,19 @@ class Priority(enum.IntEnum):
 
     @property
     def label(self) -> str:
-        return self.name.lower()
+        return _LABELS[self]
 
     @classmethod
     def from_label(cls, label: str) -> Priority:
         try:
-            return cls[label.strip().upper()]
+            return _BY_LABEL[label.strip().lower()]
         except KeyError:
             raise ValueError(f"unknown priority: {label!r}") from None
+
+
+# Looked up for every job in and out; a dict is much cheaper than enum name lookups.
+_LABELS = {p: p.name.lower() for p in Priority}
+_BY_LABEL = {label: p for p, label in _LABELS.items()}
 
 
 class JobStatus(enum.StrEnum):

@@ -123,3 +123,10 @@ def test_batch_of_0_or_501_jobs_is_422(producer: Api) -> None:
         len(producer.post("/jobs/batch", json={"jobs": [{"type": "noop"}] * 500}).json()["jobs"])
         == 500
     )
+
+
+def test_payload_with_integers_beyond_64_bits_round_trips(producer: Api) -> None:
+    payload = {"big": 2**70, "text": "naïve ✓", "nested": {"f": 0.1}}
+    job = enqueue(producer, "noop", payload=payload)
+    assert job["payload"] == payload
+    assert producer.get(f"/jobs/{job['id']}").json()["payload"] == payload

@@ -90,6 +90,9 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        # queuelog exports Prometheus metrics itself. FastAPI's OpenTelemetry hooks
+        # would otherwise look up the providers (environment reads) on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     mount_docs(app)
     app.state.queuelog = state

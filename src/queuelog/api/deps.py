@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -31,18 +31,23 @@ def state_of(request: Request) -> AppState:
     return state
 
 
-def _service(request: Request) -> JobService:
+# The dependencies are coroutines because FastAPI runs a plain function in the
+# thread pool: one thread hop per dependency per request. None of them blocks
+# for long: key lookups are cached, and a miss is one indexed read.
+
+
+async def _service(request: Request) -> JobService:
     return state_of(request).service
 
 
-def _keyring(request: Request) -> KeyRing:
+async def _keyring(request: Request) -> KeyRing:
     return state_of(request).keys
 
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer ql_...`")
 
 
-def _current_key(
+async def _current_key(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> ApiKey:
@@ -58,10 +63,10 @@ KeyRingDep = Annotated[KeyRing, Depends(_keyring)]
 CurrentKey = Annotated[ApiKey, Depends(_current_key)]
 
 
-def require(*roles: Role) -> Callable[[ApiKey], ApiKey]:
+def require(*roles: Role) -> Callable[[ApiKey], Awaitable[ApiKey]]:
     """A dependency: the caller's key, which must hold one of ``roles``."""
 
-    def check(key: CurrentKey) -> ApiKey:
+    async def check(key: CurrentKey) -> ApiKey:
         if not any(key.has(role) for role in roles):
             names = " or ".join(r.value for r in roles)
             raise Forbidden(f"This route needs the {names} role")

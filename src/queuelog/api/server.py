@@ -25,8 +25,8 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def run(app: FastAPI, host: str, port: int) -> None:
-    """Serve until SIGINT or SIGTERM.
+def run(app: FastAPI, host: str, port: int, access_log: bool = False) -> None:
+    """Serve until SIGINT or SIGTERM; log every request only with ``access_log``.
 
     On SIGTERM the listening socket closes (new connections are refused),
     requests in flight finish (up to ``GRACEFUL_SHUTDOWN_SECONDS``), waiting
@@ -37,6 +37,7 @@ def run(app: FastAPI, host: str, port: int) -> None:
         host=host,
         port=port,
         log_level="info",
+        access_log=access_log,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
     server = _Server(config, on_shutdown=app.state.queuelog.wakeup.close)

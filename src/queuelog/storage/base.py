@@ -248,14 +248,19 @@ def _json(value: Any) -> Any:
     return json.loads(value)
 
 
+# Every row read turns two stored values into enums: dict lookups cost a tenth of Enum calls.
+_PRIORITIES = {p.value: p for p in Priority}
+_STATUSES = {s.value: s for s in JobStatus}
+
+
 def job_from_row(row: Row) -> Job:
     """A Job from a ``jobs`` row; both backends store the same column types."""
     return Job(
         id=int(row["id"]),
         type=row["type"],
         payload=_json(row["payload"]),
-        priority=Priority(row["priority"]),
-        status=JobStatus(row["status"]),
+        priority=_PRIORITIES[row["priority"]],
+        status=_STATUSES[row["status"]],
         retry_count=row["retry_count"],
         max_retries=row["max_retries"],
         principal=row["principal"],

@@ -7,10 +7,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 
 from queuelog.api.deps import ServiceDep, Worker, state_of
 from queuelog.api.openapi import AUTHED, problems
+from queuelog.api.responses import JSONResponse
 from queuelog.api.schemas import (
     BatchCompleteOut,
     BatchCompleteRequest,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
-from fastapi.responses import JSONResponse
 
 from queuelog.api.deps import Admin, Canceller, Producer, Reader, ServiceDep
 from queuelog.api.openapi import AUTHED, problems
+from queuelog.api.responses import JSONResponse
 from queuelog.api.schemas import (
     BatchEnqueueOut,
     BatchEnqueueRequest,

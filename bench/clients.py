@@ -1,0 +1,242 @@
+"""Client loops, each run in its own process over persistent httpx connections.
+
+Every loop is bounded in count and in time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+# A 100-byte payload, as in the reference figures.
+PAYLOAD = {"data": "x" * 88}
+
+
+def job_body() -> dict[str, Any]:
+    return {"type": "noop", "payload": PAYLOAD}
+
+
+def client(url: str, key: str) -> httpx.Client:
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+
+
+def expect(response: httpx.Response, status: int = 200) -> Any:
+    if response.status_code != status:
+        raise RuntimeError(f"{response.request.url.path}: {response.status_code} {response.text}")
+    return response.json()
+
+
+@dataclass
+class _Task:
+    url: str
+    key: str
+    seconds: float
+    http: httpx.Client | None = field(default=None, repr=False)
+
+    def open(self) -> None:
+        self.http = client(self.url, self.key)
+        self.http.get("/healthz")
+
+    @property
+    def c(self) -> httpx.Client:
+        assert self.http is not None
+        return self.http
+
+
+@dataclass
+class EnqueueSingle(_Task):
+    """One job per request, from ``connections`` threads with a connection each."""
+
+    count: int = 1000
+    connections: int = 1
+    pool: list[httpx.Client] = field(default_factory=list, repr=False)
+
+    def open(self) -> None:
+        self.pool = [client(self.url, self.key) for _ in range(self.connections)]
+        for c in self.pool:
+            c.get("/healthz")
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        deadline = time.monotonic() + self.seconds
+        share = self.count // self.connections
+        done: list[int] = []
+
+        def send(c: httpx.Client) -> None:
+            n = 0
+            while n < share and time.monotonic() < deadline:
+                expect(c.post("/jobs", json=job_body()), 201)
+                n += 1
+            done.append(n)
+
+        threads = [threading.Thread(target=send, args=(c,)) for c in self.pool]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if len(done) != len(threads):
+            raise RuntimeError("an enqueue thread failed")
+        return sum(done), {}
+
+
+@dataclass
+class EnqueueBatch(_Task):
+    count: int = 1000
+    size: int = 100
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        deadline = time.monotonic() + self.seconds
+        done = 0
+        body = {"jobs": [job_body() for _ in range(self.size)]}
+        while done < self.count and time.monotonic() < deadline:
+            expect(self.c.post("/jobs/batch", json=body))
+            done += self.size
+        return done, {}
+
+
+def claim_and_complete(c: httpx.Client, limit: int, wait: float = 0) -> int:
+    """One worker step: claim up to ``limit`` jobs, acknowledge them; the jobs done."""
+    body: dict[str, Any] = {"limit": limit}
+    if wait:
+        body["wait_seconds"] = wait
+    jobs = expect(c.post("/jobs/claim", json=body))["jobs"]
+    if limit == 1:
+        for job in jobs:
+            expect(c.post(f"/jobs/{job['id']}/complete", json={"lease_token": job["lease_token"]}))
+    elif jobs:
+        items = [{"id": j["id"], "lease_token": j["lease_token"]} for j in jobs]
+        results = expect(c.post("/jobs/batch/complete", json={"items": items}))["results"]
+        if any(r["status"] != 200 for r in results):
+            raise RuntimeError(f"batch complete refused an item: {results}")
+    return len(jobs)
+
+
+@dataclass
+class BurnWorker(_Task):
+    """Claims and completes until the queue is empty (or time is up)."""
+
+    limit: int = 1
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        deadline = time.monotonic() + self.seconds
+        done = 0
+        while time.monotonic() < deadline:
+            got = claim_and_complete(self.c, self.limit)
+            if not got:
+                break
+            done += got
+        return done, {}
+
+
+@dataclass
+class SteadyProducer(_Task):
+    """Enqueues batches at full speed for ``seconds``."""
+
+    size: int = 100
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        deadline = time.monotonic() + self.seconds
+        body = {"jobs": [job_body() for _ in range(self.size)]}
+        done = 0
+        while time.monotonic() < deadline:
+            expect(self.c.post("/jobs/batch", json=body))
+            done += self.size
+        return 0, {"enqueued": done}
+
+
+@dataclass
+class SteadyWorker(_Task):
+    """Claims (long-polling briefly when the queue is empty) for ``seconds``."""
+
+    limit: int = 50
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        deadline = time.monotonic() + self.seconds
+        done = 0
+        while (left := deadline - time.monotonic()) > 0:
+            done += claim_and_complete(self.c, self.limit, wait=round(min(left, 0.5), 3))
+        return done, {}
+
+
+@dataclass
+class LatencyWorker(_Task):
+    """Long-polls for one job at a time and reports how long after its enqueue it came."""
+
+    samples: int = 200
+    out: Any = None
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        deadline = time.monotonic() + self.seconds
+        got = 0
+        while got < self.samples and time.monotonic() < deadline:
+            body = {"limit": 1, "wait_seconds": 2}
+            jobs = expect(self.c.post("/jobs/claim", json=body))["jobs"]
+            received = time.monotonic()
+            for job in jobs:
+                self.out.put(received - job["payload"]["sent"])
+                got += 1
+                lease = {"lease_token": job["lease_token"]}
+                expect(self.c.post(f"/jobs/{job['id']}/complete", json=lease))
+        return got, {}
+
+
+@dataclass
+class LatencyProducer(_Task):
+    """Enqueues one job at a time once the worker is back in its long poll."""
+
+    samples: int = 200
+    out: Any = None
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        deadline = time.monotonic() + self.seconds
+        latencies: list[float] = []
+        while len(latencies) < self.samples and time.monotonic() < deadline:
+            time.sleep(0.01)  # the worker finishes its last job and waits again
+            payload = {"sent": time.monotonic(), **PAYLOAD}
+            expect(self.c.post("/jobs", json={"type": "noop", "payload": payload}), 201)
+            latencies.append(self.out.get(timeout=10))
+        return len(latencies), {"latencies": latencies}
+
+
+@dataclass
+class SdkBurnWorker(_Task):
+    """The SDK's ``queuelog.Worker`` with a no-op handler, until the queue is drained.
+
+    It claims up to ``concurrency`` jobs per request and acknowledges them with
+    ``complete_many``. The process stops its worker once no job has come for
+    ``idle`` seconds; that idle time is not counted.
+    """
+
+    concurrency: int = 32
+    idle: float = 0.5
+
+    def open(self) -> None:
+        from queuelog.client import Worker  # only there once the SDK has landed
+
+        self.worker = Worker(concurrency=self.concurrency, wait_seconds=0.25, idle_seconds=0.05)
+        self.handled = 0
+        self.last = time.monotonic()
+        lock = threading.Lock()
+
+        @self.worker.handler("noop")
+        def noop(job: Any) -> None:
+            with lock:
+                self.handled += 1
+                self.last = time.monotonic()
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        deadline = time.monotonic() + self.seconds
+        self.last = time.monotonic()
+        watcher = threading.Thread(target=self._stop_when_idle, args=(deadline,), daemon=True)
+        watcher.start()
+        self.worker.run(url=self.url, api_key=self.key)
+        # Acknowledgements are flushed as the worker winds down; the idle wait is not work.
+        return self.handled, {"ended": time.monotonic() - self.idle}
+
+    def _stop_when_idle(self, deadline: float) -> None:
+        while time.monotonic() < deadline and time.monotonic() - self.last < self.idle:
+            time.sleep(0.05)
+        self.worker.stop()

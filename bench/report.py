@@ -1,0 +1,116 @@
+"""The figures as a table, queuelog/Huey ratios, and the goals they are held to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (label, section, key, Huey's key or None)
+ROWS = [
+    ("enqueue, single requests", "enqueue", "single", "enqueue_single"),
+    ("enqueue, POST /jobs/batch of 100", "enqueue", "batch_100", None),
+    ("enqueue, POST /jobs/batch of 500", "enqueue", "batch_500", None),
+    ("burn-down, claim 1 + complete", "burn_down", "batch_1", "burn_down"),
+    ("burn-down, claim 50 + batch complete", "burn_down", "batched_50", "burn_down"),
+    ("burn-down, SDK Worker", "burn_down", "sdk_worker", "burn_down"),
+    ("steady state, completed", "steady", "completed", "steady"),
+]
+
+# (name, section, key, bound, "min" or "max")
+GOALS = [
+    ("burn-down batched >= 8,600 jobs/s", "burn_down", "batched_50", 8600, "min"),
+    ("steady state >= 3,000 jobs/s", "steady", "completed", 3000, "min"),
+    ("single enqueue >= 3,500 jobs/s", "enqueue", "single", 3500, "min"),
+    ("batch of 500 >= 20,000 jobs/s", "enqueue", "batch_500", 20000, "min"),
+    ("long-poll p50 <= 5 ms", "latency", "p50_ms", 5, "max"),
+    ("long-poll p99 <= 50 ms", "latency", "p99_ms", 50, "max"),
+    ("claim at large/small <= 1.5", "claim_cost", "ratio", 1.5, "max"),
+    ("server RSS <= 150 MB", "rss", "peak_mb", 150, "max"),
+]
+
+
+def ratios(results: dict[str, Any]) -> dict[str, float]:
+    huey = results.get("huey")
+    if not huey:
+        return {}
+    out = {}
+    for _, section, key, huey_key in ROWS:
+        value = results.get(section, {}).get(key)
+        if value is not None and huey_key and huey.get(huey_key):
+            out[f"{section}.{key}"] = round(value / huey[huey_key], 2)
+    return out
+
+
+def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for name, section, key, bound, kind in GOALS:
+        value = results.get(section, {}).get(key)
+        met = value is not None and (value >= bound if kind == "min" else value <= bound)
+        out.append({"goal": name, "value": value, "met": met})
+    return out
+
+
+def render(results: dict[str, Any]) -> str:
+    huey = results.get("huey") or {}
+    rate = results.get("ratios", {})
+    lines = [f"\n{'jobs/s':<40}{'queuelog':>10}{'Huey':>10}{'ratio':>8}"]
+    for label, section, key, huey_key in ROWS:
+        value = results.get(section, {}).get(key)
+        if value is None:
+            continue
+        ref = huey.get(huey_key) if huey_key else None
+        ratio = rate.get(f"{section}.{key}")
+        lines.append(
+            f"{label:<40}{value:>10,.0f}{_or_dash(ref, ',.0f'):>10}{_or_dash(ratio, '.2f'):>8}"
+        )
+    lat = results.get("latency", {})
+    lines.append(f"\nlong-poll latency: p50 {lat.get('p50_ms')} ms, p99 {lat.get('p99_ms')} ms")
+    cost = results.get("claim_cost", {})
+    sizes = [v for v in cost.values() if isinstance(v, dict)]
+    if len(sizes) == 2:
+        small, large = sizes
+        lines.append(
+            f"claim: {small['claim_ms_p50']} ms at {small['pending']:,} pending, "
+            f"{large['claim_ms_p50']} ms at {large['pending']:,} (x{cost['ratio']})"
+        )
+    lines.append(f"server peak RSS: {results.get('rss', {}).get('peak_mb')} MB\n")
+    for goal in results.get("goals", []):
+        mark = "met" if goal["met"] else "MISSED"
+        lines.append(f"  [{mark:>6}] {goal['goal']} (measured {goal['value']})")
+    return "\n".join(lines)
+
+
+def _or_dash(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+# Figures compared across runs: (section, key, True when higher is better).
+SPREAD = [
+    *[(section, key, True) for _, section, key, _ in ROWS],
+    ("latency", "p50_ms", False),
+    ("latency", "p99_ms", False),
+    ("claim_cost", "ratio", False),
+    ("rss", "peak_mb", False),
+    ("huey", "enqueue_single", True),
+    ("huey", "burn_down", True),
+    ("huey", "steady", True),
+]
+
+
+def spread(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Best, worst and every value of each figure (and each ratio) over several runs."""
+    rows = [*SPREAD, *[("ratios", key, True) for key in runs[0].get("ratios", {})]]
+    out = {}
+    for section, key, higher in rows:
+        values = [r.get(section, {}).get(key) for r in runs]
+        values = [v for v in values if v is not None]
+        if values:
+            best, worst = (max, min) if higher else (min, max)
+            out[f"{section}.{key}"] = {"best": best(values), "worst": worst(values), "all": values}
+    return out
+
+
+def render_spread(summary: dict[str, dict[str, Any]]) -> str:
+    lines = [f"\n{'over runs':<40}{'best':>12}{'worst':>12}"]
+    for name, row in summary.items():
+        lines.append(f"{name:<40}{row['best']:>12,.2f}{row['worst']:>12,.2f}")
+    return "\n".join(lines)

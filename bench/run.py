@@ -1,0 +1,198 @@
+"""``python -m bench [--quick]``: run every section, print the table, write the JSON."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import multiprocessing as mp
+import os
+import platform
+import sqlite3
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import clients
+from bench.claimcost import claim_cost
+from bench.huey_ref import huey_reference
+from bench.parallel import run_parallel
+from bench.report import goals, ratios, render, render_spread, spread
+from bench.server import Keys, Server, prepare_database
+
+RESULTS = Path(__file__).parent / "results" / "latest.json"
+
+
+@dataclass(frozen=True)
+class Plan:
+    jobs: int  # burn-down size; Huey's enqueue and burn-down size
+    enqueue_single: int
+    enqueue_batch: int  # jobs sent per batch size
+    steady_seconds: float
+    latency_samples: int
+    claim_sizes: tuple[int, int]
+    claim_samples: int
+    clients: int = 4  # client processes
+    connections: int = 4  # single-enqueue connections per client process
+    workers: int = 4
+
+
+FULL = Plan(10_000, 10_000, 40_000, 8.0, 200, (10_000, 1_000_000), 300)
+QUICK = Plan(1_000, 1_000, 4_000, 1.5, 40, (1_000, 50_000), 60)
+
+
+def _rate(value: float) -> float:
+    return round(value, 1)
+
+
+def bench_enqueue(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
+    per = plan.enqueue_single // plan.clients
+    single = [
+        clients.EnqueueSingle(url, keys.producer, 60, count=per, connections=plan.connections)
+        for _ in range(plan.clients)
+    ]
+    result = {"single": _rate(run_parallel(single)[0])}
+    for size in (100, 500):
+        per = plan.enqueue_batch // 2
+        batch = [clients.EnqueueBatch(url, keys.producer, 60, count=per, size=size) for _ in "ab"]
+        result[f"batch_{size}"] = _rate(run_parallel(batch)[0])
+    return result
+
+
+def fill_queue(url: str, key: str, count: int) -> None:
+    body = {"jobs": [clients.job_body() for _ in range(500)]}
+    with clients.client(url, key) as c:
+        for _ in range(count // 500):
+            clients.expect(c.post("/jobs/batch", json=body))
+
+
+def bench_burn_down(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
+    result = {}
+    for name, limit in (("batch_1", 1), ("batched_50", 50)):
+        fill_queue(url, keys.producer, plan.jobs)
+        workers = [
+            clients.BurnWorker(url, keys.worker, 90, limit=limit) for _ in range(plan.workers)
+        ]
+        rate, shares = run_parallel(workers)
+        if sum(s.count for s in shares) != plan.jobs:
+            raise RuntimeError(f"burn-down {name}: {sum(s.count for s in shares)} != {plan.jobs}")
+        result[name] = _rate(rate)
+    if importlib.util.find_spec("queuelog.client") is not None:
+        fill_queue(url, keys.producer, plan.jobs)
+        sdk = [clients.SdkBurnWorker(url, keys.worker, 90) for _ in range(plan.workers)]
+        rate, shares = run_parallel(sdk)
+        if sum(s.count for s in shares) != plan.jobs:
+            raise RuntimeError(f"burn-down sdk: {sum(s.count for s in shares)} != {plan.jobs}")
+        result["sdk_worker"] = _rate(rate)
+    return result
+
+
+def bench_steady(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
+    seconds = plan.steady_seconds
+    tasks: list[Any] = [clients.SteadyProducer(url, keys.producer, seconds)]
+    tasks += [clients.SteadyWorker(url, keys.worker, seconds) for _ in range(plan.workers)]
+    rate, shares = run_parallel(tasks)
+    span = max(s.ended for s in shares) - min(s.started for s in shares)
+    enqueued = sum(s.extra.get("enqueued", 0) for s in shares)
+    return {"completed": _rate(rate), "enqueued": _rate(enqueued / span)}
+
+
+def bench_latency(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
+    out = mp.get_context("fork").Queue()
+    n = plan.latency_samples
+    worker = clients.LatencyWorker(url, keys.worker, 60, samples=n, out=out)
+    producer = clients.LatencyProducer(url, keys.producer, 60, samples=n, out=out)
+    _, shares = run_parallel([worker, producer])
+    samples = sorted(x for s in shares for x in s.extra.get("latencies", []))
+    cuts = statistics.quantiles(samples, n=100, method="inclusive")
+    return {
+        "p50_ms": round(statistics.median(samples) * 1000, 2),
+        "p99_ms": round(cuts[98] * 1000, 2),
+        "max_ms": round(samples[-1] * 1000, 2),
+        "samples": len(samples),
+    }
+
+
+def _section(name: str, fn: Any, *args: Any) -> Any:
+    started = time.monotonic()
+    print(f"  {name} ...", end="", flush=True)
+    value = fn(*args)
+    print(f" {time.monotonic() - started:.1f} s", flush=True)
+    return value
+
+
+def run(plan: Plan, workdir: Path, with_huey: bool) -> dict[str, Any]:
+    """Every section; Huey runs before and after queuelog, and its figures are the mean.
+
+    Bracketing queuelog between two Huey runs cancels a load on the machine that
+    rises or falls during the run, so the ratios stay comparable.
+    """
+    out: dict[str, Any] = {}
+    before = _huey(plan, workdir / "huey-before") if with_huey else None
+    peaks = []
+    for group, sections in (
+        ("a", [("enqueue", bench_enqueue)]),
+        ("b", [("burn_down", bench_burn_down)]),
+        ("c", [("latency", bench_latency), ("steady", bench_steady)]),
+    ):
+        config, keys = prepare_database(workdir / f"server-{group}")
+        with Server(config) as server:
+            for name, fn in sections:
+                out[name] = _section(name, fn, plan, server.url, keys)
+        peaks.append(server.peak_rss_mb)
+    out["rss"] = {"peak_mb": round(max(peaks), 1)}
+    out["claim_cost"] = _section(
+        "claim_cost", claim_cost, workdir, plan.claim_sizes, plan.claim_samples
+    )
+    if before is not None:
+        after = _huey(plan, workdir / "huey-after")
+        out["huey"] = {k: _rate((before[k] + after[k]) / 2) for k in before}
+        out["huey_runs"] = {"before": before, "after": after}
+    return out
+
+
+def _huey(plan: Plan, workdir: Path) -> dict[str, float]:
+    figures = _section("huey", huey_reference, workdir, plan.jobs, plan.steady_seconds)
+    return {k: _rate(v) for k, v in figures.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes: under 30 s")
+    parser.add_argument("--output", type=Path, default=RESULTS, help="where to write the JSON")
+    parser.add_argument("--no-huey", action="store_true", help="skip the Huey reference")
+    parser.add_argument("--runs", type=int, default=1, help="repeat; report best and worst")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    started = time.monotonic()
+    runs = []
+    for number in range(1, args.runs + 1):
+        print(f"queuelog benchmark ({'quick' if args.quick else 'full'}) run {number}/{args.runs}")
+        with tempfile.TemporaryDirectory(prefix="queuelog-bench-") as tmp:
+            results = run(plan, Path(tmp), with_huey=not args.no_huey)
+        results["ratios"] = ratios(results)
+        results["goals"] = goals(results)
+        print(render(results))
+        runs.append(results)
+    if len(runs) > 1:
+        results["spread"] = spread(runs)
+        print(render_spread(results["spread"]))
+    results["meta"] = {
+        "mode": "quick" if args.quick else "full",
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "seconds": round(time.monotonic() - started, 1),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "plan": asdict(plan),
+        "runs": len(runs),
+        "durability": "full",
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,117 @@
+"""A real ``queuelog serve`` process on a temporary SQLite file, with bench keys."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from queuelog.auth import KeyRing
+from queuelog.clock import SystemClock
+from queuelog.models import Priority, Role
+from queuelog.storage.sqlite.store import SqliteStorage
+
+BIN = Path(sys.executable).parent / "queuelog"
+
+CONFIG = """
+database = "sqlite:///{db}"
+durability = "full"
+[limits]
+rate_per_second = 0
+[types.noop]
+max_retries = 3
+lease_seconds = 60
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Keys:
+    producer: str
+    worker: str
+
+
+def prepare_database(workdir: Path) -> tuple[Path, Keys]:
+    """Write the config, migrate the database and create the bench's keys."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    db = workdir / "queuelog.db"
+    config = workdir / "queuelog.toml"
+    config.write_text(CONFIG.format(db=db))
+    storage = SqliteStorage(db, durability="full")
+    try:
+        ring = KeyRing(storage, SystemClock())
+        ring.create("admin", frozenset({Role.ADMIN}), Priority.CRITICAL)
+        _, producer = ring.create("bench-producer", frozenset({Role.PRODUCER}), Priority.HIGH)
+        _, worker = ring.create("bench-worker", frozenset({Role.WORKER}))
+    finally:
+        storage.close()
+    return config, Keys(producer=producer, worker=worker)
+
+
+class Server:
+    """``queuelog serve`` as a child process; a context manager."""
+
+    def __init__(self, config: Path) -> None:
+        self.config = config
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = config.parent / "server.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.peak_rss_mb = 0.0
+
+    def __enter__(self) -> Server:
+        log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [str(BIN), "serve", "--config", str(self.config), "--port", str(self.port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        log.close()
+        self._wait_ready()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        assert self.process is not None
+        self.peak_rss_mb = max(self.peak_rss_mb, self.rss_peak())
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def rss_peak(self) -> float:
+        """The server's peak resident set so far (VmHWM), in MB."""
+        assert self.process is not None
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def _wait_ready(self, timeout: float = 30) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited early: {self.log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("server did not become ready")

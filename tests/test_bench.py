@@ -1,0 +1,54 @@
+"""The benchmark runs end to end in its quick form and writes every section.
+
+Its figures are not checked here: speed is reported as ratios by ``make bench``,
+never asserted by a timed test on a shared machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTIONS = {
+    "enqueue",
+    "burn_down",
+    "steady",
+    "latency",
+    "claim_cost",
+    "rss",
+    "huey",
+    "ratios",
+    "goals",
+    "meta",
+}
+
+if os.environ.get("CI") != "true":  # in CI a missing extra fails the run instead
+    pytest.importorskip("huey", reason="the bench extra is not installed (make installs it)")
+
+
+@pytest.mark.slow
+def test_quick_benchmark_completes_and_writes_every_section(tmp_path: Path) -> None:
+    output = tmp_path / "latest.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--output", str(output)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(output.read_text())
+    assert results.keys() >= SECTIONS
+    assert {"single", "batch_100", "batch_500"} <= results["enqueue"].keys()
+    assert {"batch_1", "batched_50"} <= results["burn_down"].keys()
+    assert {"p50_ms", "p99_ms"} <= results["latency"].keys()
+    assert {"enqueue_single", "burn_down", "steady"} <= results["huey"].keys()
+    assert results["rss"]["peak_mb"] > 0
+    assert "queuelog" in done.stdout
