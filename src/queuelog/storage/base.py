@@ -211,6 +211,51 @@ def event_params(
     }
 
 
+def json_text(value: Any) -> str | None:
+    """How both backends store a JSON value: compact text, never NaN."""
+    return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def finish_statement(item: FinishParams, expired: bool = False) -> tuple[str, dict[str, Any]]:
+    """The guarded query that completes or fails ``item``, and its parameters.
+
+    ``expired`` is set only by the rescue of leases past their deadline.
+    """
+    args: dict[str, Any] = {
+        "id": item.job_id,
+        "lease_token": item.lease_token,
+        "worker_name": item.worker_name,
+        "now": to_micros(item.now),
+    }
+    if item.error is None:
+        args["result"] = json_text(item.result)
+        return "job_complete", args
+    args.update(
+        error=item.error,
+        retryable=item.retryable,
+        retry_at=to_micros(item.retry_at or item.now),
+        expired=expired,
+    )
+    return "job_fail", args
+
+
+_FINISHED_AS = {
+    JobStatus.COMPLETED: EventKind.COMPLETED,
+    JobStatus.PENDING: EventKind.RETRY_SCHEDULED,
+    JobStatus.FAILED: EventKind.FAILED,
+}
+
+
+def finish_event(
+    job: Job, item: FinishParams, kind: EventKind | None, actor: str | None
+) -> dict[str, Any]:
+    """The event of a finished ``item``: named after where the job went, unless ``kind``."""
+    kind = kind or _FINISHED_AS[job.status]
+    return event_params(
+        job, item.now, kind, JobStatus.RUNNING, actor or item.worker_name, item.error
+    )
+
+
 def key_params(key: NewKey, now: datetime) -> dict[str, Any]:
     """The bound parameters of ``key_insert``: both backends store keys alike."""
     return {

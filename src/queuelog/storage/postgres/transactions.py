@@ -8,7 +8,6 @@ if the transaction commits.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -24,8 +23,11 @@ from queuelog.storage.base import (
     FinishParams,
     NewJob,
     event_params,
+    finish_event,
+    finish_statement,
     guard_failure,
     job_from_row,
+    json_text,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
 
@@ -33,10 +35,6 @@ PACKAGE = "queuelog.storage.postgres"
 Q = load_queries(PACKAGE)
 Conn = psycopg.Connection[DictRow]
 _INSERT_ATTEMPTS = 5
-
-
-def dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
 def one(conn: Conn, name: str, args: Mapping[str, Any]) -> DictRow:
@@ -83,7 +81,7 @@ def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple
     for index, new in enumerate(jobs):
         args = {
             "type": new.type,
-            "payload": dumps(new.payload),
+            "payload": json_text(new.payload),
             "priority": int(new.priority),
             "max_retries": new.max_retries,
             "lease_seconds": new.lease_seconds,
@@ -197,35 +195,12 @@ def _finish(
     actor: str | None = None,
 ) -> Job | QueueError:
     """Complete or fail one held job under its guard; its event goes to ``events``."""
-    args: dict[str, Any] = {
-        "id": item.job_id,
-        "lease_token": item.lease_token,
-        "worker_name": item.worker_name,
-        "now": to_micros(item.now),
-    }
-    if item.error is None:
-        args["result"] = dumps(item.result)
-        row = conn.execute(Q["job_complete"], args).fetchone()
-    else:
-        retry_at = item.retry_at or item.now
-        args.update(
-            error=item.error,
-            retryable=item.retryable,
-            retry_at=to_micros(retry_at),
-            expired=kind is EventKind.LEASE_EXPIRED,
-        )
-        row = conn.execute(Q["job_fail"], args).fetchone()
+    query, args = finish_statement(item, expired=kind is EventKind.LEASE_EXPIRED)
+    row = conn.execute(Q[query], args).fetchone()
     if row is None:
         return guard_failure(_get(conn, item.job_id), item.worker_name, item.lease_token)
     job = job_from_row(row)
-    if kind is None:
-        kind = {
-            JobStatus.COMPLETED: EventKind.COMPLETED,
-            JobStatus.PENDING: EventKind.RETRY_SCHEDULED,
-            JobStatus.FAILED: EventKind.FAILED,
-        }[job.status]
-    actor = actor or item.worker_name
-    events.append(event_params(job, item.now, kind, JobStatus.RUNNING, actor, item.error))
+    events.append(finish_event(job, item, kind, actor))
     return job
 
 

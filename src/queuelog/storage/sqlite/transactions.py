@@ -6,7 +6,6 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
 
 from queuelog.clock import to_micros
 from queuelog.errors import IdempotencyKeyReused, InvalidState, NotFound, QueueError
@@ -16,17 +15,16 @@ from queuelog.storage.base import (
     FinishParams,
     NewJob,
     event_params,
+    finish_event,
+    finish_statement,
     guard_failure,
     job_from_row,
+    json_text,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
 
 PACKAGE = "queuelog.storage.sqlite"
 Q = load_queries(PACKAGE)
-
-
-def dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
 def types_json(types: Sequence[str] | None) -> str | None:
@@ -64,7 +62,7 @@ def insert_many(
     for index, new in enumerate(jobs):
         args = {
             "type": new.type,
-            "payload": dumps(new.payload),
+            "payload": json_text(new.payload),
             "priority": int(new.priority),
             "max_retries": new.max_retries,
             "lease_seconds": new.lease_seconds,
@@ -143,36 +141,12 @@ def finish(
     kind: EventKind | None = None,
     actor: str | None = None,
 ) -> Job | QueueError:
-    args: dict[str, Any] = {
-        "id": item.job_id,
-        "lease_token": item.lease_token,
-        "worker_name": item.worker_name,
-        "now": to_micros(item.now),
-    }
-    if item.error is None:
-        args["result"] = dumps(item.result)
-        row = conn.execute(Q["job_complete"], args).fetchone()
-    else:
-        retry_at = item.retry_at or item.now
-        args.update(
-            error=item.error,
-            retryable=item.retryable,
-            retry_at=to_micros(retry_at),
-            expired=kind is EventKind.LEASE_EXPIRED,
-        )
-        row = conn.execute(Q["job_fail"], args).fetchone()
+    query, args = finish_statement(item, expired=kind is EventKind.LEASE_EXPIRED)
+    row = conn.execute(Q[query], args).fetchone()
     if row is None:
         return guard_failure(get(conn, item.job_id), item.worker_name, item.lease_token)
     job = job_from_row(row)
-    if kind is None:
-        kind = {
-            JobStatus.COMPLETED: EventKind.COMPLETED,
-            JobStatus.PENDING: EventKind.RETRY_SCHEDULED,
-            JobStatus.FAILED: EventKind.FAILED,
-        }[job.status]
-    detail = item.error if item.error is not None else None
-    event = event_params(job, item.now, kind, JobStatus.RUNNING, actor or item.worker_name, detail)
-    conn.execute(Q["event_insert"], event)
+    conn.execute(Q["event_insert"], finish_event(job, item, kind, actor))
     return job
 
 
