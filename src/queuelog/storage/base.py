@@ -211,6 +211,22 @@ def event_params(
     }
 
 
+def new_job_params(new: NewJob, now: datetime) -> dict[str, Any]:
+    """The bound parameters of ``job_insert``: both backends store jobs alike."""
+    return {
+        "type": new.type,
+        "payload": json_text(new.payload),
+        "priority": int(new.priority),
+        "max_retries": new.max_retries,
+        "lease_seconds": new.lease_seconds,
+        "principal": new.principal,
+        "idempotency_key": new.idempotency_key,
+        "fingerprint": new.fingerprint,
+        "run_at": to_micros(new.run_at),
+        "now": to_micros(now),
+    }
+
+
 def json_text(value: Any) -> str | None:
     """How both backends store a JSON value: compact text, never NaN."""
     return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)

@@ -19,7 +19,7 @@ from queuelog.storage.base import (
     finish_statement,
     guard_failure,
     job_from_row,
-    json_text,
+    new_job_params,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
 
@@ -60,18 +60,7 @@ def insert_many(
     out: list[tuple[Job, bool]] = []
     events = []
     for index, new in enumerate(jobs):
-        args = {
-            "type": new.type,
-            "payload": json_text(new.payload),
-            "priority": int(new.priority),
-            "max_retries": new.max_retries,
-            "lease_seconds": new.lease_seconds,
-            "principal": new.principal,
-            "idempotency_key": new.idempotency_key,
-            "fingerprint": new.fingerprint,
-            "run_at": to_micros(new.run_at),
-            "now": to_micros(now),
-        }
+        args = new_job_params(new, now)
         row = conn.execute(Q["job_insert"], args).fetchone()
         if row is not None:
             job = job_from_row(row)
