@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from queuelog.client import Client, Fail, Job, Retry, Worker
+from queuelog.client.outcome import Outcome
+from queuelog.client.runtime import Options, Run, Running, _by_size
 from queuelog.models import JobStatus
-from tests.realserver import RealServer
+from tests.client.conftest import CONFIG, TYPES
+from tests.realserver import RealServer, closing
 
 DEADLINE = 90.0  # seconds any single wait in these tests may take, on a busy machine
 
@@ -196,3 +202,90 @@ def test_worker_with_a_bad_key_stops_with_the_error(server: RealServer) -> None:
 
     with pytest.raises(Unauthenticated):
         worker.run(url=server.url, api_key="ql_not_a_key")
+
+
+def test_acknowledgements_too_large_for_one_request_are_split(tmp_path: Path) -> None:
+    # A server that takes at most 64 KiB a request, and six 30 KB results to report at once.
+    limits = {**CONFIG["limits"], "max_request_bytes": 65_536}
+    server = RealServer(tmp_path, types=TYPES, config={**CONFIG, "limits": limits})
+    server.create_key("root", "admin")
+    with closing(server):
+        server.start()
+        shop_key = server.create_key_over_http("shop", "producer")
+        mailer_key = server.create_key_over_http("mailer", "worker")
+        with Client(server.url, shop_key) as shop:
+            shop.enqueue_many([{"type": "noop"}] * 6)
+        with Client(server.url, mailer_key) as mailer:
+            jobs = mailer.claim(limit=6, lease_seconds=300)
+            run = Run(mailer, {}, Options(6, 1, None, None, 1.0, 1.0))
+            batch = [(Running(job, 300.0), Outcome(True, {"blob": "x" * 30_000})) for job in jobs]
+            run._complete(batch)  # one request would be 413: it is split until each fits
+        with Client(server.url, server.create_key_over_http("root2", "admin")) as root:
+            finished = [root.get(job.id) for job in jobs]
+    assert len(jobs) == 6
+    assert all(j.status is JobStatus.COMPLETED and j.retry_count == 0 for j in finished)
+
+
+def test_acknowledgements_are_cut_by_size_before_sending() -> None:
+    def item(size: int) -> tuple[Running, Outcome]:
+        return (Running(cast(Job, None), 30.0), Outcome(True, {"b": "x" * size}))
+
+    parts = _by_size([item(200_000) for _ in range(7)])
+    assert [len(p) for p in parts] == [2, 2, 2, 1]
+    one = [item(10)]
+    assert _by_size(one) == [one]
+    huge, small = item(600_000), item(10)  # one result over the cap still goes, alone
+    assert _by_size([huge, small]) == [[huge], [small]]
+
+
+def test_a_result_that_cannot_travel_fails_only_its_own_job(server: RealServer) -> None:
+    worker = Worker(concurrency=5, wait_seconds=1)
+    together = threading.Barrier(5, timeout=DEADLINE)
+
+    @worker.handler("noop")
+    def handle(job: Job) -> dict[str, Any]:
+        together.wait()
+        if job.payload["bad"]:  # a file name read with surrogateescape: not UTF-8
+            return {"name": b"caf\xe9.txt".decode("utf-8", "surrogateescape")}
+        return {"ok": True}
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        made = shop.enqueue_many([{"type": "noop", "payload": {"bad": i == 0}} for i in range(5)])
+    ids = [m.job.id for m in made]
+    with running(worker, server):
+        wait_until(settled(server, *ids), "every job to settle")
+    with admin(server) as root:
+        bad, *good = (root.get(i) for i in ids)
+    assert bad.status is JobStatus.FAILED and bad.error and "not JSON" in bad.error
+    assert all(j.status is JobStatus.COMPLETED and j.retry_count == 0 for j in good)
+
+
+def test_stopping_against_a_hung_server_takes_bounded_time(server: RealServer) -> None:
+    worker = Worker(concurrency=2, wait_seconds=1, shutdown_seconds=0.5)
+    started = threading.Barrier(3, timeout=DEADLINE)
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        started.wait()
+        time.sleep(60)
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        shop.enqueue_many([{"type": "noop"}] * 2)
+    client = Client(server.url, server.keys["mailer"])
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    started.wait()
+    assert server.process is not None
+    os.kill(server.process.pid, signal.SIGSTOP)  # connections now hang instead of failing
+    try:
+        began = time.monotonic()
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+        took = time.monotonic() - began
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+        client.close()
+    assert not thread.is_alive()
+    # A claim in flight (10 s timeout + 1 s wait), the deadline, then at most a few
+    # seconds each for the late reports and the threads: not a retried timeout per job.
+    assert took < 45, took

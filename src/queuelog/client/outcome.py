@@ -60,20 +60,27 @@ def outcome_of_return(value: Any) -> Outcome:
         return Outcome(completed=True)
     result = value if isinstance(value, dict) else {"value": value}
     try:
-        json.dumps(result, allow_nan=False)
+        # As it will travel: UTF-8 (no lone surrogates), no NaN.
+        json.dumps(result, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except (TypeError, ValueError) as exc:
-        return Outcome(completed=False, error=f"result is not JSON: {exc}", retryable=False)
+        reason = _sendable(f"result is not JSON: {exc}")
+        return Outcome(completed=False, error=reason, retryable=False)
     return Outcome(completed=True, result=result)
+
+
+def _sendable(text: str) -> str:
+    """Error text that can be sent: lone surrogates escaped, cut to ERROR_CHARS."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:ERROR_CHARS]
 
 
 def outcome_of_error(error: BaseException) -> Outcome:
     """A handler's exception fails the job: ``Fail`` for good, anything else to retry."""
     if isinstance(error, Fail):
-        return Outcome(completed=False, error=error.reason[:ERROR_CHARS], retryable=False)
+        return Outcome(completed=False, error=_sendable(error.reason), retryable=False)
     if isinstance(error, Retry):
-        reason = error.reason[:ERROR_CHARS]
+        reason = _sendable(error.reason)
         return Outcome(completed=False, error=reason, retry_in_seconds=error.after)
     text = str(error)
     name = type(error).__name__
     message = f"{name}: {text}" if text else name
-    return Outcome(completed=False, error=message[:ERROR_CHARS])
+    return Outcome(completed=False, error=_sendable(message))

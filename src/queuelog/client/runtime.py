@@ -10,6 +10,7 @@ loop under ``Worker.arun``, else a loop thread of the run's own.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import queue
 import threading
@@ -19,7 +20,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from queuelog.client.errors import BodyTooLarge
 from queuelog.client.outcome import Outcome, outcome_of_error, outcome_of_return
+from queuelog.client.policy import RetryPolicy
 from queuelog.client.sync import Client
 from queuelog.client.types import Job
 from queuelog.errors import InvalidState, NotFound, NotLeaseHolder, QueueError
@@ -28,6 +31,12 @@ log = logging.getLogger("queuelog.worker")
 Handler = Callable[[Job], Any]
 LOST = (InvalidState, NotLeaseHolder, NotFound)  # the lease is gone: someone else has the job
 ACK_BATCH = 100
+# Results in one acknowledgement stay well under the server's 1 MiB request limit; a
+# batch refused as too large anyway (a server configured lower) is split and sent again.
+ACK_BYTES = 512 * 1024
+# After the shutdown deadline, abandoned jobs are reported within this many seconds (in
+# parallel, one try each) or left to their leases; the threads get as long to finish.
+LATE_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,8 +263,21 @@ class Run:
                     self._release(running)
 
     def _complete(self, batch: list[tuple[Running, Outcome]]) -> None:
+        for part in _by_size(batch):
+            self._complete_part(part)
+
+    def _complete_part(self, batch: list[tuple[Running, Outcome]]) -> None:
         try:
             answers = self.client.complete_many([(r.job, o.result) for r, o in batch])
+        except BodyTooLarge:
+            if len(batch) > 1:  # completing is guarded by the lease token: safe to resend
+                half = len(batch) // 2
+                self._complete_part(batch[:half])
+                self._complete_part(batch[half:])
+            else:
+                running = batch[0][0]
+                self._report(running, Outcome(False, error="result too large", retryable=False))
+            return
         except QueueError as error:
             for running, _ in batch:
                 log_outcome(running, f"unreported ({error.detail})", logging.ERROR)
@@ -318,32 +340,68 @@ class Run:
             while self.busy and time.monotonic() < self.deadline:
                 self.changed.wait(min(0.5, max(0.01, self.deadline - time.monotonic())))
             late = [r for r in self.held.values() if not r.reported]
-        for running in late:
-            self._abandon(running)
+        self._abandon_all(late)
         for _ in range(self.options.concurrency):
             self.tasks.put(None)
         self.acks.put(None)
         acker, beater = threads[-2], threads[-1]
-        acker.join(timeout=60)
+        acker.join(timeout=LATE_SECONDS)
         self.acks_done.set()
-        beater.join(timeout=30)
+        beater.join(timeout=LATE_SECONDS)
         if self.own_loop:
             self.loop.call_soon_threadsafe(self.loop.stop)
 
-    def _abandon(self, running: Running) -> None:
+    def _abandon_all(self, late: list[Running]) -> None:
+        """Hand back the jobs still running at the deadline, all at once and briefly."""
+        abandoned = [r for r in late if self._abandon(r)]
+        if not abandoned:
+            return
+        connection = self.client.connection
+        reporter = Client(
+            connection.url,
+            connection.api_key,
+            timeout=LATE_SECONDS,
+            retry_policy=RetryPolicy(attempts=1),
+        )
+        threads = [
+            threading.Thread(target=self._report_late, args=(reporter, r), daemon=True)
+            for r in abandoned
+        ]
+        for thread in threads:
+            thread.start()
+        stop_at = time.monotonic() + LATE_SECONDS
+        for thread in threads:
+            thread.join(timeout=max(0.0, stop_at - time.monotonic()))
+        reporter.close()
+
+    def _abandon(self, running: Running) -> bool:
         with running.lock:
             if running.reported:
-                return
+                return False
             running.abandoned = True
         if running.future is not None:
             running.future.cancel()
-        outcome = Outcome(False, error="worker stopped before the job finished", retry_in_seconds=0)
-        self._report_late(running, outcome)
+        return True
 
-    def _report_late(self, running: Running, outcome: Outcome) -> None:
+    def _report_late(self, reporter: Client, running: Running) -> None:
         try:
-            self.client.fail(running.job, outcome.error or "", retry_in_seconds=0)
+            reporter.fail(running.job, "worker stopped before the job finished", retry_in_seconds=0)
             log_outcome(running, "abandoned", logging.WARNING)
-        except QueueError as error:
-            log_outcome(running, f"abandoned, unreported ({error.detail})", logging.WARNING)
+        except Exception as error:  # left to its lease, which expires as an attempt
+            log_outcome(running, f"abandoned, unreported ({error})", logging.WARNING)
         self._release(running)
+
+
+def _by_size(batch: list[tuple[Running, Outcome]]) -> list[list[tuple[Running, Outcome]]]:
+    """``batch`` cut into parts whose results add up to at most ACK_BYTES each."""
+    parts: list[list[tuple[Running, Outcome]]] = [[]]
+    size = 0
+    for item in batch:
+        result = item[1].result
+        weight = 200 + (len(json.dumps(result, ensure_ascii=False).encode()) if result else 0)
+        if parts[-1] and size + weight > ACK_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(item)
+        size += weight
+    return parts
