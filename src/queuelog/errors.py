@@ -58,6 +58,12 @@ class IdempotencyKeyReused(QueueError):
     )
 
 
+class StorageUnavailable(QueueError):
+    """The database cannot be reached now; nothing was done, or its outcome is unknown."""
+
+    slug, status, title = "unavailable", 503, "Database unavailable"
+
+
 class RateLimited(QueueError):
     slug, status, title = "rate-limited", 429, "Too many requests"
 

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from queuelog.api.app import create_app
 from queuelog.auth import KeyRing
 from queuelog.clock import FakeClock
+from queuelog.errors import StorageUnavailable
 from queuelog.models import Role
 from queuelog.storage.sqlite.store import SqliteStorage
 from tests.conftest import Api, enqueue, make_settings
@@ -173,3 +174,17 @@ def test_405_names_the_allowed_methods(producer: Api) -> None:
     assert response.status_code == 405 and response.headers["allow"] == "POST"
     literal = producer.get("/jobs/claim")  # never taken for a job id
     assert literal.status_code == 405 and literal.json()["type"] == "method-not-allowed"
+
+
+def test_an_unreachable_database_is_503_unavailable(
+    producer: Api, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = client.app.state.queuelog.service  # type: ignore[attr-defined]
+
+    def unreachable(job_id: int) -> None:
+        raise StorageUnavailable("The database cannot be reached")
+
+    monkeypatch.setattr(service.storage, "job_get", unreachable)
+    response = producer.get("/jobs/1")
+    assert response.status_code == 503
+    assert response.json()["type"] == "unavailable"

@@ -12,6 +12,7 @@ from psycopg_pool import PoolTimeout
 
 from queuelog.auth import KeyRing, display_prefix
 from queuelog.clock import SystemClock, to_micros
+from queuelog.errors import StorageUnavailable
 from queuelog.models import EventKind, JobStatus, Priority, Role
 from queuelog.storage.base import JobListParams, NewJob, ReadySubscriber
 from queuelog.storage.postgres.store import PostgresStorage
@@ -301,3 +302,37 @@ def test_an_unreachable_database_fails_to_open_and_leaves_no_threads() -> None:
     with pytest.raises(PoolTimeout):
         PostgresStorage("postgresql://nobody@127.0.0.1:9/none", connect_timeout=1)
     assert set(threading.enumerate()) <= before
+
+
+def _terminate_pooled_connection(victim: PostgresStorage, killer: PostgresStorage) -> bool:
+    """Kill, from the server side (as a restart would), a connection idle in ``victim``'s pool."""
+    with victim._pool.connection() as conn:
+        row = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()
+    assert row is not None
+    with killer._pool.connection() as conn:
+        done = conn.execute("SELECT pg_terminate_backend(%s) AS done", (row["pid"],)).fetchone()
+    return bool(done and done["done"])
+
+
+def test_connections_dropped_by_the_server_are_replaced_not_handed_out(
+    nodes: list[PostgresStorage],
+) -> None:
+    victim, killer = nodes[0], nodes[1]
+    ((job, _),) = victim.job_insert_many([new_job()], T0)
+    assert _terminate_pooled_connection(victim, killer)
+    # The dead connection is checked when taken from the pool and replaced: even a
+    # write, which is never retried, goes through.
+    assert len(victim.job_insert_many([new_job()], T0)) == 1
+    assert victim.job_get(job.id) is not None
+
+
+def test_an_unreachable_database_is_503_unavailable_not_500(
+    nodes: list[PostgresStorage],
+) -> None:
+    store = nodes[0]
+    store._pool.close()  # nothing can be had from it now
+    with pytest.raises(StorageUnavailable):
+        store.job_get(1)
+    with pytest.raises(StorageUnavailable):
+        store.job_insert_many([new_job()], T0)
+    assert StorageUnavailable.status == 503

@@ -43,6 +43,8 @@ Choices where the contract is silent:
   sanitised error text, shown to admins only, like the job's `error`.
 * `POST /jobs/batch/complete` answers 422 `payload-too-large` for an item whose
   result is too large, besides 200, 404 and 409.
+* When the database cannot be reached the answer is 503 `unavailable` (not 500), so
+  clients may resend the calls that are safe to resend.
 * Ids are positive 64-bit integers; an id outside that range is 422 `validation`.
 * A request is checked in this order: body size (413), media type (415), JSON
   syntax (422), API key (401), rate limit (429), role (403), then the fields (422)

@@ -29,7 +29,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from queuelog.clock import from_micros, to_micros
-from queuelog.errors import QueueError
+from queuelog.errors import QueueError, StorageUnavailable
 from queuelog.models import ApiKey, Job, JobStatus
 from queuelog.storage.base import (
     ClaimParams,
@@ -50,6 +50,7 @@ T = TypeVar("T")
 # in another order) or a serialization race is run again, a few times.
 _RETRIES = 3
 _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
+_UNREACHABLE = (psycopg.OperationalError, PoolTimeout)
 
 
 class PostgresStorage(SqlReads):
@@ -77,6 +78,9 @@ class PostgresStorage(SqlReads):
             connection_class=psycopg.Connection[DictRow],
             kwargs={"autocommit": True, "row_factory": dict_row},
             configure=self._configure,
+            # A connection the server dropped (restart, pg_terminate_backend) is
+            # replaced when it is taken from the pool, not handed to a request.
+            check=ConnectionPool.check_connection,
             open=False,
             name="queuelog",
         )
@@ -95,11 +99,22 @@ class PostgresStorage(SqlReads):
         conn.execute(Q["session_durability"], {"value": self._synchronous_commit})
 
     def _read(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
-        with self._pool.connection() as conn:
-            return conn.execute(Q[name], params).fetchall()
+        """Run a named query; a read is tried once more on a fresh connection."""
+        for attempt in range(2):
+            try:
+                with self._pool.connection() as conn:
+                    return conn.execute(Q[name], params).fetchall()
+            except _UNREACHABLE as exc:
+                if attempt == 1:
+                    raise StorageUnavailable("The database cannot be reached") from exc
+        raise AssertionError("unreachable")
 
     def _write(self, operation: Callable[[Conn], T]) -> T:
-        """Run ``operation`` in one transaction; again if it lost a deadlock."""
+        """Run ``operation`` in one transaction; again if it lost a deadlock.
+
+        A lost connection is not retried: the commit may have happened. The caller
+        gets 503, which clients resend only where that is safe.
+        """
         for attempt in range(_RETRIES):
             try:
                 with self._pool.connection() as conn, conn.transaction():
@@ -107,6 +122,8 @@ class PostgresStorage(SqlReads):
             except _RETRYABLE:
                 if attempt == _RETRIES - 1:
                     raise
+            except _UNREACHABLE as exc:
+                raise StorageUnavailable("The database cannot be reached") from exc
         raise AssertionError("unreachable")
 
     def migrate(self) -> None:
