@@ -116,6 +116,15 @@ def test_keys_cli_rejects_unknown_roles_and_types(server: RealServer) -> None:
     assert bad_type.returncode != 0 and "not configured" in bad_type.stderr
 
 
+def test_keys_cli_refuses_the_names_the_api_refuses(server: RealServer) -> None:
+    # A name is the principal and the worker id's first part: "w/x" would read as w + x.
+    for name in ["", "w/x", "has space", "x" * 65, "<b>"]:
+        done = server.cli("keys", "create", "--name", name, "--role", "worker")
+        assert done.returncode == 2, (name, done.stdout)
+        assert "Traceback" not in done.stderr
+    assert server.cli("keys", "list").stdout.strip() == ""
+
+
 def test_readyz_and_unknown_routes_over_http(server: RealServer) -> None:
     server.start()
     assert httpx.get(f"{server.url}/readyz").json() == {"status": "ready"}

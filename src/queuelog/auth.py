@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+import re
 import secrets
 import threading
 import time
@@ -17,6 +18,9 @@ from queuelog.models import ApiKey, Priority, Role
 from queuelog.storage.base import NewKey, Storage
 
 KEY_PREFIX = "ql_"
+# A key's name is the principal and the worker id's first part (before "/instance").
+KEY_NAME_CHARS = "A-Z a-z 0-9 . _ : @ -"
+KEY_NAME = re.compile(r"[A-Za-z0-9._:@-]{1,64}")
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _BODY_CHARS = 32  # 32 base62 characters: about 190 bits of randomness
 _CHECK_CHARS = 6
@@ -105,6 +109,8 @@ class KeyRing:
         """Store a new key; return it with its plaintext, which is never shown again."""
         if not roles:
             raise ValidationFailed("A key needs at least one role")
+        if not KEY_NAME.fullmatch(name):
+            raise ValidationFailed(f"A key name is 1-64 of {KEY_NAME_CHARS}")
         new, plaintext = _new_key(name, roles, max_priority, types)
         return self._storage.key_insert(new, self._clock.now()), plaintext
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from queuelog.auth import KeyRing
+from queuelog.auth import KEY_NAME, KEY_NAME_CHARS, KeyRing
 from queuelog.cli_client import EXIT_CODES, enqueue, worker
 from queuelog.cli_jobs import jobs
 from queuelog.clock import SystemClock, rfc3339
@@ -119,6 +119,8 @@ def keys_create(
     types: tuple[str, ...],
 ) -> None:
     """Create a key; the plaintext is printed alone on the last line, once."""
+    if not KEY_NAME.fullmatch(name):
+        raise click.BadParameter(f"1-64 of {KEY_NAME_CHARS}", param_hint="--name")
     settings = _settings(config_path)
     unknown = [t for t in types if settings.job_type(t) is None]
     if unknown:

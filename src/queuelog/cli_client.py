@@ -133,11 +133,14 @@ def load_worker(target: str) -> Worker:
     sys.path.insert(0, str(Path.cwd()))
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name}: {exc}") from exc
+    except Exception as exc:  # a syntax error or a failing import is a usage error too
+        detail = f"{type(exc).__name__}: {exc}"
+        raise click.BadParameter(f"cannot import {module_name}: {detail}") from exc
     worker = getattr(module, attribute, None)
     if not isinstance(worker, Worker):
         raise click.BadParameter(f"{target} is not a queuelog.Worker")
+    if not worker.handlers:
+        raise click.BadParameter(f"{target} has no handlers")
     return worker
 
 
@@ -176,17 +179,38 @@ def _payload(text: str | None) -> dict[str, Any]:
 def read_jobs(stream: TextIO) -> list[dict[str, Any]]:
     """One enqueue body per line (blank lines skipped)."""
     jobs = []
-    for number, line in enumerate(stream, start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except ValueError as exc:
-            raise click.BadParameter(f"line {number} is not JSON: {exc}") from exc
-        if not isinstance(item, dict) or "type" not in item:
-            raise click.BadParameter(f"line {number} is not an object with a 'type'")
-        jobs.append(item)
+    try:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError as exc:
+                raise click.BadParameter(f"line {number} is not JSON: {exc}") from exc
+            if not isinstance(item, dict) or "type" not in item:
+                raise click.BadParameter(f"line {number} is not an object with a 'type'")
+            jobs.append(item)
+    except UnicodeDecodeError as exc:
+        raise click.BadParameter(f"the input is not UTF-8 text: {exc.reason}") from exc
     return jobs
+
+
+# A batch request stays well under the server's 1 MiB limit, whatever --batch-size says.
+BATCH_BYTES = 512 * 1024
+
+
+def batches(jobs: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+    """``jobs`` in order, cut into batches of at most ``size`` jobs and BATCH_BYTES."""
+    out: list[list[dict[str, Any]]] = [[]]
+    weight = 0
+    for job in jobs:
+        cost = len(json.dumps(job, ensure_ascii=False).encode()) + 2
+        if out[-1] and (len(out[-1]) >= size or weight + cost > BATCH_BYTES):
+            out.append([])
+            weight = 0
+        out[-1].append(job)
+        weight += cost
+    return [b for b in out if b]
 
 
 def enqueue_file(client: Client, jobs: list[dict[str, Any]], batch_size: int) -> tuple[int, int]:
@@ -194,9 +218,10 @@ def enqueue_file(client: Client, jobs: list[dict[str, Any]], batch_size: int) ->
     created = existing = 0
     with Progress(console=Console(stderr=True), transient=False) as progress:
         task = progress.add_task("enqueueing", total=len(jobs))
-        for start in range(0, len(jobs), batch_size):
-            batch = jobs[start : start + batch_size]
+        start = 0
+        for batch in batches(jobs, batch_size):
             what = f"jobs {start + 1}-{start + len(batch)} refused (those before were enqueued)"
+            start += len(batch)
             with reported(what):
                 answers = client.enqueue_many(batch)
             created += sum(1 for a in answers if a.created)

@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from queuelog.cli_client import batches
 from tests.realserver import QUEUELOG, RealServer, free_port
 
 
@@ -113,3 +114,45 @@ def test_help_documents_the_exit_codes(real_server: RealServer) -> None:
     for args in ((), ("enqueue",), ("worker",), ("jobs", "list")):
         done = cli(real_server, None, *args, "--help")
         assert "Exit codes:" in done.stdout and "4  the server could not be reached" in done.stdout
+
+
+def test_worker_modules_that_cannot_load_exit_2_with_one_line(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    (tmp_path / "broken_syntax.py").write_text("def oops(:\n")
+    (tmp_path / "broken_import.py").write_text("1 / 0\n")
+    (tmp_path / "no_handlers.py").write_text("from queuelog import Worker\nworker = Worker()\n")
+    env = real_server.client_env(real_server.keys["mailer"])
+    for target in ["broken_syntax:worker", "broken_import:worker", "no_handlers:worker"]:
+        done = subprocess.run(
+            [QUEUELOG, "worker", target],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 2, (target, done.stderr)
+        assert "Traceback" not in done.stderr
+        assert "Error: Invalid value" in done.stderr.strip().splitlines()[-1]
+
+
+def test_input_that_is_not_utf8_exits_2_with_one_line(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(
+        b'{"type": "noop", "payload": {"name": "caf\\xe9"}}\n'.replace(b"\\xe9", b"\xe9")
+    )
+    done = cli(real_server, "shop", "enqueue", "--from-file", str(path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "not UTF-8" in done.stderr
+
+
+def test_batches_stay_under_the_request_limit_whatever_the_batch_size() -> None:
+    jobs = [{"type": "noop", "payload": {"d": "x" * 100_000}} for _ in range(12)]
+    cut = batches(jobs, 500)
+    assert [len(b) for b in cut] == [5, 5, 2]
+    assert [j for b in cut for j in b] == jobs
+    assert [len(b) for b in batches([{"type": "noop"}] * 7, 3)] == [3, 3, 1]

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from queuelog.auth import KEY_NAME
 from queuelog.clock import rfc3339
 from queuelog.models import MAX_ID, Job, JobEvent, Priority, Role
 
@@ -147,7 +148,7 @@ class BatchCompleteRequest(_Request):
     items: list[BatchCompleteItem] = Field(min_length=1, max_length=100)
 
 
-KeyName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9._:@-]{1,64}$")]
+KeyName = Annotated[StrictStr, Field(pattern=f"^{KEY_NAME.pattern}$")]
 
 
 class KeyCreateRequest(_Request):
