@@ -227,6 +227,19 @@ def new_job_params(new: NewJob, now: datetime) -> dict[str, Any]:
     }
 
 
+def heartbeat_params(
+    job_id: int, lease_token: str, worker_name: str, lease_seconds: int | None, now: datetime
+) -> dict[str, Any]:
+    """The bound parameters of ``job_heartbeat``."""
+    return {
+        "id": job_id,
+        "lease_token": lease_token,
+        "worker_name": worker_name,
+        "lease_seconds": lease_seconds,
+        "now": to_micros(now),
+    }
+
+
 def json_text(value: Any) -> str | None:
     """How both backends store a JSON value: compact text, never NaN."""
     return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)

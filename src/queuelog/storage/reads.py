@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +25,15 @@ class SqlReads(abc.ABC):
     @abc.abstractmethod
     def _read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
         """Run the named query and return its rows."""
+
+    @abc.abstractmethod
+    def _types_param(self, types: Sequence[str] | None) -> Any:
+        """A job-type filter as the backend's queries take it; None matches every type."""
+
+    def job_next_due(self, now: datetime, types: Sequence[str] | None = None) -> datetime | None:
+        args = {"now": to_micros(now), "types": self._types_param(types)}
+        value = self._read("job_next_due", args)[0]["next_due"]
+        return from_micros(value) if value is not None else None
 
     def job_get(self, job_id: int) -> Job | None:
         rows = self._read("job_get", {"id": job_id})

@@ -28,7 +28,7 @@ from psycopg import errors as pg_errors
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from queuelog.clock import from_micros, to_micros
+from queuelog.clock import to_micros
 from queuelog.errors import QueueError, StorageUnavailable
 from queuelog.models import ApiKey, Job, JobStatus
 from queuelog.storage.base import (
@@ -36,6 +36,7 @@ from queuelog.storage.base import (
     FinishParams,
     NewJob,
     NewKey,
+    heartbeat_params,
     key_from_row,
     key_params,
 )
@@ -164,10 +165,8 @@ class PostgresStorage(SqlReads):
     def job_claim(self, params: ClaimParams) -> list[Job]:
         return self._write(lambda conn: tx.claim(conn, params))
 
-    def job_next_due(self, now: datetime, types: Sequence[str] | None = None) -> datetime | None:
-        args = {"now": to_micros(now), "types": list(types) if types is not None else None}
-        value = self._read("job_next_due", args)[0]["next_due"]
-        return from_micros(value) if value is not None else None
+    def _types_param(self, types: Sequence[str] | None) -> list[str] | None:
+        return list(types) if types is not None else None
 
     def job_heartbeat(
         self,
@@ -177,13 +176,7 @@ class PostgresStorage(SqlReads):
         lease_seconds: int | None,
         now: datetime,
     ) -> Job:
-        args = {
-            "id": job_id,
-            "lease_token": lease_token,
-            "worker_name": worker_name,
-            "lease_seconds": lease_seconds,
-            "now": to_micros(now),
-        }
+        args = heartbeat_params(job_id, lease_token, worker_name, lease_seconds, now)
         return self._write(lambda conn: tx.heartbeat(conn, args))
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:

@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from queuelog.clock import from_micros, to_micros
+from queuelog.clock import to_micros
 from queuelog.errors import QueueError
 from queuelog.models import ApiKey, EventKind, Job, JobStatus
 from queuelog.storage.base import (
@@ -17,8 +17,7 @@ from queuelog.storage.base import (
     FinishParams,
     NewJob,
     NewKey,
-    guard_failure,
-    job_from_row,
+    heartbeat_params,
     key_from_row,
     key_params,
 )
@@ -96,10 +95,8 @@ class SqliteStorage(SqlReads):
     def job_claim(self, params: ClaimParams) -> list[Job]:
         return self._writer.run(lambda conn: tx.claim(conn, params))
 
-    def job_next_due(self, now: datetime, types: Sequence[str] | None = None) -> datetime | None:
-        args = {"now": to_micros(now), "types": tx.types_json(types)}
-        value = self._read("job_next_due", args)[0]["next_due"]
-        return from_micros(value) if value is not None else None
+    def _types_param(self, types: Sequence[str] | None) -> str | None:
+        return tx.types_json(types)
 
     def job_heartbeat(
         self,
@@ -109,21 +106,8 @@ class SqliteStorage(SqlReads):
         lease_seconds: int | None,
         now: datetime,
     ) -> Job:
-        args = {
-            "id": job_id,
-            "lease_token": lease_token,
-            "worker_name": worker_name,
-            "lease_seconds": lease_seconds,
-            "now": to_micros(now),
-        }
-
-        def heartbeat(conn: sqlite3.Connection) -> Job:
-            row = conn.execute(Q["job_heartbeat"], args).fetchone()
-            if row is None:
-                raise guard_failure(tx.get(conn, job_id), worker_name, lease_token)
-            return job_from_row(row)
-
-        return self._writer.run(heartbeat)
+        args = heartbeat_params(job_id, lease_token, worker_name, lease_seconds, now)
+        return self._writer.run(lambda conn: tx.heartbeat(conn, args))
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
         return self._writer.run(lambda conn: [tx.finish(conn, item) for item in items])

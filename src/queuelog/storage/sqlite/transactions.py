@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from queuelog.clock import to_micros
 from queuelog.errors import IdempotencyKeyReused, InvalidState, NotFound, QueueError
@@ -159,3 +160,10 @@ def requeue_failed(conn: sqlite3.Connection, job_type: str, actor: str, now: dat
     events = [event_params(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
     conn.executemany(Q["event_insert"], events)
     return len(jobs)
+
+
+def heartbeat(conn: sqlite3.Connection, args: Mapping[str, Any]) -> Job:
+    row = conn.execute(Q["job_heartbeat"], args).fetchone()
+    if row is None:
+        raise guard_failure(get(conn, args["id"]), args["worker_name"], args["lease_token"])
+    return job_from_row(row)
