@@ -127,3 +127,53 @@ def test_work_queued_behind_the_stop_is_refused_not_stranded(tmp_path: Path) -> 
     for t in (holder, thread):
         t.join(timeout=10)
     assert not thread.is_alive() and isinstance(outcomes[0], RuntimeError)
+
+
+def test_a_failing_operation_alone_is_undone_and_run_once(tmp_path: Path) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
+    writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER UNIQUE)"))
+    calls = []
+
+    def half_done(conn: sqlite3.Connection) -> None:
+        calls.append(1)
+        conn.execute("INSERT INTO t VALUES (1)")
+        raise ValueError("refused after writing")
+
+    with pytest.raises(ValueError):
+        writer.run(half_done)
+    assert calls == [1]
+    assert writer.run(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0]) == 0
+    writer.close()
+
+
+def test_a_group_with_a_failure_runs_again_isolated_and_keeps_the_rest_once(
+    tmp_path: Path,
+) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
+    writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+    holder, gate = _hold_writer(writer)
+    outcomes: list[object] = []
+
+    def fail(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (-1)")
+        raise ValueError("refused")
+
+    def run_fail() -> None:
+        try:
+            writer.run(fail)
+        except ValueError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=_insert, args=(writer, v, outcomes)) for v in range(3)]
+    threads.insert(1, threading.Thread(target=run_fail))
+    for thread in threads:
+        thread.start()
+    _wait_queued(writer, len(threads))
+    gate.set()
+    for thread in [holder, *threads]:
+        thread.join(timeout=10)
+    assert sum(isinstance(o, ValueError) for o in outcomes) == 1
+    # The first pass was rolled back whole: each good row is stored once, the bad one never.
+    rows = writer.run(lambda c: [r[0] for r in c.execute("SELECT v FROM t ORDER BY v")])
+    assert rows == [0, 1, 2]
+    writer.close()
