@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+import anyio.to_thread
 import jsonschema
 
 from queuelog.clock import Clock
@@ -32,11 +35,29 @@ from queuelog.models import (
 from queuelog.retry import backoff_seconds
 from queuelog.sanitize import sanitize_error
 from queuelog.specs import EnqueueSpec, FinishSpec, decode_cursor, encode_cursor, json_size
-from queuelog.storage.base import ClaimParams, FinishParams, JobListParams, NewJob, Storage
+from queuelog.storage.base import (
+    ClaimParams,
+    DeferredInsert,
+    FinishParams,
+    JobListParams,
+    NewJob,
+    Storage,
+)
 
 _DEFAULT_TYPE = JobTypeConfig()
 # One prune pass deletes at most this many batches (of up to 1,000 jobs per status).
 _PRUNE_MAX_BATCHES = 100
+
+
+@contextmanager
+def _batch_errors(batch: bool) -> Iterator[None]:
+    """A refusal of a single enqueue does not name an ``index``; a batch's does."""
+    try:
+        yield
+    except QueueError as exc:
+        if not batch:
+            exc.extra.pop("index", None)
+        raise
 
 
 class JobService:
@@ -73,16 +94,40 @@ class JobService:
     ) -> list[tuple[Job, bool]]:
         """Enqueue all or nothing; ``(job, created)`` per spec, in order."""
         now = self.clock.now()
-        new_jobs = [
+        new_jobs = self._new_jobs(caller, specs, now, batch)
+        with _batch_errors(batch):
+            results = self.storage.job_insert_many(new_jobs, now)
+        return self._enqueued(results)
+
+    async def enqueue(self, caller: ApiKey, spec: EnqueueSpec) -> tuple[Job, bool]:
+        """``enqueue_many`` of one job, for an event loop.
+
+        With a storage that answers inserts through a future (SQLite's group
+        writer), the commit is awaited without a thread; otherwise the insert
+        waits in the thread pool, as a plain route's would.
+        """
+        now = self.clock.now()
+        new_jobs = self._new_jobs(caller, [spec], now, batch=False)
+        with _batch_errors(batch=False):
+            if isinstance(self.storage, DeferredInsert):
+                future = self.storage.job_insert_many_deferred(new_jobs, now)
+                results = await asyncio.wrap_future(future)
+            else:
+                results = await anyio.to_thread.run_sync(
+                    self.storage.job_insert_many, new_jobs, now
+                )
+        ((job, created),) = self._enqueued(results)
+        return job, created
+
+    def _new_jobs(
+        self, caller: ApiKey, specs: Sequence[EnqueueSpec], now: datetime, batch: bool
+    ) -> list[NewJob]:
+        return [
             self._new_job(caller, spec, now, index if batch else None)
             for index, spec in enumerate(specs)
         ]
-        try:
-            results = self.storage.job_insert_many(new_jobs, now)
-        except QueueError as exc:
-            if not batch:
-                exc.extra.pop("index", None)
-            raise
+
+    def _enqueued(self, results: list[tuple[Job, bool]]) -> list[tuple[Job, bool]]:
         if any(created for _, created in results):
             self._on_ready()
         return results

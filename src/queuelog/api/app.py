@@ -6,10 +6,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
 from queuelog import __version__
 from queuelog.api.deps import AppState
 from queuelog.api.docs import mount_docs
+from queuelog.api.fastlane import FastLane
 from queuelog.api.metrics import Metrics, MetricsMiddleware
 from queuelog.api.middleware import BodyLimitMiddleware
 from queuelog.api.problems import install_handlers
@@ -58,8 +60,13 @@ def create_app(
     storage: Storage | None = None,
     clock: Clock | None = None,
     run_maintenance: bool = True,
+    fast_lane: bool = True,
 ) -> FastAPI:
-    """Build the application; it owns (and closes) the storage it is given or opens."""
+    """Build the application; it owns (and closes) the storage it is given or opens.
+
+    ``fast_lane=False`` leaves ``POST /jobs`` to its FastAPI route alone (the
+    tests compare both ways of serving it).
+    """
     clock = clock or SystemClock()
     storage = storage or open_storage(settings)
     wakeup = Wakeup()
@@ -107,6 +114,13 @@ def create_app(
     app.include_router(keys.router)
     app.include_router(ops.router)
     app.include_router(dashboard_router(), include_in_schema=False)
+    if fast_lane:
+        enqueue_route = next(
+            r
+            for r in jobs.router.routes
+            if isinstance(r, APIRoute) and r.path == "/jobs" and r.methods == {"POST"}
+        )
+        app.add_middleware(FastLane, state=state, route=enqueue_route)
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -176,6 +177,21 @@ class Storage(Protocol):
 
     def key_insert_first_admin(self, key: NewKey, now: datetime) -> ApiKey | None:
         """Insert ``key`` only if no active admin key exists, atomically across nodes."""
+        ...
+
+
+@runtime_checkable
+class DeferredInsert(Protocol):
+    """A backend that can hand back an insert as a future instead of blocking on it.
+
+    SQLite's group writer does: an event loop awaits the commit without holding a
+    thread for it. Other backends block, and their callers wait in a thread.
+    """
+
+    def job_insert_many_deferred(
+        self, jobs: Sequence[NewJob], now: datetime
+    ) -> Future[list[tuple[Job, bool]]]:
+        """``job_insert_many``, answered through a future set once the insert is durable."""
         ...
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 
@@ -22,7 +22,7 @@ from queuelog.api.schemas import (
     priority_of,
 )
 from queuelog.errors import ValidationFailed
-from queuelog.models import JobStatus, Role
+from queuelog.models import ApiKey, Job, JobStatus, Role
 from queuelog.specs import EnqueueSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -46,6 +46,17 @@ def _spec(body: EnqueueRequest, header_key: str | None = None) -> EnqueueSpec:
         delay_seconds=body.delay_seconds,
         idempotency_key=key,
     )
+
+
+def enqueue_spec(body: EnqueueRequest, header_key: str | None) -> EnqueueSpec:
+    """The spec of ``POST /jobs``: the body, with the ``Idempotency-Key`` header if given."""
+    return _spec(body, _check_header_key(header_key))
+
+
+def enqueue_answer(job: Job, created: bool, caller: ApiKey) -> tuple[int, dict[str, str], Any]:
+    """Status, headers and body of ``POST /jobs``: 201 for a new job, 200 for a repeat."""
+    content = job_json(job, show_error=caller.has(Role.ADMIN))
+    return (201 if created else 200), {"Location": f"/jobs/{job.id}"}, content
 
 
 def _check_header_key(value: str | None) -> str | None:
@@ -80,13 +91,9 @@ def enqueue(
     service: ServiceDep,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> Response:
-    spec = _spec(body, _check_header_key(idempotency_key))
-    ((job, created),) = service.enqueue_many(caller, [spec])
-    return JSONResponse(
-        job_json(job, show_error=caller.has(Role.ADMIN)),
-        status_code=201 if created else 200,
-        headers={"Location": f"/jobs/{job.id}"},
-    )
+    ((job, created),) = service.enqueue_many(caller, [enqueue_spec(body, idempotency_key)])
+    status, headers, content = enqueue_answer(job, created, caller)
+    return JSONResponse(content, status_code=status, headers=headers)
 
 
 @router.post(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,12 @@ class SqliteStorage(SqlReads):
     # -- jobs --------------------------------------------------------------
 
     def job_insert_many(self, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
-        return self._writer.run(lambda conn: tx.insert_many(conn, jobs, now))
+        return self.job_insert_many_deferred(jobs, now).result()
+
+    def job_insert_many_deferred(
+        self, jobs: Sequence[NewJob], now: datetime
+    ) -> Future[list[tuple[Job, bool]]]:
+        return self._writer.submit(lambda conn: tx.insert_many(conn, jobs, now))
 
     def job_claim(self, params: ClaimParams) -> list[Job]:
         return self._writer.run(lambda conn: tx.claim(conn, params))
