@@ -84,6 +84,7 @@ def _cases(keys: dict[str, str]) -> list[tuple[str, dict[str, str], bytes]]:
         ("extra field", p, b'{"type": "noop", "colour": "red"}'),
         ("unknown type", p, b'{"type": "nope"}'),
         ("schema", p, b'{"type": "send_email", "payload": {"to": 5}}'),
+        ("too deep", p, b'{"type": "noop", "payload": {"a": ' + b"[" * 5000 + b"]" * 5000 + b"}}"),
         ("nan", p, b'{"type": "noop", "payload": {"x": NaN}}'),
         ("lone surrogate", p, b'{"type": "noop", "payload": {"x": "\\ud800"}}'),
         ("huge int", p, b'{"type": "noop", "payload": {"x": 123456789012345678901234567890}}'),

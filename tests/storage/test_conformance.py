@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -72,6 +72,41 @@ def test_idempotency_key_with_other_fingerprint_rejects_whole_batch(store: Stora
         store.job_insert_many([new_job(), new_job(key="k", fingerprint="other")], T0)
     assert raised.value.extra["index"] == 1
     assert len(store.job_list(JobListParams(limit=10))) == 1
+
+
+def test_a_batch_answers_each_job_as_stored_in_its_order(store: Storage) -> None:
+    later = datetime(2026, 1, 1, 3, tzinfo=timezone(timedelta(hours=2)))  # 01:00 UTC
+    store.job_insert_many([new_job(key="old", fingerprint="f")], T0)
+    batch = [
+        new_job(key="a", fingerprint="f"),
+        new_job("send_email", priority=Priority.HIGH),
+        new_job(key="old", fingerprint="f"),  # already there: not created
+        new_job(run_at=later, max_retries=7),
+        new_job(key="a", fingerprint="f"),  # the same key earlier in this batch
+        new_job(principal="other", key="a", fingerprint="g"),
+        new_job(),
+    ]
+    results = store.job_insert_many(batch, T0)
+    assert [created for _, created in results] == [True, True, False, True, False, True, True]
+    jobs = [job for job, _ in results]
+    assert jobs[4].id == jobs[0].id and jobs[5].id != jobs[0].id
+    created_ids = [job.id for job, created in results if created]
+    assert created_ids == sorted(created_ids)
+    for (job, _), new in zip(results, batch, strict=True):
+        # What the insert answered is what a read finds.
+        assert store.job_get(job.id) == job
+        assert (job.type, job.priority, job.principal) == (new.type, new.priority, new.principal)
+    assert jobs[3].run_at == later and jobs[3].max_retries == 7
+    for job in (jobs[0], jobs[1], jobs[5], jobs[6]):
+        assert [e.event for e in store.job_events(job.id)] == [EventKind.ENQUEUED]
+
+
+def test_the_same_key_twice_in_a_batch_with_other_requests_is_refused(store: Storage) -> None:
+    batch = [new_job(), new_job(key="a", fingerprint="f"), new_job(key="a", fingerprint="g")]
+    with pytest.raises(IdempotencyKeyReused) as raised:
+        store.job_insert_many(batch, T0)
+    assert raised.value.extra["index"] == 2
+    assert store.job_list(JobListParams(limit=10)) == []
 
 
 def test_idempotency_keys_are_scoped_per_principal(store: Storage) -> None:

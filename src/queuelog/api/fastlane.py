@@ -85,7 +85,7 @@ class FastLane:
                 raise _Unserved
             header = header_key.decode("latin-1") if header_key is not None else None
             spec = enqueue_spec(request, header)
-        except (ValueError, ValidationError, QueueError):
+        except (ValueError, RecursionError, ValidationError, QueueError):
             raise _Unserved from None
         try:
             self.state.limiter.check(key.id)

@@ -8,14 +8,20 @@ transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from queuelog.clock import from_micros, to_micros
-from queuelog.errors import InvalidState, NotFound, NotLeaseHolder, QueueError
+from queuelog.errors import (
+    IdempotencyKeyReused,
+    InvalidState,
+    NotFound,
+    NotLeaseHolder,
+    QueueError,
+)
 from queuelog.models import (
     ApiKey,
     EventKind,
@@ -241,6 +247,96 @@ def new_job_params(new: NewJob, now: datetime) -> dict[str, Any]:
         "run_at": to_micros(new.run_at),
         "now": to_micros(now),
     }
+
+
+def insert_batch_params(jobs: Sequence[NewJob], now: datetime) -> dict[str, Any]:
+    """The bound parameters of ``job_insert_batch``: the jobs as one JSON array, in order.
+
+    Each payload travels as its stored text, so the database stores it as is.
+    """
+    items = [
+        {
+            "type": new.type,
+            "payload": json_text(new.payload),
+            "priority": int(new.priority),
+            "max_retries": new.max_retries,
+            "lease_seconds": new.lease_seconds,
+            "principal": new.principal,
+            "idempotency_key": new.idempotency_key,
+            "fingerprint": new.fingerprint,
+            "run_at": to_micros(new.run_at),
+        }
+        for new in jobs
+    ]
+    return {"jobs": json.dumps(items, separators=(",", ":")), "now": to_micros(now)}
+
+
+def inserted_job(new: NewJob, job_id: int, now: datetime) -> Job:
+    """The job ``job_insert_batch`` stored for ``new``, without reading it back."""
+    stamp = from_micros(to_micros(now))
+    return Job(
+        id=job_id,
+        type=new.type,
+        payload=new.payload,
+        priority=new.priority,
+        status=JobStatus.PENDING,
+        retry_count=0,
+        max_retries=new.max_retries,
+        principal=new.principal,
+        idempotency_key=new.idempotency_key,
+        run_at=from_micros(to_micros(new.run_at)),
+        created_at=stamp,
+        updated_at=stamp,
+        fingerprint=new.fingerprint,
+    )
+
+
+def match_inserted(
+    jobs: Sequence[NewJob],
+    now: datetime,
+    rows: Iterable[Row],
+    existing: Callable[[NewJob], tuple[Job, bool]],
+) -> list[tuple[Job, bool]]:
+    """``(job, created)`` per job, from the ``id, principal, idempotency_key`` rows
+    that ``job_insert_batch`` returned.
+
+    Ids rise in the array's order, so sorted they follow the jobs that were
+    inserted. A job with an idempotency key and no row met a job holding that
+    key (perhaps an earlier one of the same batch): ``existing`` finds it, and a
+    different fingerprint is IdempotencyKeyReused naming the job's index.
+    """
+    ordered = sorted(rows, key=lambda r: int(r["id"]))
+    keyed = {
+        (r["principal"], r["idempotency_key"]): int(r["id"])
+        for r in ordered
+        if r["idempotency_key"] is not None
+    }
+    plain = iter([int(r["id"]) for r in ordered if r["idempotency_key"] is None])
+    out: list[tuple[Job, bool]] = []
+    for index, new in enumerate(jobs):
+        if new.idempotency_key is None:
+            out.append((inserted_job(new, next(plain), now), True))
+            continue
+        job_id = keyed.pop((new.principal, new.idempotency_key), None)
+        if job_id is not None:
+            out.append((inserted_job(new, job_id, now), True))
+            continue
+        job, created = existing(new)
+        if not created and job.fingerprint != new.fingerprint:
+            raise IdempotencyKeyReused(
+                "This idempotency key was used with a different request", index=index
+            )
+        out.append((job, created))
+    return out
+
+
+def enqueued_events(results: Sequence[tuple[Job, bool]], now: datetime) -> list[dict[str, Any]]:
+    """The ``enqueued`` event of each job a batch insert created."""
+    return [
+        event_params(job, now, EventKind.ENQUEUED, None, job.principal)
+        for job, created in results
+        if created
+    ]
 
 
 def heartbeat_params(

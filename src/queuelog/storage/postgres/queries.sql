@@ -37,6 +37,21 @@ VALUES (%(type)s, %(payload)s, %(priority)s, %(max_retries)s, %(lease_seconds)s,
 ON CONFLICT (principal, idempotency_key) DO NOTHING
 RETURNING *;
 
+-- name: job_insert_batch
+-- Every job of the JSON array %(jobs)s, in its order, in one statement. A job whose
+-- (principal, idempotency_key) is taken is skipped. Ids rise in the array's order.
+INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
+                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
+SELECT j.value ->> 'type', j.value ->> 'payload', (j.value ->> 'priority')::integer,
+       (j.value ->> 'max_retries')::integer, (j.value ->> 'lease_seconds')::integer,
+       j.value ->> 'principal', j.value ->> 'idempotency_key', j.value ->> 'fingerprint',
+       (j.value ->> 'run_at')::bigint, (j.value ->> 'run_at')::bigint > %(now)s::bigint,
+       %(now)s, %(now)s
+FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS j (value, n)
+ORDER BY j.n
+ON CONFLICT (principal, idempotency_key) DO NOTHING
+RETURNING id, principal, idempotency_key;
+
 -- name: job_by_idempotency_key
 SELECT * FROM jobs WHERE principal = %(principal)s AND idempotency_key = %(idempotency_key)s;
 

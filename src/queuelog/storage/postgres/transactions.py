@@ -16,17 +16,20 @@ import psycopg
 from psycopg.rows import DictRow
 
 from queuelog.clock import to_micros
-from queuelog.errors import IdempotencyKeyReused, InvalidState, NotFound, QueueError
+from queuelog.errors import InvalidState, NotFound, QueueError
 from queuelog.models import EventKind, Job, JobStatus
 from queuelog.storage.base import (
     ClaimParams,
     FinishParams,
     NewJob,
+    enqueued_events,
     event_params,
     finish_event,
     finish_statement,
     guard_failure,
+    insert_batch_params,
     job_from_row,
+    match_inserted,
     new_job_params,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
@@ -76,18 +79,11 @@ def apply_migrations(conn: Conn) -> None:
 
 
 def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
-    out: list[tuple[Job, bool]] = []
-    events = []
-    for index, new in enumerate(jobs):
-        args = new_job_params(new, now)
-        job, created = _insert_or_existing(conn, args)
-        if created:
-            events.append(event_params(job, now, EventKind.ENQUEUED, None, new.principal))
-        elif job.fingerprint != new.fingerprint:
-            raise IdempotencyKeyReused(
-                "This idempotency key was used with a different request", index=index
-            )
-        out.append((job, created))
+    rows = conn.execute(Q["job_insert_batch"], insert_batch_params(jobs, now)).fetchall()
+    out = match_inserted(
+        jobs, now, rows, lambda new: _insert_or_existing(conn, new_job_params(new, now))
+    )
+    events = enqueued_events(out, now)
     _record(conn, events)
     if events:
         _notify_ready(conn)

@@ -1,12 +1,19 @@
 -- Named queries for the SQLite backend. Parameters are always bound, never formatted.
 
--- name: job_insert
+-- name: job_insert_batch
+-- Every job of the JSON array :jobs, in its order, in one statement. A job whose
+-- (principal, idempotency_key) is taken is skipped. Ids rise in the array's order.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
-VALUES (:type, :payload, :priority, :max_retries, :lease_seconds, :principal,
-        :idempotency_key, :fingerprint, :run_at, :run_at > :now, :now, :now)
+SELECT j.value ->> 'type', j.value ->> 'payload', j.value ->> 'priority',
+       j.value ->> 'max_retries', j.value ->> 'lease_seconds', j.value ->> 'principal',
+       j.value ->> 'idempotency_key', j.value ->> 'fingerprint', j.value ->> 'run_at',
+       (j.value ->> 'run_at') > :now, :now, :now
+FROM json_each(:jobs) AS j
+WHERE true  -- an upsert's SELECT needs a WHERE clause to parse
+ORDER BY j.key
 ON CONFLICT (principal, idempotency_key) DO NOTHING
-RETURNING *;
+RETURNING id, principal, idempotency_key;
 
 -- name: job_by_idempotency_key
 SELECT * FROM jobs WHERE principal = :principal AND idempotency_key = :idempotency_key;

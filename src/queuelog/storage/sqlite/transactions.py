@@ -9,18 +9,20 @@ from datetime import datetime
 from typing import Any
 
 from queuelog.clock import to_micros
-from queuelog.errors import IdempotencyKeyReused, InvalidState, NotFound, QueueError
+from queuelog.errors import InvalidState, NotFound, QueueError
 from queuelog.models import EventKind, Job, JobStatus
 from queuelog.storage.base import (
     ClaimParams,
     FinishParams,
     NewJob,
+    enqueued_events,
     event_params,
     finish_event,
     finish_statement,
     guard_failure,
+    insert_batch_params,
     job_from_row,
-    new_job_params,
+    match_inserted,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
 
@@ -58,24 +60,15 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
 def insert_many(
     conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
 ) -> list[tuple[Job, bool]]:
-    out: list[tuple[Job, bool]] = []
-    events = []
-    for index, new in enumerate(jobs):
-        args = new_job_params(new, now)
-        row = conn.execute(Q["job_insert"], args).fetchone()
-        if row is not None:
-            job = job_from_row(row)
-            out.append((job, True))
-            events.append(event_params(job, now, EventKind.ENQUEUED, None, new.principal))
-            continue
-        # The UNIQUE (principal, idempotency_key) constraint turned the insert away.
-        existing = job_from_row(conn.execute(Q["job_by_idempotency_key"], args).fetchone())
-        if existing.fingerprint != new.fingerprint:
-            raise IdempotencyKeyReused(
-                "This idempotency key was used with a different request", index=index
-            )
-        out.append((existing, False))
-    conn.executemany(Q["event_insert"], events)
+    rows = conn.execute(Q["job_insert_batch"], insert_batch_params(jobs, now)).fetchall()
+
+    def existing(new: NewJob) -> tuple[Job, bool]:
+        # The writer's transaction holds the write lock: the job holding the key is there.
+        args = {"principal": new.principal, "idempotency_key": new.idempotency_key}
+        return job_from_row(conn.execute(Q["job_by_idempotency_key"], args).fetchone()), False
+
+    out = match_inserted(jobs, now, rows, existing)
+    conn.executemany(Q["event_insert"], enqueued_events(out, now))
     return out
 
 
