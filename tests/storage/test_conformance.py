@@ -184,6 +184,47 @@ def test_complete_is_guarded_by_lease_token_and_holder(store: Storage) -> None:
     assert isinstance(again[0], InvalidState)
 
 
+def test_a_batch_of_completions_answers_each_under_its_own_guard(store: Storage) -> None:
+    store.job_insert_many([new_job() for _ in range(6)], T0)
+    held = claim(store, limit=5, lease_seconds=30)
+    done = finish(store, held[4])  # already completed
+    late = T0 + timedelta(seconds=10)
+    items = [
+        FinishParams(held[0].id, held[0].lease_token or "", "w", late, result={"n": 0}),
+        FinishParams(held[1].id, "not-the-token", "w", late),
+        FinishParams(held[2].id, held[2].lease_token or "", "w", late),
+        FinishParams(10**12, "t", "w", late),
+        FinishParams(done.id, held[4].lease_token or "", "w", late),
+        FinishParams(held[3].id, held[3].lease_token or "", "someone-else", late),
+    ]
+    outcomes = store.job_finish_many(items)
+    first, wrong_token, third, missing, finished, other = outcomes
+    assert isinstance(first, Job) and first.status == JobStatus.COMPLETED
+    assert first.result == {"n": 0} and first.lease_token is None
+    assert isinstance(third, Job) and third.result is None and third.updated_at == late
+    assert isinstance(wrong_token, NotLeaseHolder) and isinstance(other, NotLeaseHolder)
+    assert isinstance(missing, NotFound) and isinstance(finished, InvalidState)
+    # What the batch answered is what a read finds; the refused jobs are still held.
+    assert store.job_get(first.id) == first and store.job_get(third.id) == third
+    assert store.job_get(held[1].id) == held[1] and store.job_get(held[3].id) == held[3]
+    kinds = [e.event for e in store.job_events(first.id)]
+    assert kinds == [EventKind.ENQUEUED, EventKind.CLAIMED, EventKind.COMPLETED]
+    assert [e.event for e in store.job_events(held[1].id)][-1] == EventKind.CLAIMED
+    # Past the lease's deadline a batch completes nothing.
+    expired = T0 + timedelta(seconds=31)
+    stale = [FinishParams(j.id, j.lease_token or "", "w", expired) for j in (held[1], held[3])]
+    assert all(isinstance(o, NotLeaseHolder) for o in store.job_finish_many(stale))
+
+
+def test_the_same_job_twice_in_a_batch_is_completed_once(store: Storage) -> None:
+    store.job_insert_many([new_job()], T0)
+    (job,) = claim(store)
+    item = FinishParams(job.id, job.lease_token or "", "w", T0)
+    first, second = store.job_finish_many([item, item])
+    assert isinstance(first, Job) and isinstance(second, InvalidState)
+    assert [e.event for e in store.job_events(job.id)].count(EventKind.COMPLETED) == 1
+
+
 def test_fail_retries_until_exhausted_then_fails(store: Storage) -> None:
     store.job_insert_many([new_job(max_retries=1)], T0)
     (job,) = claim(store)

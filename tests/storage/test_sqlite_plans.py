@@ -40,3 +40,16 @@ def test_expired_lease_search_is_a_range_scan(conn: sqlite3.Connection) -> None:
     steps = plan(conn, "job_expired_leases")
     assert "USING INDEX jobs_leases (lease_expires_at<?)" in steps
     assert "TEMP B-TREE" not in steps
+
+
+def test_batch_completion_finds_each_job_by_id(conn: sqlite3.Connection) -> None:
+    rows = conn.execute(
+        "EXPLAIN QUERY PLAN " + Q["job_complete_batch"], {"items": "[]", "now": 1}
+    ).fetchall()
+    steps = "\n".join(row[3] for row in rows)
+    # The items are walked and each job found by its id; scanning the running jobs
+    # through a status index would cost O(jobs held) per batch.
+    assert steps.index("SCAN i VIRTUAL TABLE") < steps.index(
+        "SEARCH jobs USING INTEGER PRIMARY KEY"
+    )
+    assert "jobs_status_type" not in steps and "jobs_leases" not in steps

@@ -214,23 +214,34 @@ class ReadySubscriber(Protocol):
 
 
 def event_params(
-    job: Job,
+    job: Job | Row,
     at: datetime,
     kind: EventKind,
     before: JobStatus | None,
     actor: str,
     detail: Any = None,
 ) -> dict[str, Any]:
-    """The bound parameters of a ``job_events`` row recording ``job``'s transition."""
+    """The bound parameters of a ``job_events`` row recording ``job``'s transition.
+
+    ``job`` may be a ``jobs`` row not yet made a Job (SQLite's writer leaves that
+    to the request's thread).
+    """
+    job_id, status = _id_status(job)
     return {
-        "job_id": job.id,
+        "job_id": job_id,
         "at": to_micros(at),
         "event": kind.value,
         "from_status": before.value if before else None,
-        "to_status": job.status.value,
+        "to_status": status.value,
         "actor": actor,
         "detail": detail,
     }
+
+
+def _id_status(job: Job | Row) -> tuple[int, JobStatus]:
+    if isinstance(job, Job):
+        return job.id, job.status
+    return int(job["id"]), _STATUSES[job["status"]]
 
 
 def new_job_params(new: NewJob, now: datetime) -> dict[str, Any]:
@@ -388,13 +399,52 @@ _FINISHED_AS = {
 
 
 def finish_event(
-    job: Job, item: FinishParams, kind: EventKind | None, actor: str | None
+    job: Job | Row, item: FinishParams, kind: EventKind | None, actor: str | None
 ) -> dict[str, Any]:
     """The event of a finished ``item``: named after where the job went, unless ``kind``."""
-    kind = kind or _FINISHED_AS[job.status]
+    kind = kind or _FINISHED_AS[_id_status(job)[1]]
     return event_params(
         job, item.now, kind, JobStatus.RUNNING, actor or item.worker_name, item.error
     )
+
+
+def complete_batch_params(items: Sequence[FinishParams]) -> dict[str, Any] | None:
+    """The bound parameters of ``job_complete_batch``, which completes many jobs in one
+    statement: for completions of distinct jobs at one time (a worker's batch
+    acknowledgement). None for anything else, which is finished item by item.
+    """
+    if len(items) < 2:
+        return None
+    now = items[0].now
+    if any(item.error is not None or item.now != now for item in items):
+        return None
+    if len({item.job_id for item in items}) != len(items):
+        return None
+    batch = [
+        {
+            "id": item.job_id,
+            "lease_token": item.lease_token,
+            "worker_name": item.worker_name,
+            "result": json_text(item.result),
+        }
+        for item in items
+    ]
+    return {"items": json.dumps(batch, separators=(",", ":")), "now": to_micros(now)}
+
+
+def match_completed(
+    items: Sequence[FinishParams],
+    rows: Iterable[Row],
+    refused: Callable[[FinishParams], QueueError],
+) -> list[Row | QueueError]:
+    """Each item's row from ``job_complete_batch``, or ``refused(item)`` for the
+    items whose guard held the job back."""
+    by_id = {int(row["id"]): row for row in rows}
+    outcomes: list[Row | QueueError] = []
+    for item in items:
+        row = by_id.get(item.job_id)
+        outcomes.append(refused(item) if row is None else row)
+    return outcomes
 
 
 def key_params(key: NewKey, now: datetime) -> dict[str, Any]:

@@ -164,6 +164,18 @@ WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
   AND claimed_by = %(worker_name)s AND lease_expires_at > %(now)s::bigint
 RETURNING *;
 
+-- name: job_complete_batch
+-- job_complete for every item of the JSON array %(items)s ({id, lease_token,
+-- worker_name, result}), each under its own guard, in one statement.
+UPDATE jobs
+SET status = 'completed', result = i.value ->> 'result', lease_token = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s
+FROM json_array_elements(%(items)s::json) AS i (value)
+WHERE jobs.id = (i.value ->> 'id')::bigint AND jobs.status = 'running'
+  AND jobs.lease_token = i.value ->> 'lease_token'
+  AND jobs.claimed_by = i.value ->> 'worker_name' AND jobs.lease_expires_at > %(now)s
+RETURNING jobs.*;
+
 -- name: job_fail
 -- Retry while attempts remain and the error is retryable; else fail for good,
 -- leaving retry_count as it was. A lease past its deadline is no longer held

@@ -22,6 +22,7 @@ from queuelog.storage.base import (
     ClaimParams,
     FinishParams,
     NewJob,
+    complete_batch_params,
     enqueued_events,
     event_params,
     finish_event,
@@ -29,6 +30,7 @@ from queuelog.storage.base import (
     guard_failure,
     insert_batch_params,
     job_from_row,
+    match_completed,
     match_inserted,
     new_job_params,
 )
@@ -159,8 +161,24 @@ def heartbeat(conn: Conn, args: Mapping[str, Any]) -> Job:
 
 
 def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueError]:
+    """Finish every item under its own guard: a batch of completions in one statement."""
     events: list[dict[str, Any]] = []
-    outcomes = [_finish(conn, item, events) for item in items]
+    params = complete_batch_params(items)
+    if params is None:
+        outcomes = [_finish(conn, item, events) for item in items]
+    else:
+        rows = conn.execute(Q["job_complete_batch"], params).fetchall()
+        matched = match_completed(
+            items,
+            rows,
+            lambda item: guard_failure(_get(conn, item.job_id), item.worker_name, item.lease_token),
+        )
+        outcomes = [o if isinstance(o, QueueError) else job_from_row(o) for o in matched]
+        events = [
+            finish_event(outcome, item, None, None)
+            for outcome, item in zip(outcomes, items, strict=True)
+            if isinstance(outcome, Job)
+        ]
     _recorded(conn, events, [o for o in outcomes if isinstance(o, Job)])
     return outcomes
 

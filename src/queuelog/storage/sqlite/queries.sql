@@ -109,6 +109,20 @@ WHERE id = :id AND status = 'running' AND lease_token = :lease_token
   AND claimed_by = :worker_name AND lease_expires_at > :now
 RETURNING *;
 
+-- name: job_complete_batch
+-- job_complete for every item of the JSON array :items ({id, lease_token,
+-- worker_name, result}), each under its own guard, in one statement. The unary
+-- "+" keeps the planner off the status and lease indexes: it walks the items and
+-- finds each job by its id (a status index would scan every running job).
+UPDATE jobs
+SET status = 'completed', result = i.value ->> 'result', lease_token = NULL,
+    lease_expires_at = NULL, updated_at = :now
+FROM json_each(:items) AS i
+WHERE jobs.id = i.value ->> 'id' AND +jobs.status = 'running'
+  AND jobs.lease_token = i.value ->> 'lease_token'
+  AND jobs.claimed_by = i.value ->> 'worker_name' AND +jobs.lease_expires_at > :now
+RETURNING *;
+
 -- name: job_fail
 -- Retry while attempts remain and the error is retryable; else fail for good,
 -- leaving retry_count as it was. A lease past its deadline is no longer held

@@ -19,6 +19,7 @@ from queuelog.storage.base import (
     NewJob,
     NewKey,
     heartbeat_params,
+    job_from_row,
     key_from_row,
     key_params,
 )
@@ -99,7 +100,7 @@ class SqliteStorage(SqlReads):
         return self._writer.submit(lambda conn: tx.insert_many(conn, jobs, now))
 
     def job_claim(self, params: ClaimParams) -> list[Job]:
-        return self._writer.run(lambda conn: tx.claim(conn, params))
+        return [job_from_row(r) for r in self._writer.run(lambda conn: tx.claim(conn, params))]
 
     def _types_param(self, types: Sequence[str] | None) -> str | None:
         return tx.types_json(types)
@@ -116,12 +117,14 @@ class SqliteStorage(SqlReads):
         return self._writer.run(lambda conn: tx.heartbeat(conn, args))
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
-        return self._writer.run(lambda conn: [tx.finish(conn, item) for item in items])
+        outcomes = self._writer.run(lambda conn: tx.finish_many(conn, items))
+        return [o if isinstance(o, QueueError) else job_from_row(o) for o in outcomes]
 
     def job_rescue_expired(
         self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500
     ) -> list[Job]:
-        return self._writer.run(lambda conn: tx.rescue(conn, now, retry_at, limit))
+        rows = self._writer.run(lambda conn: tx.rescue(conn, now, retry_at, limit))
+        return [job_from_row(r) for r in rows]
 
     def job_cancel(self, job_id: int, actor: str, now: datetime) -> Job:
         return self._writer.run(

@@ -15,6 +15,8 @@ from queuelog.storage.base import (
     ClaimParams,
     FinishParams,
     NewJob,
+    Row,
+    complete_batch_params,
     enqueued_events,
     event_params,
     finish_event,
@@ -22,6 +24,7 @@ from queuelog.storage.base import (
     guard_failure,
     insert_batch_params,
     job_from_row,
+    match_completed,
     match_inserted,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
@@ -74,7 +77,8 @@ def insert_many(
 
 def rescue(
     conn: sqlite3.Connection, now: datetime, retry_at: Callable[[Job], datetime], limit: int
-) -> list[Job]:
+) -> list[sqlite3.Row]:
+    """Fail (or retry) the leases past their deadline; the rows of the jobs rescued."""
     expired = [
         job_from_row(r)
         for r in conn.execute(Q["job_expired_leases"], {"now": to_micros(now), "limit": limit})
@@ -91,12 +95,17 @@ def rescue(
             retry_at=retry_at(job),
         )
         outcome = finish(conn, params, kind=EventKind.LEASE_EXPIRED, actor="queuelog")
-        if isinstance(outcome, Job):
+        if not isinstance(outcome, QueueError):
             rescued.append(outcome)
     return rescued
 
 
-def claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Job]:
+# The writer runs one group at a time, so the hottest operations (claim, finish)
+# hand back rows and leave making Jobs of them to the requests' threads.
+
+
+def claim(conn: sqlite3.Connection, params: ClaimParams) -> list[sqlite3.Row]:
+    """Claim up to ``params.limit`` ready jobs; their rows, in claim order."""
     if params.retry_at is not None:
         rescue(conn, params.now, params.retry_at, limit=500)
     conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
@@ -108,14 +117,14 @@ def claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Job]:
         "types": types_json(params.types),
         "limit": params.limit,
     }
-    jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]
-    jobs.sort(key=lambda j: (-j.priority, j.created_at, j.id))
+    rows = conn.execute(Q["job_claim"], args).fetchall()
+    rows.sort(key=lambda r: (-r["priority"], r["created_at"], r["id"]))
     events = [
-        event_params(j, params.now, EventKind.CLAIMED, JobStatus.PENDING, params.worker_id)
-        for j in jobs
+        event_params(r, params.now, EventKind.CLAIMED, JobStatus.PENDING, params.worker_id)
+        for r in rows
     ]
     conn.executemany(Q["event_insert"], events)
-    return jobs
+    return rows
 
 
 def finish(
@@ -123,14 +132,34 @@ def finish(
     item: FinishParams,
     kind: EventKind | None = None,
     actor: str | None = None,
-) -> Job | QueueError:
+) -> sqlite3.Row | QueueError:
+    """Complete or fail ``item`` if its lease holds; the job's row, or why not."""
     query, args = finish_statement(item, expired=kind is EventKind.LEASE_EXPIRED)
-    row = conn.execute(Q[query], args).fetchone()
+    row: sqlite3.Row | None = conn.execute(Q[query], args).fetchone()
     if row is None:
         return guard_failure(get(conn, item.job_id), item.worker_name, item.lease_token)
-    job = job_from_row(row)
-    conn.execute(Q["event_insert"], finish_event(job, item, kind, actor))
-    return job
+    conn.execute(Q["event_insert"], finish_event(row, item, kind, actor))
+    return row
+
+
+def finish_many(conn: sqlite3.Connection, items: Sequence[FinishParams]) -> list[Row | QueueError]:
+    """Finish every item under its own guard: a batch of completions in one statement."""
+    params = complete_batch_params(items)
+    if params is None:
+        return [finish(conn, item) for item in items]
+    rows = conn.execute(Q["job_complete_batch"], params).fetchall()
+    outcomes = match_completed(
+        items,
+        rows,
+        lambda item: guard_failure(get(conn, item.job_id), item.worker_name, item.lease_token),
+    )
+    events = [
+        finish_event(outcome, item, None, None)
+        for outcome, item in zip(outcomes, items, strict=True)
+        if not isinstance(outcome, QueueError)
+    ]
+    conn.executemany(Q["event_insert"], events)
+    return outcomes
 
 
 def transition(
