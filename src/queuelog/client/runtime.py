@@ -31,9 +31,6 @@ log = logging.getLogger("queuelog.worker")
 Handler = Callable[[Job], Any]
 LOST = (InvalidState, NotLeaseHolder, NotFound)  # the lease is gone: someone else has the job
 ACK_BATCH = 100
-# How long the claiming loop waits for half the handler slots to free before claiming
-# for the slots that are free already.
-GATHER_SECONDS = 0.005
 # Results in one acknowledgement stay well under the server's 1 MiB request limit; a
 # batch refused as too large anyway (a server configured lower) is split and sent again.
 ACK_BYTES = 512 * 1024
@@ -147,24 +144,11 @@ class Run:
             raise self.fatal
 
     def _free_slots(self) -> int:
-        """Free handler slots to claim for: once half are free, or a moment after the first.
-
-        Claiming for each slot as it frees would turn one claim of many jobs into
-        many claims of one; the short wait bounds what a slow handler costs the others.
-        """
-        concurrency = self.options.concurrency
-        enough = max(1, concurrency // 2)
         with self.changed:
-            free = concurrency - self.busy
+            free = self.options.concurrency - self.busy
             if free <= 0:
                 self.changed.wait(1.0)
-                return 0
-            if free < enough:
-                self.changed.wait_for(
-                    lambda: concurrency - self.busy >= enough or self.stopping.is_set(),
-                    timeout=GATHER_SECONDS,
-                )
-            return max(0, concurrency - self.busy)
+            return max(0, free)
 
     def _claim(self, limit: int) -> list[Job]:
         try:
