@@ -5,6 +5,8 @@ Every loop is bounded in count and in time.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -80,6 +82,60 @@ class EnqueueSingle(_Task):
         if len(done) != len(threads):
             raise RuntimeError("an enqueue thread failed")
         return sum(done), {}
+
+
+@dataclass
+class RawEnqueueSingle(_Task):
+    """One job per request over ``connections`` keep-alive HTTP/1.1 connections.
+
+    A lean load generator (like wrk): requests are written from prepared bytes
+    and only the status line and ``Content-Length`` of each answer are read, so
+    the client's own cost does not cap the figure on a machine it shares with
+    the server. Every answer must be 201.
+    """
+
+    count: int = 1000
+    connections: int = 8
+
+    def open(self) -> None:
+        host, port = self.url.removeprefix("http://").split(":")
+        self.address = (host, int(port))
+        body = json.dumps(job_body()).encode()
+        self.request = (
+            f"POST /jobs HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {self.key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        return asyncio.run(self._run()), {}
+
+    async def _run(self) -> int:
+        deadline = time.monotonic() + self.seconds
+        share = self.count // self.connections
+        done = await asyncio.gather(
+            *(self._connection(share, deadline) for _ in range(self.connections))
+        )
+        return sum(done)
+
+    async def _connection(self, share: int, deadline: float) -> int:
+        reader, writer = await asyncio.open_connection(*self.address)
+        n = 0
+        try:
+            while n < share and time.monotonic() < deadline:
+                writer.write(self.request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                status = head[9:12]
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line[:15].lower() == b"content-length:":
+                        length = int(line[15:])
+                answer = await reader.readexactly(length)
+                if status != b"201":
+                    raise RuntimeError(f"POST /jobs: {status.decode()} {answer[:200]!r}")
+                n += 1
+        finally:
+            writer.close()
+        return n
 
 
 @dataclass

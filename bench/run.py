@@ -50,12 +50,22 @@ def _rate(value: float) -> float:
 
 
 def bench_enqueue(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
+    connections = plan.clients * plan.connections
+    # The server's figure, from a lean load generator: 2 processes, the same connections.
+    raw = [
+        clients.RawEnqueueSingle(
+            url, keys.producer, 60, count=plan.enqueue_single // 2, connections=connections // 2
+        )
+        for _ in range(2)
+    ]
+    result = {"single": _rate(run_parallel(raw)[0])}
+    # What Python producers on httpx see, with their own cost on the same 2 cores.
     per = plan.enqueue_single // plan.clients
     single = [
         clients.EnqueueSingle(url, keys.producer, 60, count=per, connections=plan.connections)
         for _ in range(plan.clients)
     ]
-    result = {"single": _rate(run_parallel(single)[0])}
+    result["single_httpx"] = _rate(run_parallel(single)[0])
     for size in (100, 500):
         per = plan.enqueue_batch // 2
         batch = [clients.EnqueueBatch(url, keys.producer, 60, count=per, size=size) for _ in "ab"]

@@ -46,8 +46,8 @@ def test_quick_benchmark_completes_and_writes_every_section(tmp_path: Path) -> N
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads(output.read_text())
     assert results.keys() >= SECTIONS
-    assert {"single", "batch_100", "batch_500"} <= results["enqueue"].keys()
-    assert {"batch_1", "batched_50"} <= results["burn_down"].keys()
+    assert {"single", "single_httpx", "batch_100", "batch_500"} <= results["enqueue"].keys()
+    assert {"batch_1", "batched_50", "sdk_worker"} <= results["burn_down"].keys()
     assert {"p50_ms", "p99_ms"} <= results["latency"].keys()
     assert {"enqueue_single", "burn_down", "steady"} <= results["huey"].keys()
     assert results["rss"]["peak_mb"] > 0
