@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -36,8 +35,8 @@ from queuelog.retry import backoff_seconds
 from queuelog.sanitize import sanitize_error
 from queuelog.specs import EnqueueSpec, FinishSpec, decode_cursor, encode_cursor, json_size
 from queuelog.storage.base import (
+    AsyncWrites,
     ClaimParams,
-    DeferredInsert,
     FinishParams,
     JobListParams,
     NewJob,
@@ -99,19 +98,18 @@ class JobService:
             results = self.storage.job_insert_many(new_jobs, now)
         return self._enqueued(results)
 
-    async def enqueue(self, caller: ApiKey, spec: EnqueueSpec) -> tuple[Job, bool]:
-        """``enqueue_many`` of one job, for an event loop.
+    # The async forms below serve routes on the event loop. With a storage whose
+    # writes can be awaited (SQLite's group writer), no thread waits for the
+    # commit; with any other, the write waits in the thread pool, as a plain
+    # route's would. The rules are the same code as the blocking forms'.
 
-        With a storage that answers inserts through a future (SQLite's group
-        writer), the commit is awaited without a thread; otherwise the insert
-        waits in the thread pool, as a plain route's would.
-        """
+    async def enqueue(self, caller: ApiKey, spec: EnqueueSpec) -> tuple[Job, bool]:
+        """``enqueue_many`` of one job, awaited."""
         now = self.clock.now()
         new_jobs = self._new_jobs(caller, [spec], now, batch=False)
         with _batch_errors(batch=False):
-            if isinstance(self.storage, DeferredInsert):
-                future = self.storage.job_insert_many_deferred(new_jobs, now)
-                results = await asyncio.wrap_future(future)
+            if isinstance(self.storage, AsyncWrites):
+                results = await self.storage.job_insert_many_async(new_jobs, now)
             else:
                 results = await anyio.to_thread.run_sync(
                     self.storage.job_insert_many, new_jobs, now
@@ -250,9 +248,35 @@ class JobService:
         instance: str | None = None,
     ) -> list[Job]:
         """Atomically hand up to ``limit`` ready jobs to this worker."""
+        return self.storage.job_claim(
+            self._claim_params(caller, types, limit, lease_seconds, instance)
+        )
+
+    async def claim_async(
+        self,
+        caller: ApiKey,
+        types: Sequence[str] | None = None,
+        limit: int = 1,
+        lease_seconds: int | None = None,
+        instance: str | None = None,
+    ) -> list[Job]:
+        """``claim``, awaited."""
+        params = self._claim_params(caller, types, limit, lease_seconds, instance)
+        if isinstance(self.storage, AsyncWrites):
+            return await self.storage.job_claim_async(params)
+        return await anyio.to_thread.run_sync(self.storage.job_claim, params)
+
+    def _claim_params(
+        self,
+        caller: ApiKey,
+        types: Sequence[str] | None,
+        limit: int,
+        lease_seconds: int | None,
+        instance: str | None,
+    ) -> ClaimParams:
         types = self.claimable_types(caller, types)
         now = self.clock.now()
-        params = ClaimParams(
+        return ClaimParams(
             worker_name=caller.name,
             worker_id=f"{caller.name}/{instance}" if instance else caller.name,
             limit=limit,
@@ -261,7 +285,6 @@ class JobService:
             lease_seconds=lease_seconds,
             retry_at=lambda job: self._retry_at(job, now),
         )
-        return self.storage.job_claim(params)
 
     def claimable_types(self, caller: ApiKey, types: Sequence[str] | None) -> Sequence[str] | None:
         """The types a claim looks at (None: all); 422/403 for types it may not name."""
@@ -287,12 +310,33 @@ class JobService:
 
     def finish_many(self, caller: ApiKey, specs: Sequence[FinishSpec]) -> list[Job | QueueError]:
         """Complete or fail each held job; one answer per spec, in order."""
-        now = self.clock.now()
-        params: list[FinishParams | QueueError] = [
-            self._finish_params(caller, s, now) for s in specs
-        ]
+        params = self._finish_params_all(caller, specs)
         ready = [p for p in params if isinstance(p, FinishParams)]
-        outcomes = self.storage.job_finish_many(ready) if ready else []
+        return self._finished(params, self.storage.job_finish_many(ready) if ready else [])
+
+    async def finish_many_async(
+        self, caller: ApiKey, specs: Sequence[FinishSpec]
+    ) -> list[Job | QueueError]:
+        """``finish_many``, awaited."""
+        params = self._finish_params_all(caller, specs)
+        ready = [p for p in params if isinstance(p, FinishParams)]
+        outcomes: list[Job | QueueError] = []
+        if ready and isinstance(self.storage, AsyncWrites):
+            outcomes = await self.storage.job_finish_many_async(ready)
+        elif ready:
+            outcomes = await anyio.to_thread.run_sync(self.storage.job_finish_many, ready)
+        return self._finished(params, outcomes)
+
+    def _finish_params_all(
+        self, caller: ApiKey, specs: Sequence[FinishSpec]
+    ) -> list[FinishParams | QueueError]:
+        now = self.clock.now()
+        return [self._finish_params(caller, s, now) for s in specs]
+
+    def _finished(
+        self, params: Sequence[FinishParams | QueueError], outcomes: Sequence[Job | QueueError]
+    ) -> list[Job | QueueError]:
+        """Each spec's answer, in order: its outcome, or why it never reached the storage."""
         if any(isinstance(o, Job) and o.status == JobStatus.PENDING for o in outcomes):
             self._on_ready()
         done = iter(outcomes)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -187,17 +186,25 @@ class Storage(Protocol):
 
 
 @runtime_checkable
-class DeferredInsert(Protocol):
-    """A backend that can hand back an insert as a future instead of blocking on it.
+class AsyncWrites(Protocol):
+    """A backend whose hottest writes an event loop can await without a thread.
 
-    SQLite's group writer does: an event loop awaits the commit without holding a
-    thread for it. Other backends block, and their callers wait in a thread.
+    SQLite's group writer answers through futures, so a request waits for its
+    commit on the loop. Other backends block, and their callers wait in a thread.
     """
 
-    def job_insert_many_deferred(
+    async def job_insert_many_async(
         self, jobs: Sequence[NewJob], now: datetime
-    ) -> Future[list[tuple[Job, bool]]]:
-        """``job_insert_many``, answered through a future set once the insert is durable."""
+    ) -> list[tuple[Job, bool]]:
+        """``job_insert_many``, awaited."""
+        ...
+
+    async def job_claim_async(self, params: ClaimParams) -> list[Job]:
+        """``job_claim``, awaited."""
+        ...
+
+    async def job_finish_many_async(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
+        """``job_finish_many``, awaited."""
         ...
 
 

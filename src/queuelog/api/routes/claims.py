@@ -83,8 +83,8 @@ async def _claim_or_wait(
         with wakeup.waiter() as waiter:
             if body.wait_seconds and await request.is_disconnected():
                 return []
-            jobs = await run_in_threadpool(
-                service.claim, caller, types, body.limit, body.lease_seconds, body.instance
+            jobs = await service.claim_async(
+                caller, types, body.limit, body.lease_seconds, body.instance
             )
             remaining = deadline - time.monotonic()
             if jobs or remaining <= 0 or wakeup.closed:
@@ -103,9 +103,11 @@ async def _claim_or_wait(
     description="Each item is checked exactly as the single route and answered in order.",
     responses=problems(*AUTHED, 413, 415, 422),
 )
-def complete_batch(body: BatchCompleteRequest, caller: Worker, service: ServiceDep) -> Response:
+async def complete_batch(
+    body: BatchCompleteRequest, caller: Worker, service: ServiceDep
+) -> Response:
     specs = [FinishSpec(i.id, i.lease_token, result=i.result) for i in body.items]
-    outcomes = service.finish_many(caller, specs)
+    outcomes = await service.finish_many_async(caller, specs)
     admin = caller.has(Role.ADMIN)
     results = [_item(spec.job_id, out, admin) for spec, out in zip(specs, outcomes, strict=True)]
     return JSONResponse({"results": results})

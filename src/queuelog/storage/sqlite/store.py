@@ -5,7 +5,6 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -91,16 +90,24 @@ class SqliteStorage(SqlReads):
 
     # -- jobs --------------------------------------------------------------
 
-    def job_insert_many(self, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
-        return self.job_insert_many_deferred(jobs, now).result()
+    # The hottest writes come in two forms: blocking, and awaited on the group
+    # writer's future (no thread held while the commit is waited for). Rows become
+    # Jobs in the caller's thread, outside the writer.
 
-    def job_insert_many_deferred(
+    def job_insert_many(self, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
+        return self._writer.run(lambda conn: tx.insert_many(conn, jobs, now))
+
+    async def job_insert_many_async(
         self, jobs: Sequence[NewJob], now: datetime
-    ) -> Future[list[tuple[Job, bool]]]:
-        return self._writer.submit(lambda conn: tx.insert_many(conn, jobs, now))
+    ) -> list[tuple[Job, bool]]:
+        return await self._writer.wait(lambda conn: tx.insert_many(conn, jobs, now))
 
     def job_claim(self, params: ClaimParams) -> list[Job]:
         return [job_from_row(r) for r in self._writer.run(lambda conn: tx.claim(conn, params))]
+
+    async def job_claim_async(self, params: ClaimParams) -> list[Job]:
+        rows = await self._writer.wait(lambda conn: tx.claim(conn, params))
+        return [job_from_row(r) for r in rows]
 
     def _types_param(self, types: Sequence[str] | None) -> str | None:
         return tx.types_json(types)
@@ -118,6 +125,10 @@ class SqliteStorage(SqlReads):
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
         outcomes = self._writer.run(lambda conn: tx.finish_many(conn, items))
+        return [o if isinstance(o, QueueError) else job_from_row(o) for o in outcomes]
+
+    async def job_finish_many_async(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
+        outcomes = await self._writer.wait(lambda conn: tx.finish_many(conn, items))
         return [o if isinstance(o, QueueError) else job_from_row(o) for o in outcomes]
 
     def job_rescue_expired(

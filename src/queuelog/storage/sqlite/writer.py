@@ -10,6 +10,7 @@ the commit that holds its work.
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import sqlite3
 import threading
@@ -44,6 +45,10 @@ class GroupWriter:
     def run(self, operation: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``operation`` in the next group; return its result once it is durable."""
         return self.submit(operation).result()
+
+    async def wait(self, operation: Callable[[sqlite3.Connection], T]) -> T:
+        """``run`` for an event loop: awaits the commit without holding a thread."""
+        return await asyncio.wrap_future(self.submit(operation))
 
     def submit(self, operation: Callable[[sqlite3.Connection], T]) -> Future[T]:
         """Queue ``operation`` for the next group; its future is set once it is durable."""
