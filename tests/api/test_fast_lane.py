@@ -1,17 +1,18 @@
-"""``POST /jobs`` answers the same whether the fast lane or the FastAPI route serves it."""
+"""The hottest routes answer the same whether the fast lane or the FastAPI route serves them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import fastapi.routing
 import pytest
 from fastapi.testclient import TestClient
 
 from queuelog.api.app import create_app
 from queuelog.clock import FakeClock
 from queuelog.config import Settings
-from queuelog.service import JobService
 from queuelog.storage.base import Storage
 from tests.conftest import KeyMaker
 
@@ -131,28 +132,104 @@ def test_every_answer_is_the_same_with_and_without_the_fast_lane(
     assert statuses["header key again"] == 200 and statuses["header key reused"] == 422
 
 
-def test_a_valid_enqueue_is_served_by_the_lane_not_the_route(
+_HELD = (*_PER_JOB, "lease_token", "claimed_at", "lease_expires_at", "worker_id")
+
+
+def _normalised(value: Any) -> Any:
+    """A worker route's answer without what differs between two runs of the same requests."""
+    if isinstance(value, list):
+        return [_normalised(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _normalised(v) for k, v in value.items() if k not in _HELD}
+    return value
+
+
+def _worker_run(app: TestClient, make_key: KeyMaker, suffix: str) -> list[tuple[str, Any]]:
+    """Enqueue three jobs, then claim and complete them through every answer of the routes."""
+    producer = {"Authorization": f"Bearer {make_key('shop-' + suffix, 'producer')[1]}"}
+    mailer = make_key("mailer-" + suffix, "worker", types=["noop"])[1]
+    worker = {"Authorization": f"Bearer {mailer}", "Content-Type": "application/json"}
+    for _ in range(3):
+        assert app.post("/jobs", json={"type": "noop"}, headers=producer).status_code == 201
+    seen: list[tuple[str, Any]] = []
+
+    def post(case: str, path: str, headers: dict[str, str], body: bytes) -> Any:
+        response = app.post(path, content=body, headers=headers)
+        kept = {h: response.headers[h] for h in _HEADERS if h in response.headers}
+        seen.append((case, (response.status_code, kept, _normalised(response.json()))))
+        return response.json()
+
+    claim = "/jobs/claim"
+    post("claim, no key", claim, {"Content-Type": "application/json"}, b"{}")
+    post("claim, producer key", claim, {**producer, "Content-Type": "application/json"}, b"{}")
+    post("claim, bad json", claim, worker, b"{")
+    post("claim, limit 0", claim, worker, b'{"limit": 0}')
+    nulled = post("claim, null", claim, worker, b"null")  # the route reads null as {}
+    post("claim, unknown type", claim, worker, b'{"types": ["nope"]}')
+    post("claim, type not allowed", claim, worker, b'{"types": ["send_email"]}')
+    first = post("claim, empty body", claim, {"Authorization": worker["Authorization"]}, b"")
+    rest = post("claim, limit 5", claim, worker, b'{"limit": 5, "instance": "i-1"}')
+    post("claim, nothing left", claim, worker, b'{"wait_seconds": 0.05}')
+    held = nulled["jobs"] + first["jobs"] + rest["jobs"]
+    assert len(held) == 3
+    done = "/jobs/batch/complete"
+    items = [
+        {"id": held[0]["id"], "lease_token": held[0]["lease_token"], "result": {"ok": 1}},
+        {"id": held[1]["id"], "lease_token": "stale"},
+        {"id": 10**12, "lease_token": "t"},
+        {"id": held[2]["id"], "lease_token": held[2]["lease_token"]},
+    ]
+    post("complete, no key", done, {"Content-Type": "application/json"}, b"{}")
+    post("complete, producer key", done, {**producer, "Content-Type": "application/json"}, b"{}")
+    post("complete, no items", done, worker, b'{"items": []}')
+    post("complete, bad json", done, worker, b'{"items": [')
+    post("complete, items", done, worker, json.dumps({"items": items}).encode())
+    post("complete, again", done, worker, json.dumps({"items": items[:1]}).encode())
+    return seen
+
+
+def test_the_worker_routes_answer_the_same_with_and_without_the_fast_lane(
+    both: tuple[TestClient, TestClient], make_key: KeyMaker
+) -> None:
+    fast = _worker_run(both[0], make_key, "a")
+    plain = _worker_run(both[1], make_key, "b")
+    for (case, got), (_, expected) in zip(fast, plain, strict=True):
+        assert got == expected, case
+    statuses = {case: answer[0] for case, answer in fast}
+    assert set(statuses.values()) == {200, 401, 403, 422}
+    results = dict(fast)["complete, items"][2]["results"]
+    assert [r["status"] for r in results] == [200, 409, 404, 200]
+
+
+def test_valid_requests_are_served_by_the_lanes_without_the_routes(
     both: tuple[TestClient, TestClient],
     make_key: KeyMaker,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fast, _ = both
-    calls: list[str] = []
-    real = JobService.enqueue_many
+    reached: list[str] = []
+    real = fastapi.routing.solve_dependencies
 
-    def counted(self: JobService, *args: Any, **kwargs: Any) -> Any:
-        calls.append("route")
-        return real(self, *args, **kwargs)
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        request = kwargs.get("request") or args[0]
+        reached.append(request.url.path)
+        return await real(*args, **kwargs)
 
-    monkeypatch.setattr(JobService, "enqueue_many", counted)
-    headers = {"Authorization": f"Bearer {make_key('shop', 'producer')[1]}"}
-    assert fast.post("/jobs", json={"type": "noop"}, headers=headers).status_code == 201
-    assert calls == []
-    # A request the lane does not serve reaches the route, with its body intact.
-    response = fast.post("/jobs", json={"type": "noop"}, headers={**headers, "Idempotency-Key": ""})
-    assert response.status_code == 422 and calls == []
-    assert fast.post("/jobs/batch", json={"jobs": [{"type": "noop"}]}, headers=headers).is_success
-    assert calls == ["route"]
+    # Every FastAPI route solves its dependencies; a lane does not.
+    monkeypatch.setattr(fastapi.routing, "solve_dependencies", counted)
+    producer = {"Authorization": f"Bearer {make_key('shop', 'producer')[1]}"}
+    worker = {"Authorization": f"Bearer {make_key('mailer', 'worker')[1]}"}
+    assert fast.post("/jobs", json={"type": "noop"}, headers=producer).status_code == 201
+    (job,) = fast.post("/jobs/claim", json={}, headers=worker).json()["jobs"]
+    items = [{"id": job["id"], "lease_token": job["lease_token"]}]
+    done = fast.post("/jobs/batch/complete", json={"items": items}, headers=worker).json()
+    assert done["results"][0]["status"] == 200
+    assert reached == []
+    # A request a lane does not serve reaches its route, with its body intact.
+    bad = fast.post("/jobs", json={"type": "noop"}, headers={**producer, "Idempotency-Key": ""})
+    assert bad.status_code == 422 and reached == ["/jobs"]
+    assert fast.post("/jobs/batch", json={"jobs": [{"type": "noop"}]}, headers=producer).is_success
+    assert reached == ["/jobs", "/jobs/batch"]
 
 
 def test_the_lane_counts_its_requests_under_the_route_name(

@@ -1,97 +1,165 @@
-"""``POST /jobs`` served straight from ASGI, with the same rules and the same answers.
+"""The three hottest routes served straight from ASGI, with the same rules and answers.
 
-Enqueueing one job is the call producers make most, and FastAPI's per-request
-machinery (dependency solving, the request object, the thread pool's capacity
-limiter) cost more server time than the enqueue itself. This lane does only
-what the route does: parse and validate the body with the route's own model,
-authenticate with the key ring, take a rate-limit token, check the role, and
-call the service.
+``POST /jobs``, ``POST /jobs/claim`` and ``POST /jobs/batch/complete`` are the
+calls producers and workers make most, and FastAPI's per-request machinery
+(dependency solving, the request object, the thread pool's capacity limiter)
+cost more server time than the work itself. A lane does only what its route
+does: parse and validate the body with the route's own model, authenticate
+with the key ring, check the role, take a rate-limit token, and call the same
+service method and answer builder as the route.
 
 Only a request that passes every check before the service is served here; any
 other is handed, body and all, to the FastAPI route, so every validation and
 authentication error keeps coming from one place. The service's own refusals
-(unknown type, payload too large, idempotency key reused) are rendered by the
-same problem handler the app uses.
+(unknown type, payload too large, idempotency key reused, ...) are rendered by
+the same problem handler the app uses. The routes stay the documented
+operations: the lanes change how a request is served, not what it means.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from queuelog.api.deps import AppState
 from queuelog.api.problems import from_error
 from queuelog.api.responses import JSONResponse
+from queuelog.api.routes.claims import claim_answer, claim_or_wait, complete_batch_answer
 from queuelog.api.routes.jobs import enqueue_answer, enqueue_spec
-from queuelog.api.schemas import EnqueueRequest
+from queuelog.api.schemas import BatchCompleteRequest, ClaimRequest, EnqueueRequest
 from queuelog.errors import QueueError
 from queuelog.models import ApiKey, Role
+from queuelog.specs import EnqueueSpec
 
 
 class _Unserved(Exception):
     """The request needs the full route (it fails a check there, with the canonical answer)."""
 
 
+# A lane's work once every check has passed: (state, caller, checked request, scope,
+# receive) -> the answer.
+Serve = Callable[[AppState, ApiKey, Any, Scope, Receive], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class Lane:
+    path: str
+    role: Role
+    check: Callable[[bytes, Mapping[bytes, bytes]], Any]  # raises to hand over to the route
+    serve: Serve
+
+
+def _json_body(model: type[BaseModel], body: bytes, empty_ok: bool = False) -> Any:
+    if empty_ok and not body:
+        return model()
+    # The standard parser, as the routes': orjson reads integers beyond 64 bits as
+    # floats, which would store a different value than the route does.
+    return model.model_validate(json.loads(body))
+
+
+def _check_enqueue(body: bytes, headers: Mapping[bytes, bytes]) -> EnqueueSpec:
+    header = headers.get(b"idempotency-key")
+    request = _json_body(EnqueueRequest, body)
+    return enqueue_spec(request, header.decode("latin-1") if header is not None else None)
+
+
+async def _serve_enqueue(
+    state: AppState, caller: ApiKey, spec: EnqueueSpec, scope: Scope, receive: Receive
+) -> Response:
+    job, created = await state.service.enqueue(caller, spec)
+    status, headers, content = enqueue_answer(job, created, caller)
+    return JSONResponse(content, status_code=status, headers=headers)
+
+
+async def _serve_claim(
+    state: AppState, caller: ApiKey, body: ClaimRequest, scope: Scope, receive: Receive
+) -> Response:
+    request = Request(scope, receive)
+    jobs = await claim_or_wait(state.service, state.wakeup, caller, body, request.is_disconnected)
+    return JSONResponse(claim_answer(jobs, caller))
+
+
+async def _serve_complete_batch(
+    state: AppState, caller: ApiKey, body: BatchCompleteRequest, scope: Scope, receive: Receive
+) -> Response:
+    return JSONResponse(await complete_batch_answer(state.service, caller, body))
+
+
+LANES = (
+    Lane("/jobs", Role.PRODUCER, _check_enqueue, _serve_enqueue),
+    Lane(
+        "/jobs/claim",
+        Role.WORKER,
+        lambda body, _: _json_body(ClaimRequest, body, empty_ok=True),
+        _serve_claim,
+    ),
+    Lane(
+        "/jobs/batch/complete",
+        Role.WORKER,
+        lambda body, _: _json_body(BatchCompleteRequest, body),
+        _serve_complete_batch,
+    ),
+)
+
+
 class FastLane:
-    def __init__(self, app: ASGIApp, state: AppState, route: BaseRoute) -> None:
+    """ASGI middleware: serves ``POST`` to the lanes' paths, hands anything else on."""
+
+    def __init__(self, app: ASGIApp, state: AppState, routes: Mapping[str, BaseRoute]) -> None:
         self.app = app
         self.state = state
-        self.route = route
+        self.lanes = {lane.path: (lane, routes[lane.path]) for lane in LANES}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/jobs":
+        found = (
+            self.lanes.get(scope["path"])
+            if scope["type"] == "http" and scope["method"] == "POST"
+            else None
+        )
+        if found is None:
             await self.app(scope, receive, send)
             return
+        lane, route = found
         body, disconnected = await _read_body(receive)
         if disconnected:
             return
         try:
-            caller, spec = self._checked(scope, body)
+            caller, checked = self._checked(lane, scope, body)
         except _Unserved:
             await self.app(scope, _replay(body, receive), send)
             return
-        scope["route"] = self.route
+        scope["route"] = route  # requests are counted under the route's name
         try:
-            job, created = await self.state.service.enqueue(caller, spec)
+            response = await lane.serve(self.state, caller, checked, scope, receive)
         except QueueError as exc:
-            await from_error(exc)(scope, receive, send)
-            return
-        status, headers, content = enqueue_answer(job, created, caller)
-        await JSONResponse(content, status_code=status, headers=headers)(scope, receive, send)
+            response = from_error(exc)
+        await response(scope, receive, send)
 
-    def _checked(self, scope: Scope, body: bytes) -> tuple[ApiKey, Any]:
-        header_key = authorization = None
+    def _checked(self, lane: Lane, scope: Scope, body: bytes) -> tuple[ApiKey, Any]:
+        headers: dict[bytes, bytes] = {}
         for name, value in scope["headers"]:
-            # The first of repeated headers counts, as in Starlette's Headers.get.
-            if name == b"authorization" and authorization is None:
-                authorization = value
-            elif name == b"idempotency-key" and header_key is None:
-                header_key = value
-        if authorization is None:
-            raise _Unserved
-        scheme, _, token = authorization.decode("latin-1").partition(" ")
+            headers.setdefault(name, value)  # the first of repeated headers, as Starlette
+        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise _Unserved
         try:
-            # The standard parser, as the route's: orjson reads integers beyond 64 bits as
-            # floats, which would store a different payload than the route does.
-            request = EnqueueRequest.model_validate(json.loads(body))
+            checked = lane.check(body, headers)
             key = self.state.keys.authenticate(token)
-            if not key.has(Role.PRODUCER):
+            if not key.has(lane.role):
                 raise _Unserved
-            header = header_key.decode("latin-1") if header_key is not None else None
-            spec = enqueue_spec(request, header)
+            # Last, so a request handed over takes its token in the route, once.
+            self.state.limiter.check(key.id)
         except (ValueError, RecursionError, ValidationError, QueueError):
             raise _Unserved from None
-        try:
-            self.state.limiter.check(key.id)
-        except QueueError:
-            raise _Unserved from None
-        return key, spec
+        return key, checked
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, bool]:

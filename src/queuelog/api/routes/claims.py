@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -62,26 +63,36 @@ async def claim(
     request: Request, caller: Worker, service: ServiceDep, body: ClaimRequest | None = None
 ) -> Response:
     body = body or ClaimRequest()
-    jobs = await _claim_or_wait(request, caller, service, body)
+    state = state_of(request)
+    jobs = await claim_or_wait(service, state.wakeup, caller, body, request.is_disconnected)
+    return JSONResponse(claim_answer(jobs, caller))
+
+
+def claim_answer(jobs: list[Job], caller: ApiKey) -> dict[str, Any]:
+    """The body of a claim's answer: each job with its lease token."""
     admin = caller.has(Role.ADMIN)
-    return JSONResponse({"jobs": [job_json(j, admin, lease_token=True) for j in jobs]})
+    return {"jobs": [job_json(j, admin, lease_token=True) for j in jobs]}
 
 
-async def _claim_or_wait(
-    request: Request, caller: ApiKey, service: JobService, body: ClaimRequest
+async def claim_or_wait(
+    service: JobService,
+    wakeup: Wakeup,
+    caller: ApiKey,
+    body: ClaimRequest,
+    disconnected: Callable[[], Awaitable[bool]],
 ) -> list[Job]:
     """Claim now, or long-poll up to ``wait_seconds`` for a matching job to become ready.
 
     The wait sleeps until a notification (enqueue, retry, redrive, lease rescue)
     or until the next scheduled job's ``run_at``; it does not poll in a loop. A
-    client that has gone away claims nothing; a server shutting down stops waiting.
+    client that has gone away (``disconnected``) claims nothing; a server
+    shutting down stops waiting.
     """
     types = service.claimable_types(caller, body.types)
     deadline = time.monotonic() + float(body.wait_seconds)
-    wakeup: Wakeup = state_of(request).wakeup
     while True:
         with wakeup.waiter() as waiter:
-            if body.wait_seconds and await request.is_disconnected():
+            if body.wait_seconds and await disconnected():
                 return []
             jobs = await service.claim_async(
                 caller, types, body.limit, body.lease_seconds, body.instance
@@ -106,11 +117,18 @@ async def _claim_or_wait(
 async def complete_batch(
     body: BatchCompleteRequest, caller: Worker, service: ServiceDep
 ) -> Response:
+    return JSONResponse(await complete_batch_answer(service, caller, body))
+
+
+async def complete_batch_answer(
+    service: JobService, caller: ApiKey, body: BatchCompleteRequest
+) -> dict[str, Any]:
+    """Complete the batch; the body of the answer, one result per item in order."""
     specs = [FinishSpec(i.id, i.lease_token, result=i.result) for i in body.items]
     outcomes = await service.finish_many_async(caller, specs)
     admin = caller.has(Role.ADMIN)
     results = [_item(spec.job_id, out, admin) for spec, out in zip(specs, outcomes, strict=True)]
-    return JSONResponse({"results": results})
+    return {"results": results}
 
 
 def _item(job_id: IdPath, outcome: Job | QueueError, admin: bool) -> dict[str, Any]:
