@@ -60,6 +60,14 @@ SELECT * FROM job_events WHERE job_id = :job_id ORDER BY id;
 INSERT INTO job_events (job_id, at, event, from_status, to_status, actor, detail)
 VALUES (:job_id, :at, :event, :from_status, :to_status, :actor, :detail);
 
+-- name: event_insert_many
+-- Many events in one statement: :events is a JSON array of event_insert's rows.
+INSERT INTO job_events (job_id, at, event, from_status, to_status, actor, detail)
+SELECT e.value ->> 'job_id', e.value ->> 'at', e.value ->> 'event', e.value ->> 'from_status',
+       e.value ->> 'to_status', e.value ->> 'actor', e.value ->> 'detail'
+FROM json_each(:events) AS e
+ORDER BY e.key;
+
 -- name: job_claim
 -- One statement: the sub-select picks the ready rows in claim order, the outer
 -- guard (status = 'pending') makes the hand-out atomic. INDEXED BY keeps the

@@ -55,6 +55,14 @@ def _statements(sql: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
+def record(conn: sqlite3.Connection, events: Sequence[dict[str, Any]]) -> None:
+    """Insert events in one statement: one step, where executemany takes one per row."""
+    if len(events) == 1:
+        conn.execute(Q["event_insert"], events[0])
+    elif events:
+        conn.execute(Q["event_insert_many"], {"events": json.dumps(events)})
+
+
 def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
     row = conn.execute(Q["job_get"], {"id": job_id}).fetchone()
     return job_from_row(row) if row else None
@@ -71,7 +79,7 @@ def insert_many(
         return job_from_row(conn.execute(Q["job_by_idempotency_key"], args).fetchone()), False
 
     out = match_inserted(jobs, now, rows, existing)
-    conn.executemany(Q["event_insert"], enqueued_events(out, now))
+    record(conn, enqueued_events(out, now))
     return out
 
 
@@ -123,7 +131,7 @@ def claim(conn: sqlite3.Connection, params: ClaimParams) -> list[sqlite3.Row]:
         event_params(r, params.now, EventKind.CLAIMED, JobStatus.PENDING, params.worker_id)
         for r in rows
     ]
-    conn.executemany(Q["event_insert"], events)
+    record(conn, events)
     return rows
 
 
@@ -158,7 +166,7 @@ def finish_many(conn: sqlite3.Connection, items: Sequence[FinishParams]) -> list
         for outcome, item in zip(outcomes, items, strict=True)
         if not isinstance(outcome, QueueError)
     ]
-    conn.executemany(Q["event_insert"], events)
+    record(conn, events)
     return outcomes
 
 
@@ -180,7 +188,7 @@ def requeue_failed(conn: sqlite3.Connection, job_type: str, actor: str, now: dat
     args = {"type": job_type, "now": to_micros(now)}
     jobs = [job_from_row(r) for r in conn.execute(Q["job_requeue_failed"], args)]
     events = [event_params(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
-    conn.executemany(Q["event_insert"], events)
+    record(conn, events)
     return len(jobs)
 
 
