@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -43,6 +44,22 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_JobsCollector(service))
+        # Labelled children, looked up once per series rather than once per request.
+        self._counted: dict[tuple[str, str, int], Any] = {}
+        self._timed: dict[tuple[str, str], Any] = {}
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one request and record its latency."""
+        counted = self._counted.get((method, route, status))
+        if counted is None:
+            counted = self.requests.labels(method, route, str(status))
+            self._counted[(method, route, status)] = counted
+        timed = self._timed.get((method, route))
+        if timed is None:
+            timed = self.latency.labels(method, route)
+            self._timed[(method, route)] = timed
+        counted.inc()
+        timed.observe(seconds)
 
 
 class MetricsMiddleware:
@@ -69,6 +86,4 @@ class MetricsMiddleware:
             route = scope.get("route")
             # The route template, not the raw path: ids would make one series per job.
             name = getattr(route, "path_format", "unmatched")
-            method = scope["method"]
-            self.metrics.requests.labels(method, name, str(status)).inc()
-            self.metrics.latency.labels(method, name).observe(time.perf_counter() - started)
+            self.metrics.observe(scope["method"], name, status, time.perf_counter() - started)
