@@ -261,18 +261,25 @@ class LatencyProducer(_Task):
 class SdkBurnWorker(_Task):
     """The SDK's ``queuelog.Worker`` with a no-op handler, until the queue is drained.
 
-    It claims up to ``concurrency`` jobs per request and acknowledges them with
-    ``complete_many``. The process stops its worker once no job has come for
-    ``idle`` seconds; that idle time is not counted.
+    It runs ``concurrency`` handlers with ``prefetch`` jobs claimed ahead of them
+    (claims of up to 96 jobs) and acknowledges them with ``complete_many``. The
+    process stops its worker once no job has come for ``idle`` seconds; that idle
+    time is not counted.
     """
 
     concurrency: int = 32
+    prefetch: int = 64
     idle: float = 0.5
 
     def open(self) -> None:
         from queuelog.client import Worker  # only there once the SDK has landed
 
-        self.worker = Worker(concurrency=self.concurrency, wait_seconds=0.25, idle_seconds=0.05)
+        self.worker = Worker(
+            concurrency=self.concurrency,
+            prefetch=self.prefetch,
+            wait_seconds=0.25,
+            idle_seconds=0.05,
+        )
         self.handled = 0
         self.last = time.monotonic()
         lock = threading.Lock()

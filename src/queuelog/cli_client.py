@@ -149,11 +149,22 @@ def load_worker(target: str) -> Worker:
 @url_option
 @key_option
 @click.option("--concurrency", type=click.IntRange(1, 1000), help="Jobs run at once.")
-def worker(target: str, url: str | None, api_key: str | None, concurrency: int | None) -> None:
+@click.option(
+    "--prefetch", type=click.IntRange(0, 1000), help="Jobs claimed ahead of a free handler."
+)
+def worker(
+    target: str,
+    url: str | None,
+    api_key: str | None,
+    concurrency: int | None,
+    prefetch: int | None,
+) -> None:
     """Run the handlers of a Worker until SIGTERM or SIGINT (then finish running jobs)."""
     runtime = load_worker(target)
     if concurrency is not None:
         runtime.configure(concurrency=concurrency)
+    if prefetch is not None:
+        runtime.configure(prefetch=prefetch)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         logging.getLogger("httpx").setLevel(logging.WARNING)  # the worker logs each job

@@ -75,7 +75,7 @@ def test_example_worker_drains_200_jobs_each_ending_as_scripted(
         made = shop.enqueue_many([{"type": "send_email", "payload": script(i)} for i in range(200)])
     ids = [m.job.id for m in made]
     outbox = tmp_path / "outbox.txt"
-    worker = start_worker(server, outbox, "--concurrency", "8")
+    worker = start_worker(server, outbox, "--concurrency", "8", "--prefetch", "8")
     try:
         wait_for(server, worker, lambda c: c["completed"] + c["failed"] == 200)
     finally:
@@ -107,7 +107,8 @@ def test_sigterm_during_work_loses_nothing_and_duplicates_nothing(
         ]
         shop.enqueue_many(jobs)
     outbox = tmp_path / "outbox.txt"
-    first = start_worker(server, outbox, "--concurrency", "4")
+    # The first worker holds jobs ahead of its handlers: stopping it runs them too.
+    first = start_worker(server, outbox, "--concurrency", "4", "--prefetch", "4")
     try:
         wait_for(server, first, lambda c: c["completed"] >= 8)
     finally:

@@ -195,6 +195,68 @@ def test_a_job_still_running_at_the_shutdown_deadline_is_failed_as_retryable(
     assert history[-1] == "retry_scheduled"
 
 
+def running_on_server(server: RealServer) -> int:
+    with admin(server) as root:
+        return len(list(root.list(status="running")))
+
+
+def test_prefetch_claims_ahead_but_runs_no_more_than_concurrency(server: RealServer) -> None:
+    worker = Worker(concurrency=2, prefetch=3, wait_seconds=1)
+    release = threading.Event()
+    lock = threading.Lock()
+    now_running: list[int] = []
+    most = 0
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        nonlocal most
+        with lock:
+            now_running.append(job.id)
+            most = max(most, len(now_running))
+        release.wait(DEADLINE)
+        with lock:
+            now_running.remove(job.id)
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        ids = [m.job.id for m in shop.enqueue_many([{"type": "noop"}] * 8)]
+    with running(worker, server):
+        try:
+            # Two handlers busy, three more jobs claimed and waiting for them.
+            wait_until(lambda: running_on_server(server) == 5, "five jobs held")
+            assert len(now_running) == 2
+        finally:
+            release.set()
+        wait_until(settled(server, *ids), "every job to complete")
+    assert most == 2
+
+
+def test_prefetched_jobs_not_started_by_the_deadline_are_handed_back_unrun(
+    server: RealServer,
+) -> None:
+    worker = Worker(concurrency=1, prefetch=2, wait_seconds=1, shutdown_seconds=0.5)
+    release = threading.Event()
+    ran: list[int] = []
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        ran.append(job.id)
+        release.wait(DEADLINE)
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        ids = [m.job.id for m in shop.enqueue_many([{"type": "noop"}] * 3)]
+    try:
+        with running(worker, server):
+            wait_until(lambda: running_on_server(server) == 3 and ran, "three jobs held")
+    finally:
+        release.set()
+    # Stopped: the deadline passed with one job running and two never started.
+    time.sleep(0.5)  # the handler thread is free again: it must not start the others
+    assert len(ran) == 1
+    with admin(server) as root:
+        jobs = [root.get(i) for i in ids]
+    assert all(j.status is JobStatus.PENDING and j.retry_count == 1 for j in jobs)
+
+
 def test_worker_with_a_bad_key_stops_with_the_error(server: RealServer) -> None:
     worker = Worker(wait_seconds=0)
     worker.handler("noop")(lambda job: None)
@@ -217,7 +279,7 @@ def test_acknowledgements_too_large_for_one_request_are_split(tmp_path: Path) ->
             shop.enqueue_many([{"type": "noop"}] * 6)
         with Client(server.url, mailer_key) as mailer:
             jobs = mailer.claim(limit=6, lease_seconds=300)
-            run = Run(mailer, {}, Options(6, 1, None, None, 1.0, 1.0))
+            run = Run(mailer, {}, Options(6, 0, 1, None, None, 1.0, 1.0))
             batch = [(Running(job, 300.0), Outcome(True, {"blob": "x" * 30_000})) for job in jobs]
             run._complete(batch)  # one request would be 413: it is split until each fits
         with Client(server.url, server.create_key_over_http("root2", "admin")) as root:

@@ -42,6 +42,7 @@ LATE_SECONDS = 5.0
 @dataclass(frozen=True, slots=True)
 class Options:
     concurrency: int
+    prefetch: int
     wait_seconds: float
     lease_seconds: int | None
     instance: str | None
@@ -64,6 +65,11 @@ class Running:
 
     def __post_init__(self) -> None:
         self.next_beat = self.started + self.lease / 3
+
+    def begin(self) -> bool:
+        """True unless the job was abandoned (at the shutdown deadline) before it started."""
+        with self.lock:
+            return not self.abandoned
 
     def claim_report(self) -> bool:
         """True once for whoever reports the outcome first: the handler or the shutdown."""
@@ -144,8 +150,9 @@ class Run:
             raise self.fatal
 
     def _free_slots(self) -> int:
+        """Jobs to claim: free handlers, plus ``prefetch`` jobs waiting for one."""
         with self.changed:
-            free = self.options.concurrency - self.busy
+            free = self.options.concurrency + self.options.prefetch - self.busy
             if free <= 0:
                 self.changed.wait(1.0)
             return max(0, free)
@@ -185,6 +192,8 @@ class Run:
     def _handle_tasks(self) -> None:
         while (running := self.tasks.get()) is not None:
             try:
+                if not running.begin():  # handed back at the deadline: never run it
+                    continue
                 outcome = self._execute(running)
                 if running.claim_report():
                     self._report(running, outcome)
