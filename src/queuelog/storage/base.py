@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+import orjson
+
 from queuelog.clock import from_micros, to_micros
 from queuelog.errors import (
     IdempotencyKeyReused,
@@ -286,7 +288,7 @@ def insert_batch_params(jobs: Sequence[NewJob], now: datetime) -> dict[str, Any]
         }
         for new in jobs
     ]
-    return {"jobs": json.dumps(items, separators=(",", ":")), "now": to_micros(now)}
+    return {"jobs": json_array(items), "now": to_micros(now)}
 
 
 def inserted_job(new: NewJob, job_id: int, now: datetime) -> Job:
@@ -370,6 +372,18 @@ def heartbeat_params(
     }
 
 
+def json_array(rows: list[dict[str, Any]]) -> str:
+    """Rows handed to one statement as a JSON array (``json_each``, ``json_array_elements``).
+
+    orjson writes it several times faster than the standard encoder; a value it
+    refuses (a string with a lone surrogate, say) falls back to the standard one.
+    """
+    try:
+        return orjson.dumps(rows).decode()
+    except TypeError:
+        return json.dumps(rows, separators=(",", ":"))
+
+
 def json_text(value: Any) -> str | None:
     """How both backends store a JSON value: compact text, never NaN."""
     return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
@@ -436,7 +450,7 @@ def complete_batch_params(items: Sequence[FinishParams]) -> dict[str, Any] | Non
         }
         for item in items
     ]
-    return {"items": json.dumps(batch, separators=(",", ":")), "now": to_micros(now)}
+    return {"items": json_array(batch), "now": to_micros(now)}
 
 
 def match_completed(

@@ -24,6 +24,7 @@ from queuelog.storage.base import (
     guard_failure,
     insert_batch_params,
     job_from_row,
+    json_array,
     match_completed,
     match_inserted,
 )
@@ -60,7 +61,7 @@ def record(conn: sqlite3.Connection, events: Sequence[dict[str, Any]]) -> None:
     if len(events) == 1:
         conn.execute(Q["event_insert"], events[0])
     elif events:
-        conn.execute(Q["event_insert_many"], {"events": json.dumps(events)})
+        conn.execute(Q["event_insert_many"], {"events": json_array(list(events))})
 
 
 def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
