@@ -60,16 +60,20 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
 # C0/C1 controls other than tab and newline, and invisible format characters
 # (bidirectional overrides, zero-width characters) that can disguise text.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+# A str holds a surrogate only unpaired (JSON's escaped pairs decode to one character):
+# no database stores it and no encoder writes it out.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def sanitize_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """Return ``text`` with credentials, tokens and absolute paths redacted.
 
-    Control and format characters other than newline and tab are removed and
-    the result is cut to ``limit`` characters. The text is cut before any rule
-    runs, so the work done is bounded whatever a caller sends.
+    Control and format characters other than newline and tab are removed, lone
+    surrogates become U+FFFD, and the result is cut to ``limit`` characters.
+    The text is cut before any rule runs, so the work done is bounded whatever
+    a caller sends.
     """
-    cleaned = _CONTROL.sub("", text[: limit * 4])
+    cleaned = _SURROGATE.sub("\ufffd", _CONTROL.sub("", text[: limit * 4]))
     for pattern, replacement in _RULES:
         cleaned = pattern.sub(replacement, cleaned)
     return cleaned[:limit]

@@ -59,6 +59,17 @@ def _batch_errors(batch: bool) -> Iterator[None]:
         raise
 
 
+def _held_token(token: str) -> str:
+    """The lease token to check a held job against.
+
+    Lease tokens are hexadecimal. One with characters no token has (a lone
+    surrogate, NUL) cannot hold a lease, and neither database can store or
+    compare it; it is checked as the empty token, which matches no lease, so the
+    answer is the one any wrong token gets (404, or 409 by the job's state).
+    """
+    return token if token.isascii() and token.isprintable() else ""
+
+
 class JobService:
     def __init__(
         self,
@@ -305,7 +316,7 @@ class JobService:
         self, caller: ApiKey, job_id: int, lease_token: str, lease_seconds: int | None = None
     ) -> Job:
         return self.storage.job_heartbeat(
-            job_id, lease_token, caller.name, lease_seconds, self.clock.now()
+            job_id, _held_token(lease_token), caller.name, lease_seconds, self.clock.now()
         )
 
     def finish_many(self, caller: ApiKey, specs: Sequence[FinishSpec]) -> list[Job | QueueError]:
@@ -353,7 +364,7 @@ class JobService:
     ) -> FinishParams | QueueError:
         common = {
             "job_id": spec.job_id,
-            "lease_token": spec.lease_token,
+            "lease_token": _held_token(spec.lease_token),
             "worker_name": caller.name,
         }
         if spec.error is None:

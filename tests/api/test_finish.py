@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -66,6 +67,44 @@ def test_stale_lease_token_is_409_not_lease_holder(producer: Api, worker: Api) -
         response = _post(worker, stale, action, **extra)
         assert response.status_code == 409
         assert response.json()["type"] == "not-lease-holder"
+
+
+def _post_raw(api: Api, path: str, body: Any) -> Any:
+    """POST ``body`` as ASCII JSON, so strings no UTF-8 encoder takes (lone surrogates) travel."""
+    headers = {**api.headers, "Content-Type": "application/json"}
+    return api.client.post(path, content=json.dumps(body), headers=headers)
+
+
+def test_a_lease_token_no_database_can_store_is_409_not_lease_holder(
+    producer: Api, worker: Api
+) -> None:
+    enqueue(producer)
+    job = claim_one(worker)
+    for token in ("a\u0000b", "caf\u00e9", "\t" * 8):
+        for action, extra in [("heartbeat", {}), ("complete", {}), ("fail", {"error": "x"})]:
+            body = {"lease_token": token, **extra}
+            response = _post_raw(worker, f"/jobs/{job['id']}/{action}", body)
+            assert response.status_code == 409, (token, action, response.text)
+            assert response.json()["type"] == "not-lease-holder"
+        items = [{"id": job["id"], "lease_token": token}, {"id": 10**12, "lease_token": token}]
+        answer = _post_raw(worker, "/jobs/batch/complete", {"items": items})
+        assert [r["status"] for r in answer.json()["results"]] == [409, 404]
+    # A lone surrogate is no string at all: refused by validation.
+    refused = _post_raw(worker, f"/jobs/{job['id']}/complete", {"lease_token": "\ud800"})
+    assert refused.status_code == 422 and refused.json()["type"] == "validation"
+    # The real token still holds the lease.
+    assert _post(worker, job, "complete").status_code == 200
+
+
+def test_an_error_text_with_a_lone_surrogate_is_stored_without_it(
+    producer: Api, worker: Api, admin: Api
+) -> None:
+    enqueue(producer)
+    job = claim_one(worker)
+    body = {"lease_token": job["lease_token"], "error": "bad \ud800 byte", "retryable": False}
+    response = _post_raw(worker, f"/jobs/{job['id']}/fail", body)
+    assert response.status_code == 200, response.text
+    assert admin.get(f"/jobs/{job['id']}").json()["error"] == "bad \ufffd byte"
 
 
 def test_complete_stores_the_result(producer: Api, worker: Api) -> None:

@@ -216,17 +216,6 @@ def test_a_batch_of_completions_answers_each_under_its_own_guard(store: Storage)
     assert all(isinstance(o, NotLeaseHolder) for o in store.job_finish_many(stale))
 
 
-def test_a_lease_token_json_cannot_carry_is_refused_not_an_error(store: Storage) -> None:
-    store.job_insert_many([new_job(), new_job()], T0)
-    first, second = claim(store, limit=2)
-    items = [
-        FinishParams(first.id, "\ud800", "w", T0),  # a lone surrogate
-        FinishParams(second.id, second.lease_token or "", "w", T0),
-    ]
-    refused, done = store.job_finish_many(items)
-    assert isinstance(refused, NotLeaseHolder) and isinstance(done, Job)
-
-
 def test_the_same_job_twice_in_a_batch_is_completed_once(store: Storage) -> None:
     store.job_insert_many([new_job()], T0)
     (job,) = claim(store)

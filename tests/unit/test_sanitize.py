@@ -84,3 +84,9 @@ def test_adversarial_text_is_cut_before_the_rules_run(unit: str) -> None:
     started = time.perf_counter()
     sanitize_error(unit * 32_768)
     assert time.perf_counter() - started < 2
+
+
+def test_lone_surrogates_become_replacement_characters() -> None:
+    # No database stores a lone surrogate and no encoder writes one out.
+    assert sanitize_error("bad \ud800 byte \udfff") == "bad \ufffd byte \ufffd"
+    assert sanitize_error("smile \U0001f600") == "smile \U0001f600"

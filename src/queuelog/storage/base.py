@@ -255,6 +255,19 @@ def _id_status(job: Job | Row) -> tuple[int, JobStatus]:
 
 def new_job_params(new: NewJob, now: datetime) -> dict[str, Any]:
     """The bound parameters of ``job_insert``: both backends store jobs alike."""
+    return {**_stored(new), "now": to_micros(now)}
+
+
+def insert_batch_params(jobs: Sequence[NewJob], now: datetime) -> dict[str, Any]:
+    """The bound parameters of ``job_insert_batch``: the jobs as one JSON array, in order.
+
+    Each payload travels as its stored text, so the database stores it as is.
+    """
+    return {"jobs": json_array([_stored(new) for new in jobs]), "now": to_micros(now)}
+
+
+def _stored(new: NewJob) -> dict[str, Any]:
+    """A new job's columns as both backends store them."""
     return {
         "type": new.type,
         "payload": json_text(new.payload),
@@ -265,30 +278,7 @@ def new_job_params(new: NewJob, now: datetime) -> dict[str, Any]:
         "idempotency_key": new.idempotency_key,
         "fingerprint": new.fingerprint,
         "run_at": to_micros(new.run_at),
-        "now": to_micros(now),
     }
-
-
-def insert_batch_params(jobs: Sequence[NewJob], now: datetime) -> dict[str, Any]:
-    """The bound parameters of ``job_insert_batch``: the jobs as one JSON array, in order.
-
-    Each payload travels as its stored text, so the database stores it as is.
-    """
-    items = [
-        {
-            "type": new.type,
-            "payload": json_text(new.payload),
-            "priority": int(new.priority),
-            "max_retries": new.max_retries,
-            "lease_seconds": new.lease_seconds,
-            "principal": new.principal,
-            "idempotency_key": new.idempotency_key,
-            "fingerprint": new.fingerprint,
-            "run_at": to_micros(new.run_at),
-        }
-        for new in jobs
-    ]
-    return {"jobs": json_array(items), "now": to_micros(now)}
 
 
 def inserted_job(new: NewJob, job_id: int, now: datetime) -> Job:
