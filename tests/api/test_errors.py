@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from queuelog.api.app import create_app
+from queuelog.api.middleware import BodyLimitMiddleware
 from queuelog.auth import KeyRing
 from queuelog.clock import FakeClock
 from queuelog.errors import StorageUnavailable
@@ -60,6 +63,40 @@ def test_streamed_body_over_the_limit_is_413(producer: Api) -> None:
         "/jobs", content=chunks(), headers={"Content-Type": "application/json"}
     )
     assert response.status_code == 413 and response.json()["type"] == "body-too-large"
+
+
+def test_a_declared_length_with_chunked_encoding_is_still_counted() -> None:
+    # Some HTTP parsers frame such a body by its chunks, whatever Content-Length says.
+    read: list[bytes] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            read.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    chunks = [b"x" * 60, b"x" * 60, b"x" * 60]
+
+    async def receive() -> dict[str, Any]:
+        body = chunks.pop(0)
+        return {"type": "http.request", "body": body, "more_body": bool(chunks)}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    headers = [
+        (b"content-length", b"10"),
+        (b"transfer-encoding", b"chunked"),
+        (b"content-type", b"application/json"),
+    ]
+    scope = {"type": "http", "method": "POST", "path": "/jobs", "headers": headers}
+    asyncio.run(BodyLimitMiddleware(app, max_bytes=100)(scope, receive, send))
+    assert sent[0]["status"] == 413 and sum(map(len, read)) <= 120
 
 
 def test_unknown_route_and_method_are_problems(producer: Api) -> None:

@@ -201,6 +201,38 @@ def test_the_worker_routes_answer_the_same_with_and_without_the_fast_lane(
     assert [r["status"] for r in results] == [200, 409, 404, 200]
 
 
+def test_repeated_content_types_and_streamed_bodies_answer_alike(
+    both: tuple[TestClient, TestClient], make_key: KeyMaker
+) -> None:
+    shared = {"producer": make_key("shop", "producer")[1], "worker": make_key("w", "worker")[1]}
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"type": "noop", "payload": {"x": "'
+        for _ in range(20):
+            yield b"a" * 65_536
+        yield b'"}}'
+
+    answers = []
+    for app in both:
+        seen = []
+        for path, role in (("/jobs", "producer"), ("/jobs/claim", "worker")):
+            # The first Content-Type is the one that counts, for the lane as for the route.
+            headers = [
+                ("authorization", f"Bearer {shared[role]}"),
+                ("content-type", "text/plain"),
+                ("content-type", "application/json"),
+            ]
+            response = app.post(path, content=b'{"type": "noop"}', headers=headers)
+            seen.append((path, response.status_code, response.content))
+        headers = [("authorization", f"Bearer {shared['producer']}")]
+        headers.append(("content-type", "application/json"))
+        big = app.post("/jobs", content=chunks(), headers=headers)
+        seen.append(("streamed", big.status_code, big.content))
+        answers.append(seen)
+    assert answers[0] == answers[1]
+    assert [status for _, status, _ in answers[0]] == [415, 415, 413]
+
+
 def test_valid_requests_are_served_by_the_lanes_without_the_routes(
     both: tuple[TestClient, TestClient],
     make_key: KeyMaker,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 from pathlib import Path
@@ -176,4 +177,30 @@ def test_a_group_with_a_failure_runs_again_isolated_and_keeps_the_rest_once(
     # The first pass was rolled back whole: each good row is stored once, the bad one never.
     rows = writer.run(lambda c: [r[0] for r in c.execute("SELECT v FROM t ORDER BY v")])
     assert rows == [0, 1, 2]
+    writer.close()
+
+
+def test_a_request_cancelled_while_it_waits_is_dropped_and_the_writer_lives_on(
+    tmp_path: Path,
+) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
+    writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+    holder, gate = _hold_writer(writer)
+
+    async def cancelled_then_next() -> None:
+        waiting = asyncio.ensure_future(
+            writer.wait(lambda c: c.execute("INSERT INTO t VALUES (1)"))
+        )
+        await asyncio.sleep(0.05)  # queued behind the held group
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        gate.set()
+        # The next request is served: the writer did not stop on the cancelled one.
+        await writer.wait(lambda c: c.execute("INSERT INTO t VALUES (2)"))
+
+    asyncio.run(asyncio.wait_for(cancelled_then_next(), timeout=10))
+    holder.join(timeout=10)
+    assert writer.alive
+    assert writer.run(lambda c: [r[0] for r in c.execute("SELECT v FROM t")]) == [2]
     writer.close()

@@ -30,6 +30,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from queuelog.api.deps import AppState
+from queuelog.api.middleware import is_json_media
 from queuelog.api.problems import from_error
 from queuelog.api.responses import JSONResponse
 from queuelog.api.routes.claims import claim_answer, claim_or_wait, complete_batch_answer
@@ -147,6 +148,9 @@ class FastLane:
         headers: dict[bytes, bytes] = {}
         for name, value in scope["headers"]:
             headers.setdefault(name, value)  # the first of repeated headers, as Starlette
+        content_type = headers.get(b"content-type")
+        if content_type is not None and not is_json_media(content_type):
+            raise _Unserved  # the route decides what such a body is
         scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise _Unserved

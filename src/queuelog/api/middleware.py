@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from queuelog.api.problems import PROBLEM_JSON
+from queuelog.api.problems import problem
 
 _WITH_BODY = {"POST", "PUT", "PATCH"}
 
@@ -20,10 +18,18 @@ class _TooLarge(StarletteHTTPException):
 
 
 async def _send_problem(send: Send, status: int, slug: str, title: str) -> None:
-    body = json.dumps({"type": slug, "title": title, "status": status, "detail": title}).encode()
-    headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", b"%d" % len(body))]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    """The app's own problem answer, sent before the app has seen the request."""
+    response = problem(status, slug, title)
+    await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body})
+
+
+def is_json_media(content_type: bytes) -> bool:
+    """True for ``application/json`` and ``application/*+json``, parameters aside."""
+    media = content_type.split(b";")[0].strip().lower()
+    return media == b"application/json" or (
+        media.startswith(b"application/") and media.endswith(b"+json")
+    )
 
 
 class BodyLimitMiddleware:
@@ -41,7 +47,9 @@ class BodyLimitMiddleware:
         if scope["type"] != "http" or scope["method"] not in _WITH_BODY:
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
+        headers: dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:
+            headers.setdefault(name, value)  # the first of repeated headers, as Starlette
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
             await _send_problem(send, 413, "body-too-large", "Request body is too large")
@@ -52,19 +60,18 @@ class BodyLimitMiddleware:
                 send, 415, "unsupported-media-type", "Request body must be application/json"
             )
             return
-        if length is not None:
+        if length is not None and b"transfer-encoding" not in headers:
             # A declared length within the limit is all the server reads of this
             # request (the HTTP parser frames the body by it): nothing left to count.
+            # With Transfer-Encoding too, some parsers frame by chunks: count those.
             await self.app(scope, receive, send)
             return
         await self._guarded(scope, receive, send)
 
     def _media_ok(self, path: str, content_type: bytes) -> bool:
-        media = content_type.split(b";")[0].strip().lower()
-        if media == b"application/json" or (
-            media.startswith(b"application/") and media.endswith(b"+json")
-        ):
+        if is_json_media(content_type):
             return True
+        media = content_type.split(b";")[0].strip().lower()
         forms = (b"application/x-www-form-urlencoded", b"multipart/form-data")
         return (
             media in forms and path.startswith(self.form_prefixes) if self.form_prefixes else False

@@ -95,7 +95,11 @@ class GroupWriter:
                         self._queue.put(_STOP)
                         break
                     group.append(nxt)
-                self._commit(conn, group)
+                # A request cancelled while it waited (its client went, the server is
+                # stopping) is dropped here: its work is not done.
+                group = [(op, f) for op, f in group if f.set_running_or_notify_cancel()]
+                if group:
+                    self._commit(conn, group)
         finally:
             with self._lock:
                 self._closed = True
@@ -109,7 +113,7 @@ class GroupWriter:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 return
-            if item is not _STOP:
+            if item is not _STOP and item[1].set_running_or_notify_cancel():
                 item[1].set_exception(error)
 
     def _commit(self, conn: sqlite3.Connection, group: list[tuple[Operation, Future[Any]]]) -> None:
