@@ -60,6 +60,7 @@ class EventKind(enum.StrEnum):
     LEASE_EXPIRED = "lease_expired"
     CANCELLED = "cancelled"
     REQUEUED = "requeued"
+    RELEASED = "released"
 
 
 @dataclass(frozen=True, slots=True)

@@ -319,6 +319,14 @@ class JobService:
             job_id, _held_token(lease_token), caller.name, lease_seconds, self.clock.now()
         )
 
+    def release(self, caller: ApiKey, job_id: int, lease_token: str) -> Job:
+        """Give a held job back unrun: pending at once, the attempt not spent."""
+        job = self.storage.job_release(
+            job_id, _held_token(lease_token), caller.name, self.clock.now()
+        )
+        self._on_ready()
+        return job
+
     def finish_many(self, caller: ApiKey, specs: Sequence[FinishSpec]) -> list[Job | QueueError]:
         """Complete or fail each held job; one answer per spec, in order."""
         params = self._finish_params_all(caller, specs)

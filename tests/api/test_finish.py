@@ -10,6 +10,9 @@ from typing import Any
 from queuelog.clock import FakeClock, rfc3339
 from tests.conftest import Api, claim_one, enqueue
 
+# Every route that acts on a held job, with the body fields it needs besides the token.
+HELD_ACTIONS = [("heartbeat", {}), ("release", {}), ("complete", {}), ("fail", {"error": "x"})]
+
 
 def _post(api: Api, job: dict[str, Any], action: str, **body: Any) -> Any:
     return api.post(f"/jobs/{job['id']}/{action}", json={"lease_token": job["lease_token"], **body})
@@ -29,7 +32,7 @@ def test_heartbeat_extends_the_lease(producer: Api, worker: Api, clock: FakeCloc
 
 
 def test_held_job_routes_answer_404_for_unknown_job(worker: Api) -> None:
-    for action, extra in [("heartbeat", {}), ("complete", {}), ("fail", {"error": "x"})]:
+    for action, extra in HELD_ACTIONS:
         response = worker.post(f"/jobs/999/{action}", json={"lease_token": "t", **extra})
         assert response.status_code == 404 and response.json()["type"] == "not-found", action
 
@@ -38,7 +41,7 @@ def test_held_job_routes_answer_409_invalid_state_when_not_running(
     producer: Api, worker: Api
 ) -> None:
     job = enqueue(producer)
-    for action, extra in [("heartbeat", {}), ("complete", {}), ("fail", {"error": "x"})]:
+    for action, extra in HELD_ACTIONS:
         response = worker.post(f"/jobs/{job['id']}/{action}", json={"lease_token": "t", **extra})
         assert response.status_code == 409, action
         assert response.json()["type"] == "invalid-state"
@@ -50,7 +53,7 @@ def test_another_workers_job_is_409_not_lease_holder_and_unchanged(
     enqueue(producer)
     job = claim_one(worker)
     thief = as_key("thief", "worker")
-    for action, extra in [("heartbeat", {}), ("complete", {}), ("fail", {"error": "x"})]:
+    for action, extra in HELD_ACTIONS:
         response = _post(thief, job, action, **extra)
         assert response.status_code == 409, action
         assert response.json()["type"] == "not-lease-holder"
@@ -63,7 +66,7 @@ def test_stale_lease_token_is_409_not_lease_holder(producer: Api, worker: Api) -
     enqueue(producer)
     job = claim_one(worker)
     stale = {**job, "lease_token": "0" * 32}
-    for action, extra in [("heartbeat", {}), ("complete", {}), ("fail", {"error": "x"})]:
+    for action, extra in HELD_ACTIONS:
         response = _post(worker, stale, action, **extra)
         assert response.status_code == 409
         assert response.json()["type"] == "not-lease-holder"
@@ -81,7 +84,7 @@ def test_a_lease_token_no_database_can_store_is_409_not_lease_holder(
     enqueue(producer)
     job = claim_one(worker)
     for token in ("a\u0000b", "caf\u00e9", "\t" * 8):
-        for action, extra in [("heartbeat", {}), ("complete", {}), ("fail", {"error": "x"})]:
+        for action, extra in HELD_ACTIONS:
             body = {"lease_token": token, **extra}
             response = _post_raw(worker, f"/jobs/{job['id']}/{action}", body)
             assert response.status_code == 409, (token, action, response.text)
@@ -105,6 +108,27 @@ def test_an_error_text_with_a_lone_surrogate_is_stored_without_it(
     response = _post_raw(worker, f"/jobs/{job['id']}/fail", body)
     assert response.status_code == 200, response.text
     assert admin.get(f"/jobs/{job['id']}").json()["error"] == "bad \ufffd byte"
+
+
+def test_release_gives_a_held_job_back_unrun_with_its_attempt_unspent(
+    producer: Api, worker: Api, admin: Api, clock: FakeClock
+) -> None:
+    enqueue(producer)
+    job = claim_one(worker)
+    clock.advance(5)
+    released = _post(worker, job, "release")
+    assert released.status_code == 200
+    body = released.json()
+    assert body["status"] == "pending" and body["retry_count"] == 0
+    assert body["run_at"] == rfc3339(clock.now()) and body["worker_id"] is None
+    assert body["claimed_at"] is None and body["lease_expires_at"] is None
+    events = admin.get(f"/jobs/{job['id']}/events").json()["events"]
+    assert [e["event"] for e in events] == ["enqueued", "claimed", "released"]
+    assert events[-1]["from_status"] == "running" and events[-1]["actor"] == "mailer"
+    # Claimable again at once; the old token no longer holds it.
+    again = claim_one(worker)
+    assert again["id"] == job["id"] and again["lease_token"] != job["lease_token"]
+    assert _post(worker, job, "release").json()["type"] == "not-lease-holder"
 
 
 def test_complete_stores_the_result(producer: Api, worker: Api) -> None:

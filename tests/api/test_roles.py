@@ -19,6 +19,7 @@ ROUTES: list[tuple[str, str, dict[str, object] | None, set[str]]] = [
     ("GET", "/jobs/1/events", None, {"producer", "worker", "admin"}),
     ("POST", "/jobs/claim", {}, {"worker"}),
     ("POST", "/jobs/1/heartbeat", {"lease_token": "t"}, {"worker"}),
+    ("POST", "/jobs/1/release", {"lease_token": "t"}, {"worker"}),
     ("POST", "/jobs/1/complete", {"lease_token": "t"}, {"worker"}),
     ("POST", "/jobs/1/fail", {"lease_token": "t", "error": "e"}, {"worker"}),
     ("POST", "/jobs/batch/complete", {"items": [{"id": 1, "lease_token": "t"}]}, {"worker"}),

@@ -230,7 +230,7 @@ def test_prefetch_claims_ahead_but_runs_no_more_than_concurrency(server: RealSer
     assert most == 2
 
 
-def test_prefetched_jobs_not_started_by_the_deadline_are_handed_back_unrun(
+def test_prefetched_jobs_not_started_by_the_deadline_are_released_unrun(
     server: RealServer,
 ) -> None:
     worker = Worker(concurrency=1, prefetch=2, wait_seconds=1, shutdown_seconds=0.5)
@@ -253,8 +253,14 @@ def test_prefetched_jobs_not_started_by_the_deadline_are_handed_back_unrun(
     time.sleep(0.5)  # the handler thread is free again: it must not start the others
     assert len(ran) == 1
     with admin(server) as root:
-        jobs = [root.get(i) for i in ids]
-    assert all(j.status is JobStatus.PENDING and j.retry_count == 1 for j in jobs)
+        jobs = {i: root.get(i) for i in ids}
+        last = {i: [e.event for e in root.events(i)][-1] for i in ids}
+    assert all(j.status is JobStatus.PENDING for j in jobs.values())
+    # The job that ran spent an attempt; the two never started were released unspent.
+    (started,) = ran
+    assert jobs[started].retry_count == 1 and last[started] == "retry_scheduled"
+    unstarted = [i for i in ids if i != started]
+    assert all(jobs[i].retry_count == 0 and last[i] == "released" for i in unstarted)
 
 
 def test_worker_with_a_bad_key_stops_with_the_error(server: RealServer) -> None:

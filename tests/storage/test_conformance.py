@@ -225,6 +225,26 @@ def test_the_same_job_twice_in_a_batch_is_completed_once(store: Storage) -> None
     assert [e.event for e in store.job_events(job.id)].count(EventKind.COMPLETED) == 1
 
 
+def test_release_puts_a_held_job_back_unspent_under_its_guard(store: Storage) -> None:
+    store.job_insert_many([new_job(max_retries=0)], T0)
+    (job,) = claim(store)
+    later = T0 + timedelta(seconds=3)
+    assert job.lease_token is not None
+    with pytest.raises(NotLeaseHolder):
+        store.job_release(job.id, "other", "w", later)
+    with pytest.raises(NotFound):
+        store.job_release(10**12, job.lease_token, "w", later)
+    back = store.job_release(job.id, job.lease_token, "w", later)
+    assert back.status == JobStatus.PENDING and back.retry_count == 0 and back.run_at == later
+    assert back.lease_token is None and back.worker_id is None and back.claimed_at is None
+    assert store.job_get(job.id) == back
+    assert [e.event for e in store.job_events(job.id)][-1] == EventKind.RELEASED
+    with pytest.raises(InvalidState):
+        store.job_release(job.id, job.lease_token, "w", later)
+    (again,) = claim(store, now=later)
+    assert again.id == job.id
+
+
 def test_fail_retries_until_exhausted_then_fails(store: Storage) -> None:
     store.job_insert_many([new_job(max_retries=1)], T0)
     (job,) = claim(store)

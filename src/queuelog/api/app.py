@@ -40,6 +40,11 @@ Choices where the contract is silent:
 * `POST /jobs/claim` with `types` naming an unconfigured type is 422
   `unknown-job-type`; naming a type the key may not claim is 403.
 * A heartbeat without `lease_seconds` extends the lease by the job type's lease.
+* `POST /jobs/{id}/release` gives a held job back unrun: pending at once, its
+  attempt not spent (beanstalkd's `release`); guarded like a heartbeat.
+* A lease token that no issued token could be (not printable ASCII) is checked
+  as a wrong token: 409 `not-lease-holder` (or 404/409 `invalid-state` by the
+  job's state).
 * A key with several roles sees the union of what each role sees.
 * The `detail` of `failed`, `retry_scheduled` and `lease_expired` events is the
   sanitised error text, shown to admins only, like the job's `error`.

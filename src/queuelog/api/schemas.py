@@ -120,6 +120,10 @@ class ClaimRequest(_Request):
 LeaseToken = Annotated[StrictStr, Field(min_length=1, max_length=64)]
 
 
+class ReleaseRequest(_Request):
+    lease_token: LeaseToken
+
+
 class HeartbeatRequest(_Request):
     lease_token: LeaseToken
     lease_seconds: StrictInt | None = Field(None, ge=1, le=3600)

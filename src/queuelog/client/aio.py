@@ -102,6 +102,7 @@ class AsyncClient:
     retry = _sends(calls.retry)
     claim = _sends(calls.claim)
     heartbeat = _sends(calls.heartbeat)
+    release = _sends(calls.release)
     complete = _sends(calls.complete)
     complete_many = _sends(calls.complete_many)
     fail = _sends(calls.fail)

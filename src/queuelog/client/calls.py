@@ -224,6 +224,13 @@ def heartbeat(
     return Call("POST", f"/jobs/{_job_id(job)}/heartbeat", _job, resend=True, json=body)
 
 
+def release(job: JobRef, *, lease_token: str | None = None) -> Call[Job]:
+    """Give a held job back unrun: pending again, its attempt not spent. Sent again after a
+    broken connection: the lease token guards it (409 if the first landed)."""
+    body = {"lease_token": _lease_token(job, lease_token)}
+    return Call("POST", f"/jobs/{_job_id(job)}/release", _job, resend=True, json=body)
+
+
 def complete(
     job: JobRef, result: JsonObject | None = None, *, lease_token: str | None = None
 ) -> Call[Job]:

@@ -59,6 +59,7 @@ class Running:
     started: float = field(default_factory=time.monotonic)
     next_beat: float = 0.0
     reported: bool = False  # its outcome is on its way to the server
+    begun: bool = False  # a handler has started it
     abandoned: bool = False  # the shutdown deadline passed: its outcome is dropped
     future: Future[Any] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -67,9 +68,10 @@ class Running:
         self.next_beat = self.started + self.lease / 3
 
     def begin(self) -> bool:
-        """True unless the job was abandoned (at the shutdown deadline) before it started."""
+        """True, once started, unless the job was abandoned (at the shutdown deadline)."""
         with self.lock:
-            return not self.abandoned
+            self.begun = not self.abandoned
+            return self.begun
 
     def claim_report(self) -> bool:
         """True once for whoever reports the outcome first: the handler or the shutdown."""
@@ -394,8 +396,14 @@ class Run:
 
     def _report_late(self, reporter: Client, running: Running) -> None:
         try:
-            reporter.fail(running.job, "worker stopped before the job finished", retry_in_seconds=0)
-            log_outcome(running, "abandoned", logging.WARNING)
+            if running.begun:
+                reporter.fail(
+                    running.job, "worker stopped before the job finished", retry_in_seconds=0
+                )
+                log_outcome(running, "abandoned", logging.WARNING)
+            else:  # claimed ahead and never started: given back with its attempt unspent
+                reporter.release(running.job)
+                log_outcome(running, "released", logging.INFO)
         except Exception as error:  # left to its lease, which expires as an attempt
             log_outcome(running, f"abandoned, unreported ({error})", logging.WARNING)
         self._release(running)

@@ -99,6 +99,7 @@ class Client:
     retry = _sends(calls.retry)
     claim = _sends(calls.claim)
     heartbeat = _sends(calls.heartbeat)
+    release = _sends(calls.release)
     complete = _sends(calls.complete)
     complete_many = _sends(calls.complete_many)
     fail = _sends(calls.fail)

@@ -46,7 +46,7 @@ class Worker:
             claim's round trip then overlaps the handlers' work, and claims are bigger:
             worth it for many short jobs. Waiting jobs hold their leases (kept alive by
             heartbeats); on stopping they run within ``shutdown_seconds`` like the others,
-            and those not started by then are handed back as retryable.
+            and those not started by then are released unrun, their attempt unspent.
         wait_seconds: How long a claim may wait on the server for a job (long-poll).
         lease_seconds: Lease to claim with; default the job type's. Heartbeats renew it
             every third of the lease while the handler runs.

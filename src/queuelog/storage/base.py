@@ -145,6 +145,10 @@ class Storage(Protocol):
         """Extend the lease to ``now + lease_seconds`` (default: the job type's lease)."""
         ...
 
+    def job_release(self, job_id: int, lease_token: str, worker_name: str, now: datetime) -> Job:
+        """A held job back to pending now, its attempt unspent; guarded like a heartbeat."""
+        ...
+
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
         """Complete or fail each item under its guard; one answer per item, in order."""
         ...

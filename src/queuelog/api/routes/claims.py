@@ -22,6 +22,7 @@ from queuelog.api.schemas import (
     HeartbeatRequest,
     IdPath,
     JobOut,
+    ReleaseRequest,
     job_json,
 )
 from queuelog.errors import QueueError
@@ -148,6 +149,22 @@ def heartbeat(
     job_id: IdPath, body: HeartbeatRequest, caller: Worker, service: ServiceDep
 ) -> Response:
     job = service.heartbeat(caller, job_id, body.lease_token, body.lease_seconds)
+    return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
+
+
+@router.post(
+    "/{job_id:int}/release",
+    response_model=JobOut,
+    summary="Give a held job back unrun",
+    description=(
+        "Back to `pending` at once (`run_at = now`), its lease ended and `retry_count` "
+        "unchanged: the attempt is not spent, as with beanstalkd's `release`. For a worker "
+        "that claimed a job it will not run (stopping before it started, say)." + _HELD
+    ),
+    responses=problems(*AUTHED, 404, 409, 413, 415, 422),
+)
+def release(job_id: IdPath, body: ReleaseRequest, caller: Worker, service: ServiceDep) -> Response:
+    job = service.release(caller, job_id, body.lease_token)
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
 
 

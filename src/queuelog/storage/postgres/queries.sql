@@ -147,6 +147,17 @@ ORDER BY lease_expires_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
+-- name: job_release
+-- A held job back to pending at once, under the same guard, without spending an
+-- attempt: its holder gives it up unrun (beanstalkd's release).
+UPDATE jobs
+SET status = 'pending', run_at = %(now)s::bigint, scheduled = false, claimed_at = NULL,
+    worker_id = NULL, claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+    updated_at = %(now)s::bigint
+WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
+  AND claimed_by = %(worker_name)s AND lease_expires_at > %(now)s::bigint
+RETURNING *;
+
 -- name: job_heartbeat
 UPDATE jobs
 SET lease_expires_at = %(now)s::bigint

@@ -168,6 +168,10 @@ class PostgresStorage(SqlReads):
     def _types_param(self, types: Sequence[str] | None) -> list[str] | None:
         return list(types) if types is not None else None
 
+    def job_release(self, job_id: int, lease_token: str, worker_name: str, now: datetime) -> Job:
+        args = heartbeat_params(job_id, lease_token, worker_name, None, now)
+        return self._write(lambda conn: tx.release(conn, args, now))
+
     def job_heartbeat(
         self,
         job_id: int,

@@ -153,6 +153,16 @@ def rescue(conn: Conn, now: datetime, retry_at: Callable[[Job], datetime], limit
     return rescued
 
 
+def release(conn: Conn, args: Mapping[str, Any], now: datetime) -> Job:
+    row = conn.execute(Q["job_release"], args).fetchone()
+    if row is None:
+        raise guard_failure(_get(conn, args["id"]), args["worker_name"], args["lease_token"])
+    job = job_from_row(row)
+    event = event_params(job, now, EventKind.RELEASED, JobStatus.RUNNING, args["worker_name"])
+    _recorded(conn, [event], [job])
+    return job
+
+
 def heartbeat(conn: Conn, args: Mapping[str, Any]) -> Job:
     row = conn.execute(Q["job_heartbeat"], args).fetchone()
     if row is None:

@@ -109,6 +109,16 @@ WHERE id = :id AND status = 'running' AND lease_token = :lease_token
   AND claimed_by = :worker_name AND lease_expires_at > :now
 RETURNING *;
 
+-- name: job_release
+-- A held job back to pending at once, under the same guard, without spending an
+-- attempt: its holder gives it up unrun (beanstalkd's release).
+UPDATE jobs
+SET status = 'pending', run_at = :now, scheduled = 0, claimed_at = NULL, worker_id = NULL,
+    claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE id = :id AND status = 'running' AND lease_token = :lease_token
+  AND claimed_by = :worker_name AND lease_expires_at > :now
+RETURNING *;
+
 -- name: job_complete
 UPDATE jobs
 SET status = 'completed', result = :result, lease_token = NULL, lease_expires_at = NULL,

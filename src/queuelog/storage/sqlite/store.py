@@ -123,6 +123,10 @@ class SqliteStorage(SqlReads):
         args = heartbeat_params(job_id, lease_token, worker_name, lease_seconds, now)
         return self._writer.run(lambda conn: tx.heartbeat(conn, args))
 
+    def job_release(self, job_id: int, lease_token: str, worker_name: str, now: datetime) -> Job:
+        args = heartbeat_params(job_id, lease_token, worker_name, None, now)
+        return self._writer.run(lambda conn: tx.release(conn, args, now))
+
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
         outcomes = self._writer.run(lambda conn: tx.finish_many(conn, items))
         return [o if isinstance(o, QueueError) else job_from_row(o) for o in outcomes]

@@ -193,6 +193,17 @@ def requeue_failed(conn: sqlite3.Connection, job_type: str, actor: str, now: dat
     return len(jobs)
 
 
+def release(conn: sqlite3.Connection, args: Mapping[str, Any], now: datetime) -> Job:
+    row = conn.execute(Q["job_release"], args).fetchone()
+    if row is None:
+        raise guard_failure(get(conn, args["id"]), args["worker_name"], args["lease_token"])
+    job = job_from_row(row)
+    record(
+        conn, [event_params(job, now, EventKind.RELEASED, JobStatus.RUNNING, args["worker_name"])]
+    )
+    return job
+
+
 def heartbeat(conn: sqlite3.Connection, args: Mapping[str, Any]) -> Job:
     row = conn.execute(Q["job_heartbeat"], args).fetchone()
     if row is None:
