@@ -114,7 +114,7 @@ class JobService:
     # commit; with any other, the write waits in the thread pool, as a plain
     # route's would. The rules are the same code as the blocking forms'.
 
-    async def enqueue(self, caller: ApiKey, spec: EnqueueSpec) -> tuple[Job, bool]:
+    async def enqueue_async(self, caller: ApiKey, spec: EnqueueSpec) -> tuple[Job, bool]:
         """``enqueue_many`` of one job, awaited."""
         now = self.clock.now()
         new_jobs = self._new_jobs(caller, [spec], now, batch=False)

@@ -75,7 +75,7 @@ def _check_enqueue(body: bytes, headers: Mapping[bytes, bytes]) -> EnqueueSpec:
 async def _serve_enqueue(
     state: AppState, caller: ApiKey, spec: EnqueueSpec, scope: Scope, receive: Receive
 ) -> Response:
-    job, created = await state.service.enqueue(caller, spec)
+    job, created = await state.service.enqueue_async(caller, spec)
     status, headers, content = enqueue_answer(job, created, caller)
     return JSONResponse(content, status_code=status, headers=headers)
 
