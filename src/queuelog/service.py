@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-import anyio.to_thread
 import jsonschema
 
 from queuelog.clock import Clock
@@ -35,7 +34,6 @@ from queuelog.retry import backoff_seconds
 from queuelog.sanitize import sanitize_error
 from queuelog.specs import EnqueueSpec, FinishSpec, decode_cursor, encode_cursor, json_size
 from queuelog.storage.base import (
-    AsyncWrites,
     ClaimParams,
     FinishParams,
     JobListParams,
@@ -109,22 +107,16 @@ class JobService:
             results = self.storage.job_insert_many(new_jobs, now)
         return self._enqueued(results)
 
-    # The async forms below serve routes on the event loop. With a storage whose
-    # writes can be awaited (SQLite's group writer), no thread waits for the
-    # commit; with any other, the write waits in the thread pool, as a plain
-    # route's would. The rules are the same code as the blocking forms'.
+    # The async forms below serve routes on the event loop through the storage's
+    # awaited writes (storage.base.ThreadedWrites); the rules are the same code
+    # as the blocking forms'.
 
     async def enqueue_async(self, caller: ApiKey, spec: EnqueueSpec) -> tuple[Job, bool]:
         """``enqueue_many`` of one job, awaited."""
         now = self.clock.now()
         new_jobs = self._new_jobs(caller, [spec], now, batch=False)
         with _batch_errors(batch=False):
-            if isinstance(self.storage, AsyncWrites):
-                results = await self.storage.job_insert_many_async(new_jobs, now)
-            else:
-                results = await anyio.to_thread.run_sync(
-                    self.storage.job_insert_many, new_jobs, now
-                )
+            results = await self.storage.job_insert_many_async(new_jobs, now)
         ((job, created),) = self._enqueued(results)
         return job, created
 
@@ -273,9 +265,7 @@ class JobService:
     ) -> list[Job]:
         """``claim``, awaited."""
         params = self._claim_params(caller, types, limit, lease_seconds, instance)
-        if isinstance(self.storage, AsyncWrites):
-            return await self.storage.job_claim_async(params)
-        return await anyio.to_thread.run_sync(self.storage.job_claim, params)
+        return await self.storage.job_claim_async(params)
 
     def _claim_params(
         self,
@@ -329,28 +319,24 @@ class JobService:
 
     def finish_many(self, caller: ApiKey, specs: Sequence[FinishSpec]) -> list[Job | QueueError]:
         """Complete or fail each held job; one answer per spec, in order."""
-        params = self._finish_params_all(caller, specs)
-        ready = [p for p in params if isinstance(p, FinishParams)]
+        params, ready = self._finish_params_all(caller, specs)
         return self._finished(params, self.storage.job_finish_many(ready) if ready else [])
 
     async def finish_many_async(
         self, caller: ApiKey, specs: Sequence[FinishSpec]
     ) -> list[Job | QueueError]:
         """``finish_many``, awaited."""
-        params = self._finish_params_all(caller, specs)
-        ready = [p for p in params if isinstance(p, FinishParams)]
-        outcomes: list[Job | QueueError] = []
-        if ready and isinstance(self.storage, AsyncWrites):
-            outcomes = await self.storage.job_finish_many_async(ready)
-        elif ready:
-            outcomes = await anyio.to_thread.run_sync(self.storage.job_finish_many, ready)
+        params, ready = self._finish_params_all(caller, specs)
+        outcomes = await self.storage.job_finish_many_async(ready) if ready else []
         return self._finished(params, outcomes)
 
     def _finish_params_all(
         self, caller: ApiKey, specs: Sequence[FinishSpec]
-    ) -> list[FinishParams | QueueError]:
+    ) -> tuple[list[FinishParams | QueueError], list[FinishParams]]:
+        """Each spec's parameters or its refusal, and the parameters that go to storage."""
         now = self.clock.now()
-        return [self._finish_params(caller, s, now) for s in specs]
+        params = [self._finish_params(caller, s, now) for s in specs]
+        return params, [p for p in params if isinstance(p, FinishParams)]
 
     def _finished(
         self, params: Sequence[FinishParams | QueueError], outcomes: Sequence[Job | QueueError]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+import anyio.to_thread
 import orjson
 
 from queuelog.clock import from_micros, to_micros
@@ -153,6 +154,16 @@ class Storage(Protocol):
         """Complete or fail each item under its guard; one answer per item, in order."""
         ...
 
+    # The hottest writes, awaited from an event loop (see ThreadedWrites).
+
+    async def job_insert_many_async(
+        self, jobs: Sequence[NewJob], now: datetime
+    ) -> list[tuple[Job, bool]]: ...
+    async def job_claim_async(self, params: ClaimParams) -> list[Job]: ...
+    async def job_finish_many_async(
+        self, items: Sequence[FinishParams]
+    ) -> list[Job | QueueError]: ...
+
     def job_rescue_expired(
         self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500
     ) -> list[Job]:
@@ -191,27 +202,26 @@ class Storage(Protocol):
         ...
 
 
-@runtime_checkable
-class AsyncWrites(Protocol):
-    """A backend whose hottest writes an event loop can await without a thread.
+class ThreadedWrites:
+    """The awaited forms of the hottest writes for a backend whose writes block:
+    each waits in the thread pool (the one FastAPI runs plain routes in).
 
-    SQLite's group writer answers through futures, so a request waits for its
-    commit on the loop. Other backends block, and their callers wait in a thread.
+    SQLite's group writer overrides them: it answers through futures, so a
+    request waits for its commit on the event loop without holding a thread.
     """
 
     async def job_insert_many_async(
-        self, jobs: Sequence[NewJob], now: datetime
+        self: Storage, jobs: Sequence[NewJob], now: datetime
     ) -> list[tuple[Job, bool]]:
-        """``job_insert_many``, awaited."""
-        ...
+        return await anyio.to_thread.run_sync(self.job_insert_many, jobs, now)
 
-    async def job_claim_async(self, params: ClaimParams) -> list[Job]:
-        """``job_claim``, awaited."""
-        ...
+    async def job_claim_async(self: Storage, params: ClaimParams) -> list[Job]:
+        return await anyio.to_thread.run_sync(self.job_claim, params)
 
-    async def job_finish_many_async(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
-        """``job_finish_many``, awaited."""
-        ...
+    async def job_finish_many_async(
+        self: Storage, items: Sequence[FinishParams]
+    ) -> list[Job | QueueError]:
+        return await anyio.to_thread.run_sync(self.job_finish_many, items)
 
 
 @runtime_checkable
@@ -353,10 +363,14 @@ def enqueued_events(results: Sequence[tuple[Job, bool]], now: datetime) -> list[
     ]
 
 
-def heartbeat_params(
-    job_id: int, lease_token: str, worker_name: str, lease_seconds: int | None, now: datetime
+def held_params(
+    job_id: int,
+    lease_token: str,
+    worker_name: str,
+    now: datetime,
+    lease_seconds: int | None = None,
 ) -> dict[str, Any]:
-    """The bound parameters of ``job_heartbeat``."""
+    """The bound parameters of a statement on a held job (``job_heartbeat``, ``job_release``)."""
     return {
         "id": job_id,
         "lease_token": lease_token,
@@ -381,6 +395,19 @@ def json_array(rows: list[dict[str, Any]]) -> str:
 def json_text(value: Any) -> str | None:
     """How both backends store a JSON value: compact text, never NaN."""
     return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def expired_finish(job: Job, now: datetime, retry_at: Callable[[Job], datetime]) -> FinishParams:
+    """How the rescue fails a job whose lease passed its deadline: as its holder would."""
+    assert job.lease_token is not None and job.claimed_by is not None
+    return FinishParams(
+        job_id=job.id,
+        lease_token=job.lease_token,
+        worker_name=job.claimed_by,
+        now=now,
+        error="lease expired",
+        retry_at=retry_at(job),
+    )
 
 
 def finish_statement(item: FinishParams, expired: bool = False) -> tuple[str, dict[str, Any]]:

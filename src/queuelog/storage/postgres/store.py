@@ -36,7 +36,8 @@ from queuelog.storage.base import (
     FinishParams,
     NewJob,
     NewKey,
-    heartbeat_params,
+    ThreadedWrites,
+    held_params,
     key_from_row,
     key_params,
 )
@@ -54,7 +55,7 @@ _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 _UNREACHABLE = (psycopg.OperationalError, PoolTimeout)
 
 
-class PostgresStorage(SqlReads):
+class PostgresStorage(SqlReads, ThreadedWrites):
     def __init__(
         self,
         url: str,
@@ -169,7 +170,7 @@ class PostgresStorage(SqlReads):
         return list(types) if types is not None else None
 
     def job_release(self, job_id: int, lease_token: str, worker_name: str, now: datetime) -> Job:
-        args = heartbeat_params(job_id, lease_token, worker_name, None, now)
+        args = held_params(job_id, lease_token, worker_name, now)
         return self._write(lambda conn: tx.release(conn, args, now))
 
     def job_heartbeat(
@@ -180,8 +181,8 @@ class PostgresStorage(SqlReads):
         lease_seconds: int | None,
         now: datetime,
     ) -> Job:
-        args = heartbeat_params(job_id, lease_token, worker_name, lease_seconds, now)
-        return self._write(lambda conn: tx.heartbeat(conn, args))
+        args = held_params(job_id, lease_token, worker_name, now, lease_seconds)
+        return self._write(lambda conn: tx.held(conn, "job_heartbeat", args))
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
         return self._write(lambda conn: tx.finish_many(conn, items))

@@ -25,6 +25,7 @@ from queuelog.storage.base import (
     complete_batch_params,
     enqueued_events,
     event_params,
+    expired_finish,
     finish_event,
     finish_statement,
     guard_failure,
@@ -137,15 +138,7 @@ def rescue(conn: Conn, now: datetime, retry_at: Callable[[Job], datetime], limit
     rescued: list[Job] = []
     events: list[dict[str, Any]] = []
     for job in expired:
-        assert job.lease_token is not None and job.claimed_by is not None
-        params = FinishParams(
-            job_id=job.id,
-            lease_token=job.lease_token,
-            worker_name=job.claimed_by,
-            now=now,
-            error="lease expired",
-            retry_at=retry_at(job),
-        )
+        params = expired_finish(job, now, retry_at)
         outcome = _finish(conn, params, events, EventKind.LEASE_EXPIRED, "queuelog")
         if isinstance(outcome, Job):
             rescued.append(outcome)
@@ -153,21 +146,19 @@ def rescue(conn: Conn, now: datetime, retry_at: Callable[[Job], datetime], limit
     return rescued
 
 
-def release(conn: Conn, args: Mapping[str, Any], now: datetime) -> Job:
-    row = conn.execute(Q["job_release"], args).fetchone()
-    if row is None:
-        raise guard_failure(_get(conn, args["id"]), args["worker_name"], args["lease_token"])
-    job = job_from_row(row)
-    event = event_params(job, now, EventKind.RELEASED, JobStatus.RUNNING, args["worker_name"])
-    _recorded(conn, [event], [job])
-    return job
-
-
-def heartbeat(conn: Conn, args: Mapping[str, Any]) -> Job:
-    row = conn.execute(Q["job_heartbeat"], args).fetchone()
+def held(conn: Conn, query: str, args: Mapping[str, Any]) -> Job:
+    """Run a guarded statement on a held job (heartbeat, release); the job, or why not."""
+    row = conn.execute(Q[query], args).fetchone()
     if row is None:
         raise guard_failure(_get(conn, args["id"]), args["worker_name"], args["lease_token"])
     return job_from_row(row)
+
+
+def release(conn: Conn, args: Mapping[str, Any], now: datetime) -> Job:
+    job = held(conn, "job_release", args)
+    event = event_params(job, now, EventKind.RELEASED, JobStatus.RUNNING, args["worker_name"])
+    _recorded(conn, [event], [job])
+    return job
 
 
 def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueError]:

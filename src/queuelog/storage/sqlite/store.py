@@ -17,7 +17,7 @@ from queuelog.storage.base import (
     FinishParams,
     NewJob,
     NewKey,
-    heartbeat_params,
+    held_params,
     job_from_row,
     key_from_row,
     key_params,
@@ -120,11 +120,11 @@ class SqliteStorage(SqlReads):
         lease_seconds: int | None,
         now: datetime,
     ) -> Job:
-        args = heartbeat_params(job_id, lease_token, worker_name, lease_seconds, now)
-        return self._writer.run(lambda conn: tx.heartbeat(conn, args))
+        args = held_params(job_id, lease_token, worker_name, now, lease_seconds)
+        return self._writer.run(lambda conn: tx.held(conn, "job_heartbeat", args))
 
     def job_release(self, job_id: int, lease_token: str, worker_name: str, now: datetime) -> Job:
-        args = heartbeat_params(job_id, lease_token, worker_name, None, now)
+        args = held_params(job_id, lease_token, worker_name, now)
         return self._writer.run(lambda conn: tx.release(conn, args, now))
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:

@@ -19,6 +19,7 @@ from queuelog.storage.base import (
     complete_batch_params,
     enqueued_events,
     event_params,
+    expired_finish,
     finish_event,
     finish_statement,
     guard_failure,
@@ -94,15 +95,7 @@ def rescue(
     ]
     rescued = []
     for job in expired:
-        assert job.lease_token is not None and job.claimed_by is not None
-        params = FinishParams(
-            job_id=job.id,
-            lease_token=job.lease_token,
-            worker_name=job.claimed_by,
-            now=now,
-            error="lease expired",
-            retry_at=retry_at(job),
-        )
+        params = expired_finish(job, now, retry_at)
         outcome = finish(conn, params, kind=EventKind.LEASE_EXPIRED, actor="queuelog")
         if not isinstance(outcome, QueueError):
             rescued.append(outcome)
@@ -193,19 +186,16 @@ def requeue_failed(conn: sqlite3.Connection, job_type: str, actor: str, now: dat
     return len(jobs)
 
 
-def release(conn: sqlite3.Connection, args: Mapping[str, Any], now: datetime) -> Job:
-    row = conn.execute(Q["job_release"], args).fetchone()
-    if row is None:
-        raise guard_failure(get(conn, args["id"]), args["worker_name"], args["lease_token"])
-    job = job_from_row(row)
-    record(
-        conn, [event_params(job, now, EventKind.RELEASED, JobStatus.RUNNING, args["worker_name"])]
-    )
-    return job
-
-
-def heartbeat(conn: sqlite3.Connection, args: Mapping[str, Any]) -> Job:
-    row = conn.execute(Q["job_heartbeat"], args).fetchone()
+def held(conn: sqlite3.Connection, query: str, args: Mapping[str, Any]) -> Job:
+    """Run a guarded statement on a held job (heartbeat, release); the job, or why not."""
+    row = conn.execute(Q[query], args).fetchone()
     if row is None:
         raise guard_failure(get(conn, args["id"]), args["worker_name"], args["lease_token"])
     return job_from_row(row)
+
+
+def release(conn: sqlite3.Connection, args: Mapping[str, Any], now: datetime) -> Job:
+    job = held(conn, "job_release", args)
+    actor = args["worker_name"]
+    record(conn, [event_params(job, now, EventKind.RELEASED, JobStatus.RUNNING, actor)])
+    return job

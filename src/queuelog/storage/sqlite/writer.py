@@ -151,10 +151,9 @@ class GroupWriter:
         try:
             values = [(future, operation(conn), None) for operation, future in group]
         except Exception as exc:
-            if len(group) == 1:
-                conn.execute("ROLLBACK")
-                return [(group[0][1], None, exc)]
             conn.execute("ROLLBACK")
+            if len(group) == 1:
+                return [(group[0][1], None, exc)]
             conn.execute("BEGIN IMMEDIATE")
             values = self._run_isolated(conn, group)
         conn.execute("COMMIT")
