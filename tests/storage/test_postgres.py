@@ -275,7 +275,10 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
         for backend in ("sqlite", "postgres")
     }
     assert numbers["postgres"] == numbers["sqlite"]
-    sqlite_names = set(load_queries("queuelog.storage.sqlite"))
+    # SQLite alone returns claimed and completed rows as one JSON value (sqlite3 takes
+    # the GIL back for every row it steps to); psycopg fetches a result set at once.
+    sqlite_only = {"job_claim_pick", "job_rows", "job_complete_batch_held"}
+    sqlite_names = set(load_queries("queuelog.storage.sqlite")) - sqlite_only
     assert sqlite_names <= set(load_queries("queuelog.storage.postgres"))
 
 

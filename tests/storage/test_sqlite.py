@@ -43,15 +43,7 @@ def test_claim_walks_the_ready_index_without_sorting(tmp_path: Path, types: str 
     store = SqliteStorage(tmp_path / "p.db")
     try:
         plan = store._reader().execute(
-            "EXPLAIN QUERY PLAN " + Q["job_claim"],
-            {
-                "now": 0,
-                "types": types,
-                "limit": 1,
-                "worker_id": "w",
-                "worker_name": "w",
-                "lease_seconds": None,
-            },
+            "EXPLAIN QUERY PLAN " + Q["job_claim_pick"], {"now": 0, "types": types, "limit": 1}
         )
         details = " ".join(str(row[-1]) for row in plan)
         assert "USING INDEX jobs_ready" in details and "TEMP B-TREE" not in details
