@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,93 @@ def test_a_request_cancelled_while_it_waits_is_dropped_and_the_writer_lives_on(
     assert writer.alive
     assert writer.run(lambda c: [r[0] for r in c.execute("SELECT v FROM t")]) == [2]
     writer.close()
+
+
+def test_work_awaited_on_a_loop_commits_in_one_group_run_by_the_loop(tmp_path: Path) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
+    writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER UNIQUE)"))
+    before = writer.groups_committed
+    threads: set[str] = set()
+
+    def insert(value: int) -> Callable[[sqlite3.Connection], int]:
+        def op(conn: sqlite3.Connection) -> int:
+            threads.add(threading.current_thread().name)
+            conn.execute("INSERT INTO t VALUES (?)", (value,))
+            return value
+
+        return op
+
+    async def together() -> list[object]:
+        waits = [writer.wait(insert(v)) for v in [*range(20), 5]]
+        return await asyncio.gather(*waits, return_exceptions=True)
+
+    outcomes = asyncio.run(together())
+    # One group for the 21 requests, run on the loop's own thread: the failing
+    # insert was undone alone and every other one committed.
+    assert writer.groups_committed - before == 1
+    assert threads == {threading.current_thread().name}
+    assert sum(isinstance(o, sqlite3.IntegrityError) for o in outcomes) == 1
+    rows = writer.run(lambda c: [r[0] for r in c.execute("SELECT v FROM t ORDER BY v")])
+    assert rows == list(range(20))
+    writer.close()
+
+
+def test_a_request_cancelled_before_the_loop_runs_its_group_is_dropped(tmp_path: Path) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
+    writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+
+    async def cancel_one() -> None:
+        gone = asyncio.ensure_future(writer.wait(lambda c: c.execute("INSERT INTO t VALUES (1)")))
+        kept = asyncio.ensure_future(writer.wait(lambda c: c.execute("INSERT INTO t VALUES (2)")))
+        await asyncio.sleep(0)  # both are gathered; the group has not run yet
+        gone.cancel()
+        await kept
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+
+    asyncio.run(asyncio.wait_for(cancel_one(), timeout=10))
+    assert writer.run(lambda c: [r[0] for r in c.execute("SELECT v FROM t")]) == [2]
+    writer.close()
+
+
+def test_loops_on_several_threads_share_the_one_writer(tmp_path: Path) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
+    writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER UNIQUE)"))
+
+    async def inserts(start: int) -> None:
+        await asyncio.gather(
+            *(
+                writer.wait(lambda c, v=v: c.execute("INSERT INTO t VALUES (?)", (v,)))
+                for v in range(start, start + 200)
+            )
+        )
+
+    def on_own_loop(start: int) -> None:
+        for offset in range(0, 1000, 200):
+            asyncio.run(inserts(start + offset))
+
+    threads = [threading.Thread(target=on_own_loop, args=(n * 1000,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for _ in range(50):  # blocking callers too, through the writer's thread
+        writer.run(lambda c: c.execute("INSERT INTO t VALUES (-1) ON CONFLICT DO NOTHING"))
+    for thread in threads:
+        thread.join(timeout=30)
+    count = writer.run(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0])
+    assert count == 3001
+    writer.close()
+
+
+def test_work_awaited_after_close_or_gathered_before_it_is_refused(tmp_path: Path) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
+
+    async def closing() -> None:
+        gathered = asyncio.ensure_future(writer.wait(lambda c: "ran"))
+        await asyncio.sleep(0)  # gathered, its group not run yet
+        writer.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            await gathered
+        with pytest.raises(RuntimeError, match="closed"):
+            await writer.wait(lambda c: "ran")
+
+    asyncio.run(asyncio.wait_for(closing(), timeout=10))
