@@ -2,14 +2,57 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 from collections.abc import Callable
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 GRACEFUL_SHUTDOWN_SECONDS = 10
+
+
+class _Corked:
+    """A transport whose writes in one turn of the event loop leave in one send.
+
+    uvicorn writes an answer's head and body apart: two system calls, and two
+    wake-ups of the client, per answer. Held until the loop's next turn, they go
+    out together; a close sends what is held first.
+    """
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._held:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._held.append(bytes(data))
+
+    def _flush(self) -> None:
+        if self._held:
+            data = b"".join(self._held)
+            self._held.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class _CorkedHttp(HttpToolsProtocol):
+    """uvicorn's httptools protocol, writing through ``_Corked``."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.transport = _Corked(transport)  # type: ignore[assignment]
 
 
 class _Server(uvicorn.Server):
@@ -38,6 +81,7 @@ def run(app: FastAPI, host: str, port: int, access_log: bool = False) -> None:
         port=port,
         log_level="info",
         access_log=access_log,
+        http=_CorkedHttp,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
     server = _Server(config, on_shutdown=app.state.queuelog.wakeup.close)
