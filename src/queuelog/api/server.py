@@ -16,28 +16,34 @@ GRACEFUL_SHUTDOWN_SECONDS = 10
 
 
 class _Corked:
-    """A transport whose writes in one turn of the event loop leave in one send.
+    """A transport that sends an answer's head together with what follows it.
 
     uvicorn writes an answer's head and body apart: two system calls, and two
-    wake-ups of the client, per answer. Held until the loop's next turn, they go
-    out together; a close sends what is held first.
+    wake-ups of the client, per answer. A write is held until the next one, which
+    leaves with it at once, or until the loop's next turn if none comes; a close
+    sends what is held first.
     """
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
-        self._held: list[bytes] = []
+        self._held: bytes | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not self._held:
+        if self._held is None:
+            self._held = bytes(data)
             asyncio.get_running_loop().call_soon(self._flush)
-        self._held.append(bytes(data))
+            return
+        held, self._held = self._held, None
+        self._send(held + bytes(data))
 
     def _flush(self) -> None:
-        if self._held:
-            data = b"".join(self._held)
-            self._held.clear()
-            if not self._transport.is_closing():
-                self._transport.write(data)
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._send(held)
+
+    def _send(self, data: bytes) -> None:
+        if not self._transport.is_closing():
+            self._transport.write(data)
 
     def close(self) -> None:
         self._flush()

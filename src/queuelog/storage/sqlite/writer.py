@@ -50,9 +50,10 @@ class GroupWriter:
         self._conn: sqlite3.Connection | None = None
         # Held by whoever runs a group on the connection: the thread or an event loop.
         self._using = threading.Lock()
-        # Work awaited on an event loop, gathered until the loop's next turn runs it.
-        self._gathered: list[tuple[Operation, asyncio.Future[Any]]] = []
-        self._gathering: asyncio.AbstractEventLoop | None = None
+        # Work awaited on each event loop, gathered until that loop's next turn runs it.
+        self._gathered: dict[
+            asyncio.AbstractEventLoop, list[tuple[Operation, asyncio.Future[Any]]]
+        ] = {}
         self.groups_committed = 0
         self._thread.start()
         self._ready.wait()
@@ -69,25 +70,23 @@ class GroupWriter:
         loop = asyncio.get_running_loop()
         if self._closed:
             raise RuntimeError("storage is closed")
-        if self._gathering not in (None, loop):  # another loop is gathering: use the thread
-            return await asyncio.wrap_future(self.submit(operation))
         future: asyncio.Future[T] = loop.create_future()
-        self._gathered.append((operation, future))
-        if self._gathering is None:
-            self._gathering = loop
-            loop.call_soon(self._run_gathered)
+        gathered = self._gathered.get(loop)
+        if gathered is None:
+            gathered = self._gathered[loop] = []
+            loop.call_soon(self._run_gathered, loop)
+        gathered.append((operation, future))
         return await future
 
-    def _run_gathered(self) -> None:
-        """Run, on the loop, the group of work awaited since the last turn."""
-        group = [(op, future) for op, future in self._gathered if not future.cancelled()]
-        self._gathered = []
-        self._gathering = None
+    def _run_gathered(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run, on ``loop``, the group of work awaited there since its last turn."""
+        gathered = self._gathered.pop(loop, [])
+        group = [(op, future) for op, future in gathered if not future.cancelled()]
         if not group:
             return
         if not self._using.acquire(blocking=False):
-            # The thread is running a group: this work joins its queue rather than
-            # holding up the loop until that group is done.
+            # The thread (or another loop) is running a group: this work joins the
+            # thread's queue rather than holding up the loop until that group is done.
             for operation, future in group:
                 _chain(self._submit_or_fail(operation), future)
             return
