@@ -90,9 +90,9 @@ class SqliteStorage(SqlReads):
 
     # -- jobs --------------------------------------------------------------
 
-    # The hottest writes come in two forms: blocking, and awaited on the group
-    # writer's future (no thread held while the commit is waited for). Rows become
-    # Jobs in the caller's thread, outside the writer.
+    # The hottest writes come in two forms: blocking (queued for the writer's
+    # thread) and awaited on an event loop (gathered there and run by the loop, one
+    # group per turn). Rows become Jobs after the group, outside the transaction.
 
     def job_insert_many(self, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
         return self._writer.run(lambda conn: tx.insert_many(conn, jobs, now))
