@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -56,3 +57,16 @@ def test_batch_completion_finds_each_job_by_id(conn: sqlite3.Connection, name: s
         "SEARCH jobs USING INTEGER PRIMARY KEY"
     )
     assert "jobs_status_type" not in steps and "jobs_leases" not in steps
+
+
+def test_job_rows_reads_back_every_column_of_jobs(conn: sqlite3.Connection) -> None:
+    """job_rows names the columns by hand: a column added to jobs must be added there."""
+    conn.execute(
+        "INSERT INTO jobs (type, principal, run_at, created_at, updated_at)"
+        " VALUES ('noop', 'p', 1, 1, 1)"
+    )
+    (text,) = conn.execute(Q["job_rows"], {"ids": "[1]"}).fetchone()
+    (row,) = json.loads(text)
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(jobs)")]
+    assert sorted(row) == sorted(columns)
+    assert row == dict(zip(columns, conn.execute("SELECT * FROM jobs").fetchone(), strict=True))

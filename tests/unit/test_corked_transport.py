@@ -10,6 +10,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, StreamingResponse
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
 from queuelog.api.server import _Corked, _CorkedHttp
 
@@ -31,7 +33,13 @@ class Recorder:
         self.closed = True
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else default
+        return ("127.0.0.1", 1) if name in ("peername", "sockname") else default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
 
 
 def test_a_head_leaves_with_the_body_that_follows_it() -> None:
@@ -72,8 +80,8 @@ def test_close_sends_what_is_held_first_and_nothing_goes_to_a_closing_transport(
 
 
 def test_uvicorn_with_the_corked_protocol_answers_whole() -> None:
-    """A real uvicorn: keep-alive answers arrive with head and body in one read, and a
-    streamed answer arrives complete."""
+    """A real uvicorn with the corked protocol: keep-alive answers and a streamed
+    answer arrive complete and in order (one write each is checked above)."""
     app = FastAPI()
 
     @app.get("/small")
@@ -113,3 +121,34 @@ def test_uvicorn_with_the_corked_protocol_answers_whole() -> None:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_the_serve_protocol_hands_each_answer_to_the_socket_in_one_write() -> None:
+    """``_CorkedHttp`` (what ``serve`` runs) on a recording transport: one write per
+    answer, where uvicorn's own protocol makes two."""
+    app = FastAPI()
+
+    @app.get("/small")
+    def small() -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    async def answers(protocol_class: type[HttpToolsProtocol]) -> list[bytes]:
+        config = uvicorn.Config(app, http=protocol_class, log_level="error")
+        config.load()
+        protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
+        raw = Recorder()
+        protocol.connection_made(raw)  # type: ignore[arg-type]
+        for _ in range(2):
+            before = len(raw.writes)
+            protocol.data_received(b"GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
+            for _ in range(200):
+                if raw.writes[before:] and raw.writes[-1].endswith(b'{"ok":true}'):
+                    break
+                await asyncio.sleep(0.005)
+        protocol.connection_lost(None)
+        return raw.writes
+
+    corked = asyncio.run(answers(_CorkedHttp))
+    assert len(corked) == 2
+    assert all(w.startswith(b"HTTP/1.1 200 OK\r\n") and w.endswith(b'{"ok":true}') for w in corked)
+    assert len(asyncio.run(answers(HttpToolsProtocol))) == 4  # head and body apart

@@ -7,6 +7,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -295,3 +296,86 @@ def test_work_awaited_after_close_or_gathered_before_it_is_refused(tmp_path: Pat
             await writer.wait(lambda c: "ran")
 
     asyncio.run(asyncio.wait_for(closing(), timeout=10))
+
+
+class _FailingRollback(sqlite3.Connection):
+    """A connection whose next ROLLBACK fails once ``failures`` is set (a disk that errs)."""
+
+    failures = 0
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql == "ROLLBACK" and self.failures:
+            self.failures -= 1
+            raise sqlite3.OperationalError("disk I/O error")
+        return super().execute(sql, *args)
+
+
+def test_a_rollback_that_fails_answers_the_group_and_the_writer_goes_on(tmp_path: Path) -> None:
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(
+            tmp_path / "w.db",
+            isolation_level=None,
+            check_same_thread=False,
+            factory=_FailingRollback,
+        )
+
+    writer = GroupWriter(connect)
+    writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+
+    def fails_and_so_does_its_rollback(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (-1)")
+        assert isinstance(conn, _FailingRollback)
+        conn.failures = 2  # the group's own rollback, and the one after the group failed
+        raise ValueError("refused")
+
+    # On the writer's thread: the caller gets an error instead of waiting forever,
+    # and the next group first ends the transaction the rollback left open.
+    with pytest.raises((ValueError, sqlite3.OperationalError)):
+        writer.run(fails_and_so_does_its_rollback)
+    writer.run(lambda c: c.execute("INSERT INTO t VALUES (1)"))
+
+    async def on_a_loop() -> None:
+        with pytest.raises((ValueError, sqlite3.OperationalError)):
+            await writer.wait(fails_and_so_does_its_rollback)
+        await writer.wait(lambda c: c.execute("INSERT INTO t VALUES (2)"))
+
+    asyncio.run(asyncio.wait_for(on_a_loop(), timeout=10))
+    assert writer.alive
+    rows = writer.run(lambda c: [r[0] for r in c.execute("SELECT v FROM t ORDER BY v")])
+    assert rows == [1, 2]
+    writer.close()
+
+
+def test_a_loop_never_waits_for_another_process_s_write_lock(tmp_path: Path) -> None:
+    path = tmp_path / "w.db"
+    writer = GroupWriter(
+        lambda: sqlite3.connect(path, isolation_level=None, timeout=10, check_same_thread=False)
+    )
+    writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # as a CLI command on the same file would
+    ran_on: list[str] = []
+
+    def insert(conn: sqlite3.Connection) -> None:
+        ran_on.append(threading.current_thread().name)
+        conn.execute("INSERT INTO t VALUES (1)")
+
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.5, other.execute, "COMMIT")
+        stalls, last = [], loop.time()
+        waiting = asyncio.ensure_future(writer.wait(insert))
+        while not waiting.done():
+            await asyncio.sleep(0.01)
+            stalls.append(loop.time() - last)
+            last = loop.time()
+        await waiting
+        return max(stalls)
+
+    longest_stall = asyncio.run(asyncio.wait_for(scenario(), timeout=10))
+    other.close()
+    # The loop kept turning while the lock was held; the writer's thread waited for it.
+    assert longest_stall < 0.25
+    assert ran_on == ["queuelog-writer"]
+    assert writer.run(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0]) == 1
+    writer.close()

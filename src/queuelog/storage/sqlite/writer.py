@@ -48,6 +48,7 @@ class GroupWriter:
         self._lock = threading.Lock()
         self._startup_error: Exception | None = None
         self._conn: sqlite3.Connection | None = None
+        self._busy_ms = 0
         # Held by whoever runs a group on the connection: the thread or an event loop.
         self._using = threading.Lock()
         # Work awaited on each event loop, gathered until that loop's next turn runs it.
@@ -92,10 +93,22 @@ class GroupWriter:
             return
         outcomes: list[Outcome]
         try:
-            if self._closed or self._conn is None:
+            conn = self._conn
+            if self._closed or conn is None:
                 outcomes = [(f, None, RuntimeError("storage is closed")) for _, f in group]
             else:
-                outcomes = self._outcomes(self._conn, group)
+                try:
+                    begun = self._begin_at_once(conn)
+                except Exception as exc:  # not even begun: nothing was stored
+                    outcomes = [(f, None, exc) for _, f in group]
+                else:
+                    if not begun:
+                        # Another process holds the database's write lock: the
+                        # thread waits for it (busy_timeout), not the loop.
+                        for operation, future in group:
+                            _chain(self._submit_or_fail(operation), future)
+                        return
+                    outcomes = self._outcomes(conn, group, begun=True)
         finally:
             self._using.release()
         for settled, value, error in outcomes:
@@ -138,6 +151,10 @@ class GroupWriter:
             self._startup_error = exc
             self._ready.set()
             return
+        # The connection waits for another process's write lock only in the thread's
+        # groups, never on an event loop (see _begin_at_once).
+        self._busy_ms = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+        conn.execute("PRAGMA busy_timeout = 0")
         self._conn = conn
         self._ready.set()
         try:
@@ -179,22 +196,48 @@ class GroupWriter:
 
     def _commit(self, conn: sqlite3.Connection, group: list[tuple[Operation, Future[Any]]]) -> None:
         with self._using:
-            outcomes = self._outcomes(conn, group)
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            try:
+                outcomes = self._outcomes(conn, group)
+            finally:
+                conn.execute("PRAGMA busy_timeout = 0")
         for future, value, error in outcomes:
             _settle(future, value, error)
 
-    def _outcomes(self, conn: sqlite3.Connection, group: Group) -> list[Outcome]:
+    def _begin_at_once(self, conn: sqlite3.Connection) -> bool:
+        """Begin the group's transaction unless another process holds the write lock
+        (the connection waits for no lock outside the thread's groups)."""
+        try:
+            self._begin(conn)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+                return False
+            raise
+        return True
+
+    @staticmethod
+    def _begin(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:  # left open by a rollback that failed: end it first
+            conn.execute("ROLLBACK")
+        conn.execute("BEGIN IMMEDIATE")
+
+    def _outcomes(
+        self, conn: sqlite3.Connection, group: Group, begun: bool = False
+    ) -> list[Outcome]:
         """Run and commit ``group``: each future with its value or its error."""
         try:
-            outcomes = self._run_group(conn, group)
+            outcomes = self._run_group(conn, group, begun)
         except Exception as exc:  # the transaction itself failed: nothing was stored
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the next group's _begin ends what is left; these are answered
             return [(future, None, exc) for _, future in group]
         self.groups_committed += 1
         return outcomes
 
-    def _run_group(self, conn: sqlite3.Connection, group: Group) -> list[Outcome]:
+    def _run_group(self, conn: sqlite3.Connection, group: Group, begun: bool) -> list[Outcome]:
         """Run and commit the group; each operation's value or its own failure.
 
         Operations rarely fail, so the group first runs without savepoints (two
@@ -205,7 +248,8 @@ class GroupWriter:
         savepoint: its failure is the transaction's.
         """
         values: list[Outcome]
-        conn.execute("BEGIN IMMEDIATE")
+        if not begun:
+            self._begin(conn)
         try:
             values = [(future, operation(conn), None) for operation, future in group]
         except Exception as exc:
@@ -249,6 +293,8 @@ def _chain(source: Future[Any], target: asyncio.Future[Any]) -> None:
     target.add_done_callback(lambda t: source.cancel() if t.cancelled() else None)
 
     def copy(done: Future[Any]) -> None:
+        if loop.is_closed():  # nobody is awaiting it any more
+            return
         error = done.exception() if not done.cancelled() else RuntimeError("storage is closed")
         loop.call_soon_threadsafe(_settle, target, None if error else done.result(), error)
 
