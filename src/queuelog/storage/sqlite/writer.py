@@ -88,31 +88,28 @@ class GroupWriter:
         if not self._using.acquire(blocking=False):
             # The thread (or another loop) is running a group: this work joins the
             # thread's queue rather than holding up the loop until that group is done.
-            for operation, future in group:
-                _chain(self._submit_or_fail(operation), future)
+            self._to_thread(group)
             return
-        outcomes: list[Outcome]
+        outcomes: list[Outcome] | None
         try:
             conn = self._conn
             if self._closed or conn is None:
                 outcomes = [(f, None, RuntimeError("storage is closed")) for _, f in group]
             else:
-                try:
-                    begun = self._begin_at_once(conn)
-                except Exception as exc:  # not even begun: nothing was stored
-                    outcomes = [(f, None, exc) for _, f in group]
-                else:
-                    if not begun:
-                        # Another process holds the database's write lock: the
-                        # thread waits for it (busy_timeout), not the loop.
-                        for operation, future in group:
-                            _chain(self._submit_or_fail(operation), future)
-                        return
-                    outcomes = self._outcomes(conn, group, begun=True)
+                outcomes = self._outcomes(conn, group, wait=False)
         finally:
             self._using.release()
+        if outcomes is None:
+            # Another process holds the database's write lock: the thread waits for
+            # it (busy_timeout), not the loop.
+            self._to_thread(group)
+            return
         for settled, value, error in outcomes:
             _settle(settled, value, error)
+
+    def _to_thread(self, group: list[tuple[Operation, asyncio.Future[Any]]]) -> None:
+        for operation, future in group:
+            _chain(self._submit_or_fail(operation), future)
 
     def _submit_or_fail(self, operation: Operation) -> Future[Any]:
         try:
@@ -152,7 +149,7 @@ class GroupWriter:
             self._ready.set()
             return
         # The connection waits for another process's write lock only in the thread's
-        # groups, never on an event loop (see _begin_at_once).
+        # groups, never on an event loop (see _begin).
         self._busy_ms = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
         conn.execute("PRAGMA busy_timeout = 0")
         self._conn = conn
@@ -196,37 +193,37 @@ class GroupWriter:
 
     def _commit(self, conn: sqlite3.Connection, group: list[tuple[Operation, Future[Any]]]) -> None:
         with self._using:
-            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-            try:
-                outcomes = self._outcomes(conn, group)
-            finally:
-                conn.execute("PRAGMA busy_timeout = 0")
+            outcomes = self._outcomes(conn, group, wait=True)
+        assert outcomes is not None  # a group that may wait for the lock always runs
         for future, value, error in outcomes:
             _settle(future, value, error)
 
-    def _begin_at_once(self, conn: sqlite3.Connection) -> bool:
-        """Begin the group's transaction unless another process holds the write lock
-        (the connection waits for no lock outside the thread's groups)."""
-        try:
-            self._begin(conn)
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
-                return False
-            raise
-        return True
-
-    @staticmethod
-    def _begin(conn: sqlite3.Connection) -> None:
+    def _begin(self, conn: sqlite3.Connection, wait: bool) -> bool:
+        """Begin a group's transaction. False when another process holds the write
+        lock and ``wait`` is off: only the thread's groups wait for it (busy_timeout)."""
         if conn.in_transaction:  # left open by a rollback that failed: end it first
             conn.execute("ROLLBACK")
-        conn.execute("BEGIN IMMEDIATE")
-
-    def _outcomes(
-        self, conn: sqlite3.Connection, group: Group, begun: bool = False
-    ) -> list[Outcome]:
-        """Run and commit ``group``: each future with its value or its error."""
         try:
-            outcomes = self._run_group(conn, group, begun)
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
+                raise
+            if not wait:
+                return False
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            finally:
+                conn.execute("PRAGMA busy_timeout = 0")
+        return True
+
+    def _outcomes(self, conn: sqlite3.Connection, group: Group, wait: bool) -> list[Outcome] | None:
+        """Run and commit ``group``: each future with its value or its error; None if
+        nothing ran because the write lock is another process's and ``wait`` is off."""
+        try:
+            if not self._begin(conn, wait):
+                return None
+            outcomes = self._run_group(conn, group, wait)
         except Exception as exc:  # the transaction itself failed: nothing was stored
             try:
                 if conn.in_transaction:
@@ -237,8 +234,9 @@ class GroupWriter:
         self.groups_committed += 1
         return outcomes
 
-    def _run_group(self, conn: sqlite3.Connection, group: Group, begun: bool) -> list[Outcome]:
-        """Run and commit the group; each operation's value or its own failure.
+    def _run_group(self, conn: sqlite3.Connection, group: Group, wait: bool) -> list[Outcome]:
+        """Run and commit the group, its transaction begun; each operation's value or
+        its own failure.
 
         Operations rarely fail, so the group first runs without savepoints (two
         statements fewer per operation). If one fails, the whole transaction is
@@ -248,15 +246,14 @@ class GroupWriter:
         savepoint: its failure is the transaction's.
         """
         values: list[Outcome]
-        if not begun:
-            self._begin(conn)
         try:
             values = [(future, operation(conn), None) for operation, future in group]
         except Exception as exc:
             conn.execute("ROLLBACK")
             if len(group) == 1:
                 return [(group[0][1], None, exc)]
-            conn.execute("BEGIN IMMEDIATE")
+            if not self._begin(conn, wait):
+                raise sqlite3.OperationalError("database is locked") from exc
             values = self._run_isolated(conn, group)
         conn.execute("COMMIT")
         return values
