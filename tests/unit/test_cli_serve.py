@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,12 +22,17 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
 
     def fake_run(self: uvicorn.Server) -> None:
         seen["access_log"] = self.config.access_log
+        seen["gc_threshold"] = gc.get_threshold()
+        seen["gc_frozen"] = gc.get_freeze_count()
 
     monkeypatch.setattr(server._Server, "run", fake_run)
     # serve ignores SIGTERM before it runs the server; give the test process its handler back.
     handler = signal.getsignal(signal.SIGTERM)
+    threshold = gc.get_threshold()
     yield seen
     signal.signal(signal.SIGTERM, handler)
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
 
 
 def serve(tmp_path: Path, *args: str) -> None:
@@ -44,3 +50,12 @@ def test_serve_writes_no_access_log_by_default(tmp_path: Path, captured: dict[st
 def test_serve_access_log_flag_turns_it_on(tmp_path: Path, captured: dict[str, Any]) -> None:
     serve(tmp_path, "--access-log")
     assert captured["access_log"] is True
+
+
+def test_serve_freezes_what_startup_built_before_serving(
+    tmp_path: Path, captured: dict[str, Any]
+) -> None:
+    assert gc.get_freeze_count() == 0
+    serve(tmp_path)
+    assert captured["gc_threshold"] == server.GC_THRESHOLDS
+    assert captured["gc_frozen"] > 10_000  # the modules, the app and its models

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import socket
 from collections.abc import Callable
@@ -13,6 +14,9 @@ from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 GRACEFUL_SHUTDOWN_SECONDS = 10
+# Python's cyclic collector, tuned for a server (see _tune_gc): the youngest objects
+# are collected every 20,000 allocations instead of 700, the older generations as often.
+GC_THRESHOLDS = (20_000, 20, 20)
 
 
 class _Corked:
@@ -94,4 +98,20 @@ def run(app: FastAPI, host: str, port: int, access_log: bool = False) -> None:
     # uvicorn re-raises the signal that stopped it once it has shut down; with
     # SIGTERM ignored by then, a graceful stop ends the process with status 0.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _tune_gc()
     server.run()
+
+
+def _tune_gc() -> None:
+    """Keep the cyclic collector off what serving never frees.
+
+    Everything alive once the app is built (modules, FastAPI's routes and models,
+    pydantic's validators) lives as long as the process, yet every full collection
+    walked it again: under load, collections took about a tenth of the event loop's
+    time. Frozen, those objects are never scanned; and with the young generation
+    collected every 20,000 allocations instead of 700, a request's short-lived
+    objects are mostly freed by reference counting before a collection sees them.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
