@@ -64,6 +64,15 @@ class EventKind(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Finished:
+    """A finished job's id and new status: the answer to a batch acknowledgement that
+    asked for no jobs back (``Prefer: return=minimal``), so none was read or sent."""
+
+    id: int
+    status: JobStatus
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     id: int
     type: str

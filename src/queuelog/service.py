@@ -6,7 +6,7 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 
@@ -23,6 +23,7 @@ from queuelog.errors import (
 from queuelog.models import (
     ApiKey,
     EventKind,
+    Finished,
     Job,
     JobEvent,
     JobStatus,
@@ -41,6 +42,7 @@ from queuelog.storage.base import (
     Storage,
 )
 
+Answer = TypeVar("Answer", bound=Job | Finished)  # what a finished spec is answered with
 _DEFAULT_TYPE = JobTypeConfig()
 # One prune pass deletes at most this many batches (of up to 1,000 jobs per status).
 _PRUNE_MAX_BATCHES = 100
@@ -323,11 +325,12 @@ class JobService:
         return self._finished(params, self.storage.job_finish_many(ready) if ready else [])
 
     async def finish_many_async(
-        self, caller: ApiKey, specs: Sequence[FinishSpec]
-    ) -> list[Job | QueueError]:
-        """``finish_many``, awaited."""
+        self, caller: ApiKey, specs: Sequence[FinishSpec], with_jobs: bool = True
+    ) -> list[Job | Finished | QueueError]:
+        """``finish_many``, awaited; without ``with_jobs`` a finished job is answered by its
+        id and new status alone."""
         params, ready = self._finish_params_all(caller, specs)
-        outcomes = await self.storage.job_finish_many_async(ready) if ready else []
+        outcomes = await self.storage.job_finish_many_async(ready, with_jobs) if ready else []
         return self._finished(params, outcomes)
 
     def _finish_params_all(
@@ -339,10 +342,10 @@ class JobService:
         return params, [p for p in params if isinstance(p, FinishParams)]
 
     def _finished(
-        self, params: Sequence[FinishParams | QueueError], outcomes: Sequence[Job | QueueError]
-    ) -> list[Job | QueueError]:
+        self, params: Sequence[FinishParams | QueueError], outcomes: Sequence[Answer | QueueError]
+    ) -> list[Answer | QueueError]:
         """Each spec's answer, in order: its outcome, or why it never reached the storage."""
-        if any(isinstance(o, Job) and o.status == JobStatus.PENDING for o in outcomes):
+        if any(not isinstance(o, QueueError) and o.status == JobStatus.PENDING for o in outcomes):
             self._on_ready()
         done = iter(outcomes)
         return [next(done) if isinstance(p, FinishParams) else p for p in params]

@@ -17,7 +17,7 @@ from queuelog.storage.base import Storage
 from tests.conftest import KeyMaker
 
 # Headers an answer may carry that a client relies on.
-_HEADERS = ("content-type", "location", "www-authenticate", "retry-after")
+_HEADERS = ("content-type", "location", "www-authenticate", "retry-after", "preference-applied")
 # Fields that differ between two jobs made by the same request.
 _PER_JOB = ("id", "run_at", "created_at", "updated_at")
 
@@ -149,7 +149,7 @@ def _worker_run(app: TestClient, make_key: KeyMaker, suffix: str) -> list[tuple[
     producer = {"Authorization": f"Bearer {make_key('shop-' + suffix, 'producer')[1]}"}
     mailer = make_key("mailer-" + suffix, "worker", types=["noop"])[1]
     worker = {"Authorization": f"Bearer {mailer}", "Content-Type": "application/json"}
-    for _ in range(3):
+    for _ in range(5):
         assert app.post("/jobs", json={"type": "noop"}, headers=producer).status_code == 201
     seen: list[tuple[str, Any]] = []
 
@@ -171,7 +171,7 @@ def _worker_run(app: TestClient, make_key: KeyMaker, suffix: str) -> list[tuple[
     rest = post("claim, limit 5", claim, worker, b'{"limit": 5, "instance": "i-1"}')
     post("claim, nothing left", claim, worker, b'{"wait_seconds": 0.05}')
     held = nulled["jobs"] + first["jobs"] + rest["jobs"]
-    assert len(held) == 3
+    assert len(held) == 5
     done = "/jobs/batch/complete"
     items = [
         {"id": held[0]["id"], "lease_token": held[0]["lease_token"], "result": {"ok": 1}},
@@ -185,6 +185,15 @@ def _worker_run(app: TestClient, make_key: KeyMaker, suffix: str) -> list[tuple[
     post("complete, bad json", done, worker, b'{"items": [')
     post("complete, items", done, worker, json.dumps({"items": items}).encode())
     post("complete, again", done, worker, json.dumps({"items": items[:1]}).encode())
+    minimal = {**worker, "Prefer": "respond-async, return=minimal"}
+    one = [{"id": held[3]["id"], "lease_token": held[3]["lease_token"]}]
+    post("complete, minimal one", done, minimal, json.dumps({"items": one}).encode())
+    many = [
+        {"id": held[4]["id"], "lease_token": held[4]["lease_token"], "result": {"ok": 2}},
+        {"id": held[1]["id"], "lease_token": "stale"},
+        {"id": held[3]["id"], "lease_token": held[3]["lease_token"]},
+    ]
+    post("complete, minimal", done, minimal, json.dumps({"items": many}).encode())
     return seen
 
 
@@ -199,6 +208,14 @@ def test_the_worker_routes_answer_the_same_with_and_without_the_fast_lane(
     assert set(statuses.values()) == {200, 401, 403, 422}
     results = dict(fast)["complete, items"][2]["results"]
     assert [r["status"] for r in results] == [200, 409, 404, 200]
+    _, headers, body = dict(fast)["complete, minimal"]
+    assert headers["preference-applied"] == "return=minimal"
+    # Ids are left out of the comparison; no item carries a job.
+    assert body["results"] == [
+        {"status": 200},
+        {"status": 409, "type": "not-lease-holder"},
+        {"status": 409, "type": "invalid-state"},
+    ]
 
 
 def test_repeated_content_types_and_streamed_bodies_answer_alike(

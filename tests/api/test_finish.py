@@ -218,6 +218,42 @@ def test_batch_complete_answers_each_item_in_order(
     assert results[0]["job"]["result"] == {"n": 0}
     assert results[1]["type"] == "not-found" and results[2]["type"] == "not-lease-holder"
     assert [r["id"] for r in results] == [i["id"] for i in items]
+    assert "preference-applied" not in response.headers
+
+
+def test_batch_complete_with_prefer_return_minimal_answers_without_the_jobs(
+    producer: Api, worker: Api, admin: Api
+) -> None:
+    for _ in range(4):
+        enqueue(producer)
+    jobs = worker.post("/jobs/claim", json={"limit": 4}).json()["jobs"]
+    minimal = {"Prefer": "return=minimal"}
+    items = [
+        {"id": jobs[0]["id"], "lease_token": jobs[0]["lease_token"], "result": {"n": 0}},
+        {"id": 9999, "lease_token": "x"},
+        {"id": jobs[1]["id"], "lease_token": "stale"},
+        {"id": jobs[2]["id"], "lease_token": jobs[2]["lease_token"]},
+    ]
+    response = worker.post("/jobs/batch/complete", json={"items": items}, headers=minimal)
+    assert response.status_code == 200, response.text
+    assert response.headers["preference-applied"] == "return=minimal"
+    assert response.json()["results"] == [
+        {"id": jobs[0]["id"], "status": 200},
+        {"id": 9999, "status": 404, "type": "not-found"},
+        {"id": jobs[1]["id"], "status": 409, "type": "not-lease-holder"},
+        {"id": jobs[2]["id"], "status": 200},
+    ]
+    # A batch of one is finished item by item: answered the same way.
+    one = [{"id": jobs[3]["id"], "lease_token": jobs[3]["lease_token"]}]
+    alone = worker.post("/jobs/batch/complete", json={"items": one}, headers=minimal)
+    assert alone.json()["results"] == [{"id": jobs[3]["id"], "status": 200}]
+    # The jobs are completed exactly as without the preference, events and all.
+    for job, result in ((jobs[0], {"n": 0}), (jobs[2], None), (jobs[3], None)):
+        stored = admin.get(f"/jobs/{job['id']}").json()
+        assert stored["status"] == "completed" and stored["result"] == result
+        events = admin.get(f"/jobs/{job['id']}/events").json()["events"]
+        assert events[-1]["event"] == "completed"
+    assert admin.get(f"/jobs/{jobs[1]['id']}").json()["status"] == "running"
 
 
 def test_batch_complete_of_0_or_101_items_is_422(worker: Api) -> None:

@@ -85,6 +85,13 @@ def test_claim_heartbeat_complete_many_and_fail(real_server: RealServer) -> None
         assert answers[0].ok and answers[0].job is not None
         assert answers[0].job.result == {"ok": True}
         assert not answers[1].ok and isinstance(answers[1].error, NotLeaseHolder)
+        # Without the jobs: the same answers, and the completion landed.
+        shop.enqueue("send_email", {"to": "3@example.com"})
+        jobs = worker.claim(types=["send_email"], lease_seconds=60)
+        minimal = worker.complete_many([(jobs[0], {"n": 1}), stale], return_jobs=False)
+        assert [(a.id, a.status, a.job) for a in minimal[:1]] == [(jobs[0].id, 200, None)]
+        assert isinstance(minimal[1].error, NotLeaseHolder)
+        assert shop.get(jobs[0].id).result == {"n": 1}
 
 
 def claim_job(worker: Client, job: Job) -> Job:

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
+import httpx
 import pytest
 
 from queuelog.client import Client, Fail, Job, Retry, Worker
@@ -90,6 +91,39 @@ def test_handler_outcomes_become_complete_retry_and_fail(server: RealServer) -> 
     assert jobs["fail"].error == "never"
     assert jobs["crash"].status is JobStatus.FAILED  # noop allows 2 retries, then fails
     assert jobs["crash"].retry_count == 2 and jobs["crash"].error == "RuntimeError: boom"
+
+
+class Recording(httpx.HTTPTransport):
+    """A real transport that notes each request's path and ``Prefer`` header."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, str | None]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append((request.url.path, request.headers.get("prefer")))
+        return super().handle_request(request)
+
+
+def test_the_worker_acknowledges_without_asking_for_the_jobs_back(server: RealServer) -> None:
+    worker = Worker(concurrency=2, wait_seconds=1)
+    worker.handler("noop")(lambda job: {"n": job.payload["n"]})
+    with Client(server.url, server.keys["shop"]) as shop:
+        ids = [shop.enqueue("noop", {"n": n}).id for n in range(4)]
+    transport = Recording()
+    client = Client(server.url, server.keys["mailer"], transport=transport)
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        wait_until(settled(server, *ids), "every job to settle")
+    finally:
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+        client.close()
+    with admin(server) as root:
+        assert [root.get(i).result for i in ids] == [{"n": n} for n in range(4)]
+    acks = [prefer for path, prefer in transport.seen if path == "/jobs/batch/complete"]
+    assert acks and set(acks) == {"return=minimal"}
 
 
 def test_a_result_too_large_to_store_fails_the_job_for_good(server: RealServer) -> None:

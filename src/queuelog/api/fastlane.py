@@ -33,7 +33,12 @@ from queuelog.api.deps import AppState
 from queuelog.api.middleware import is_json_media
 from queuelog.api.problems import from_error
 from queuelog.api.responses import JSONResponse
-from queuelog.api.routes.claims import claim_answer, claim_or_wait, complete_batch_answer
+from queuelog.api.routes.claims import (
+    claim_answer,
+    claim_or_wait,
+    complete_batch_answer,
+    prefers_minimal,
+)
 from queuelog.api.routes.jobs import enqueue_answer, enqueue_spec
 from queuelog.api.schemas import BatchCompleteRequest, ClaimRequest, EnqueueRequest
 from queuelog.errors import QueueError
@@ -91,7 +96,8 @@ async def _serve_claim(
 async def _serve_complete_batch(
     state: AppState, caller: ApiKey, body: BatchCompleteRequest, scope: Scope, receive: Receive
 ) -> Response:
-    return JSONResponse(await complete_batch_answer(state.service, caller, body))
+    prefer = [value.decode("latin-1") for name, value in scope["headers"] if name == b"prefer"]
+    return await complete_batch_answer(state.service, caller, body, prefers_minimal(prefer))
 
 
 LANES = (

@@ -241,9 +241,14 @@ def complete(
 
 
 def complete_many(
-    items: Iterable[Job | tuple[Job, JsonObject | None]],
+    items: Iterable[Job | tuple[Job, JsonObject | None]], *, return_jobs: bool = True
 ) -> Call[list[Acknowledged]]:
-    """Complete up to 100 held jobs (``POST /jobs/batch/complete``); answered per item."""
+    """Complete up to 100 held jobs (``POST /jobs/batch/complete``); answered per item.
+
+    With ``return_jobs=False`` the server sends no jobs back (``Prefer: return=minimal``)
+    and each answer's ``job`` is None: less work on both sides for a caller that only
+    needs to know which completions landed.
+    """
     body = []
     for item in items:
         job, result = item if isinstance(item, tuple) else (item, None)
@@ -253,7 +258,10 @@ def complete_many(
     def read(data: Any) -> list[Acknowledged]:
         return [_acknowledged(r) for r in data["results"]]
 
-    return Call("POST", "/jobs/batch/complete", read, resend=True, json={"items": body})
+    headers = {} if return_jobs else {"Prefer": "return=minimal"}
+    return Call(
+        "POST", "/jobs/batch/complete", read, resend=True, json={"items": body}, headers=headers
+    )
 
 
 def _acknowledged(data: JsonObject) -> Acknowledged:

@@ -279,7 +279,8 @@ class Run:
 
     def _complete_part(self, batch: list[tuple[Running, Outcome]]) -> None:
         try:
-            answers = self.client.complete_many([(r.job, o.result) for r, o in batch])
+            items = [(r.job, o.result) for r, o in batch]
+            answers = self.client.complete_many(items, return_jobs=False)
         except BodyTooLarge:
             if len(batch) > 1:  # completing is guarded by the lease token: safe to resend
                 half = len(batch) // 2

@@ -27,6 +27,7 @@ from queuelog.errors import (
 from queuelog.models import (
     ApiKey,
     EventKind,
+    Finished,
     Job,
     JobEvent,
     JobStatus,
@@ -161,8 +162,11 @@ class Storage(Protocol):
     ) -> list[tuple[Job, bool]]: ...
     async def job_claim_async(self, params: ClaimParams) -> list[Job]: ...
     async def job_finish_many_async(
-        self, items: Sequence[FinishParams]
-    ) -> list[Job | QueueError]: ...
+        self, items: Sequence[FinishParams], with_jobs: bool = True
+    ) -> list[Job | Finished | QueueError]:
+        """``job_finish_many``, awaited; without ``with_jobs``, a finished item is answered
+        with its id and new status only (its row need not be read)."""
+        ...
 
     def job_rescue_expired(
         self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500
@@ -219,9 +223,10 @@ class ThreadedWrites:
         return await anyio.to_thread.run_sync(self.job_claim, params)
 
     async def job_finish_many_async(
-        self: Storage, items: Sequence[FinishParams]
-    ) -> list[Job | QueueError]:
-        return await anyio.to_thread.run_sync(self.job_finish_many, items)
+        self: Storage, items: Sequence[FinishParams], with_jobs: bool = True
+    ) -> list[Job | Finished | QueueError]:
+        outcomes = await anyio.to_thread.run_sync(self.job_finish_many, items)
+        return [o if with_jobs or isinstance(o, QueueError) else finished(o) for o in outcomes]
 
 
 @runtime_checkable
@@ -259,6 +264,11 @@ def event_params(
         "actor": actor,
         "detail": detail,
     }
+
+
+def finished(job: Job | Row) -> Finished:
+    """What ``job_finish_many_async`` answers for a finished item without ``with_jobs``."""
+    return Finished(*_id_status(job))
 
 
 def _id_status(job: Job | Row) -> tuple[int, JobStatus]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from queuelog.api.deps import ServiceDep, Worker, state_of
@@ -26,7 +26,7 @@ from queuelog.api.schemas import (
     job_json,
 )
 from queuelog.errors import QueueError
-from queuelog.models import ApiKey, Job, Role
+from queuelog.models import ApiKey, Finished, Job, Role
 from queuelog.service import JobService
 from queuelog.specs import FinishSpec
 from queuelog.wakeup import Wakeup
@@ -108,33 +108,60 @@ async def claim_or_wait(
             await waiter.wait(min(remaining, _RECHECK_SECONDS))
 
 
+_PREFER = (
+    "RFC 7240 preferences. `return=minimal` answers each completed item as "
+    '`{"id", "status": 200}` without its job (and says so in `Preference-Applied`): '
+    "for a worker that has no use for the jobs, the server reads and sends none of them."
+)
+
+
 @router.post(
     "/batch/complete",
     response_model=BatchCompleteOut,
     summary="Complete up to 100 held jobs at once",
-    description="Each item is checked exactly as the single route and answered in order.",
+    description=(
+        "Each item is checked exactly as the single route and answered in order. "
+        "A completed item carries the job, unless the request says `Prefer: return=minimal`."
+    ),
     responses=problems(*AUTHED, 413, 415, 422),
 )
 async def complete_batch(
-    body: BatchCompleteRequest, caller: Worker, service: ServiceDep
+    body: BatchCompleteRequest,
+    caller: Worker,
+    service: ServiceDep,
+    prefer: Annotated[list[str] | None, Header(description=_PREFER)] = None,
 ) -> Response:
-    return JSONResponse(await complete_batch_answer(service, caller, body))
+    return await complete_batch_answer(service, caller, body, prefers_minimal(prefer or []))
+
+
+def prefers_minimal(values: Iterable[str]) -> bool:
+    """Whether ``Prefer`` header values (RFC 7240) ask for ``return=minimal``."""
+    for value in values:
+        for preference in value.split(","):
+            name, _, word = preference.split(";", 1)[0].partition("=")
+            if name.strip().lower() == "return" and word.strip().strip('"') == "minimal":
+                return True
+    return False
 
 
 async def complete_batch_answer(
-    service: JobService, caller: ApiKey, body: BatchCompleteRequest
-) -> dict[str, Any]:
-    """Complete the batch; the body of the answer, one result per item in order."""
+    service: JobService, caller: ApiKey, body: BatchCompleteRequest, minimal: bool = False
+) -> Response:
+    """Complete the batch; the answer, one result per item in order (without the jobs
+    if ``minimal``)."""
     specs = [FinishSpec(i.id, i.lease_token, result=i.result) for i in body.items]
-    outcomes = await service.finish_many_async(caller, specs)
+    outcomes = await service.finish_many_async(caller, specs, with_jobs=not minimal)
     admin = caller.has(Role.ADMIN)
     results = [_item(spec.job_id, out, admin) for spec, out in zip(specs, outcomes, strict=True)]
-    return {"results": results}
+    headers = {"Preference-Applied": "return=minimal"} if minimal else None
+    return JSONResponse({"results": results}, headers=headers)
 
 
-def _item(job_id: IdPath, outcome: Job | QueueError, admin: bool) -> dict[str, Any]:
+def _item(job_id: IdPath, outcome: Job | Finished | QueueError, admin: bool) -> dict[str, Any]:
     if isinstance(outcome, QueueError):
         return {"id": job_id, "status": outcome.status, "type": outcome.slug}
+    if isinstance(outcome, Finished):
+        return {"id": job_id, "status": 200}
     return {"id": job_id, "status": 200, "job": job_json(outcome, admin)}
 
 

@@ -11,12 +11,13 @@ from typing import Any
 
 from queuelog.clock import to_micros
 from queuelog.errors import QueueError
-from queuelog.models import ApiKey, EventKind, Job, JobStatus
+from queuelog.models import ApiKey, EventKind, Finished, Job, JobStatus
 from queuelog.storage.base import (
     ClaimParams,
     FinishParams,
     NewJob,
     NewKey,
+    finished,
     held_params,
     job_from_row,
     key_from_row,
@@ -131,9 +132,12 @@ class SqliteStorage(SqlReads):
         outcomes = self._writer.run(lambda conn: tx.finish_many(conn, items))
         return [o if isinstance(o, QueueError) else job_from_row(o) for o in outcomes]
 
-    async def job_finish_many_async(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
-        outcomes = await self._writer.wait(lambda conn: tx.finish_many(conn, items))
-        return [o if isinstance(o, QueueError) else job_from_row(o) for o in outcomes]
+    async def job_finish_many_async(
+        self, items: Sequence[FinishParams], with_jobs: bool = True
+    ) -> list[Job | Finished | QueueError]:
+        outcomes = await self._writer.wait(lambda conn: tx.finish_many(conn, items, with_jobs))
+        made = job_from_row if with_jobs else finished
+        return [o if isinstance(o, QueueError) else made(o) for o in outcomes]
 
     def job_rescue_expired(
         self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500

@@ -161,8 +161,14 @@ def finish(
     return row
 
 
-def finish_many(conn: sqlite3.Connection, items: Sequence[FinishParams]) -> list[Row | QueueError]:
-    """Finish every item under its own guard: a batch of completions in one statement."""
+def finish_many(
+    conn: sqlite3.Connection, items: Sequence[FinishParams], with_rows: bool = True
+) -> list[Row | QueueError]:
+    """Finish every item under its own guard: a batch of completions in one statement.
+
+    Without ``with_rows``, a batch's completed jobs are answered by id and status
+    alone, and their rows are not read back.
+    """
     params = complete_batch_params(items)
     if params is None:
         return [finish(conn, item) for item in items]
@@ -170,7 +176,10 @@ def finish_many(conn: sqlite3.Connection, items: Sequence[FinishParams]) -> list
     completed: list[Row] = []
     if held != "[]":
         conn.execute(Q["job_complete_batch"], params)
-        completed = rows(conn, held)
+        if with_rows:
+            completed = rows(conn, held)
+        else:
+            completed = [{"id": i, "status": "completed"} for i in orjson.loads(held)]
     outcomes = match_completed(
         items,
         completed,

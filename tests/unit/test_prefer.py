@@ -1,0 +1,36 @@
+"""``Prefer`` (RFC 7240) as ``POST /jobs/batch/complete`` reads it."""
+
+from __future__ import annotations
+
+import pytest
+
+from queuelog.api.routes.claims import prefers_minimal
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["return=minimal"],
+        ['Return = "minimal"'],
+        ["respond-async, return=minimal"],
+        ["return=minimal; extra=1"],
+        ["wait=5", "return=minimal"],
+    ],
+)
+def test_return_minimal_is_found_wherever_it_is_said(values: list[str]) -> None:
+    assert prefers_minimal(values)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        [""],
+        ["return=representation"],
+        ["minimal"],
+        ["return=minimalist"],
+        ["x; return=minimal"],
+    ],
+)
+def test_anything_else_keeps_the_full_answer(values: list[str]) -> None:
+    assert not prefers_minimal(values)
