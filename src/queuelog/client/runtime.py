@@ -83,6 +83,8 @@ class Running:
 
 
 def log_outcome(running: Running, outcome: str, level: int = logging.INFO) -> None:
+    if not log.isEnabledFor(level):  # once per job: build nothing for a record never made
+        return
     job, duration = running.job, time.monotonic() - running.started
     log.log(
         level,
