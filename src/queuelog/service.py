@@ -40,6 +40,7 @@ from queuelog.storage.base import (
     JobListParams,
     NewJob,
     Storage,
+    stored_json,
 )
 
 Answer = TypeVar("Answer", bound=Job | Finished)  # what a finished spec is answered with
@@ -147,7 +148,8 @@ class JobService:
         if spec.priority > caller.max_priority:
             raise Forbidden(f"This key may set priority up to {caller.max_priority.label}", **where)
         limit = self.settings.limits.max_payload_bytes
-        if json_size(spec.payload) > limit:
+        payload_text = stored_json(spec.payload)
+        if len(payload_text.encode()) > limit:
             raise PayloadTooLarge(f"The payload exceeds {limit} bytes", **where)
         self._check_schema(spec, where)
         run_at = spec.run_at or now + timedelta(seconds=spec.delay_seconds or 0)
@@ -162,6 +164,7 @@ class JobService:
             principal=caller.name,
             idempotency_key=spec.idempotency_key,
             fingerprint=spec.fingerprint(max_retries) if spec.idempotency_key else None,
+            payload_text=payload_text,
         )
 
     def _check_schema(self, spec: EnqueueSpec, where: dict[str, Any]) -> None:

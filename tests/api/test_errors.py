@@ -163,6 +163,16 @@ def test_payload_limit_is_configurable(tmp_path: Path, clock: FakeClock) -> None
         assert fits.status_code == 201
         over = api.post("/jobs", json={"type": "noop", "payload": {"x": "a" * 100}})
         assert over.status_code == 422 and over.json()["type"] == "payload-too-large"
+        # The limit counts the compact JSON's UTF-8 bytes: {"x":"..."} is 8 bytes plus
+        # 2 per "é". The payload is stored as that text and read back unchanged.
+        edge = {"x": "é" * 46}
+        at_limit = api.post("/jobs", json={"type": "noop", "payload": edge})
+        assert at_limit.status_code == 201, at_limit.text
+        assert api.get(f"/jobs/{at_limit.json()['id']}").json()["payload"] == edge
+        batch = api.post("/jobs/batch", json={"jobs": [{"type": "noop", "payload": edge}] * 2})
+        assert batch.status_code == 200, batch.text
+        one_more = api.post("/jobs", json={"type": "noop", "payload": {"x": "é" * 47}})
+        assert one_more.json()["type"] == "payload-too-large"
 
 
 @pytest.mark.parametrize(

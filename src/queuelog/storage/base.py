@@ -49,6 +49,9 @@ class NewJob:
     principal: str
     idempotency_key: str | None = None
     fingerprint: str | None = None
+    # The payload as stored (json_text), when the caller already encoded it to
+    # measure it: a batch of 500 then encodes each payload once, not twice.
+    payload_text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +297,7 @@ def _stored(new: NewJob) -> dict[str, Any]:
     """A new job's columns as both backends store them."""
     return {
         "type": new.type,
-        "payload": json_text(new.payload),
+        "payload": new.payload_text if new.payload_text is not None else stored_json(new.payload),
         "priority": int(new.priority),
         "max_retries": new.max_retries,
         "lease_seconds": new.lease_seconds,
@@ -402,9 +405,15 @@ def json_array(rows: list[dict[str, Any]]) -> str:
         return json.dumps(rows, separators=(",", ":"))
 
 
+def stored_json(value: Any) -> str:
+    """How both backends store a JSON value: compact UTF-8 text, never NaN. Its length
+    in UTF-8 is what the size limits measure (``specs.json_size``)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def json_text(value: Any) -> str | None:
-    """How both backends store a JSON value: compact text, never NaN."""
-    return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
+    """``stored_json``, with None (SQL NULL) for no value."""
+    return None if value is None else stored_json(value)
 
 
 def expired_finish(job: Job, now: datetime, retry_at: Callable[[Job], datetime]) -> FinishParams:
