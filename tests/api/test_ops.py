@@ -66,6 +66,10 @@ def test_openapi_documents_every_route_and_its_errors(anonymous: Api) -> None:
         documented = set(paths[path][method]["responses"])
         assert statuses <= documented, (method, path, statuses - documented)
     assert "bearer" in str(spec["components"]["securitySchemes"]).lower()
+    batch = paths["/jobs/batch/complete"]["post"]
+    assert [p["name"] for p in batch["parameters"] if p["in"] == "header"] == ["prefer"]
+    assert "Preference-Applied" in batch["responses"]["200"]["headers"]
+    assert "return=minimal" in spec["info"]["description"]
 
 
 def test_docs_load_nothing_from_outside_the_server(anonymous: Api) -> None:

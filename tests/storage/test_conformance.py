@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from queuelog.errors import IdempotencyKeyReused, InvalidState, NotFound, NotLeaseHolder
-from queuelog.models import EventKind, Job, JobStatus, Priority, Role
+from queuelog.models import EventKind, Finished, Job, JobStatus, Priority, Role
 from queuelog.storage.base import ClaimParams, FinishParams, JobListParams, NewJob, NewKey, Storage
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -223,6 +225,60 @@ def test_the_same_job_twice_in_a_batch_is_completed_once(store: Storage) -> None
     first, second = store.job_finish_many([item, item])
     assert isinstance(first, Job) and isinstance(second, InvalidState)
     assert [e.event for e in store.job_events(job.id)].count(EventKind.COMPLETED) == 1
+
+
+def test_completions_without_jobs_answer_each_by_id_and_status(store: Storage) -> None:
+    store.job_insert_many([new_job() for _ in range(5)], T0)
+    held = claim(store, limit=5)
+    tokens = [j.lease_token or "" for j in held]
+    batch = [
+        FinishParams(held[0].id, tokens[0], "w", T0, result={"n": 0}),
+        FinishParams(held[1].id, "not-the-token", "w", T0),
+        FinishParams(10**12, "t", "w", T0),
+        FinishParams(held[2].id, tokens[2], "w", T0),
+    ]
+    twice = FinishParams(held[3].id, tokens[3], "w", T0)  # the same job twice: item by item
+    alone = FinishParams(held[4].id, tokens[4], "w", T0)  # a batch of one: item by item
+
+    async def finish_all() -> list[list[Job | Finished | Exception]]:
+        answers = []
+        for items in (batch, [twice, twice], [alone]):
+            answers.append(await store.job_finish_many_async(items, with_jobs=False))
+        return answers
+
+    outcomes, repeated, single = asyncio.run(finish_all())
+    first, wrong_token, missing, third = outcomes
+    assert first == Finished(held[0].id, JobStatus.COMPLETED)
+    assert third == Finished(held[2].id, JobStatus.COMPLETED)
+    assert isinstance(wrong_token, NotLeaseHolder) and isinstance(missing, NotFound)
+    assert repeated[0] == Finished(held[3].id, JobStatus.COMPLETED)
+    assert isinstance(repeated[1], InvalidState)
+    assert single == [Finished(held[4].id, JobStatus.COMPLETED)]
+    # Completed exactly as with the jobs answered: result, lease cleared, event written.
+    stored = store.job_get(held[0].id)
+    assert stored is not None and stored.status == JobStatus.COMPLETED
+    assert stored.result == {"n": 0} and stored.lease_token is None
+    for job in (held[0], held[2], held[3], held[4]):
+        assert [e.event for e in store.job_events(job.id)][-1] == EventKind.COMPLETED
+    assert store.job_get(held[1].id) == held[1]
+
+
+def test_text_beyond_ascii_is_stored_and_read_back_unchanged(store: Storage) -> None:
+    text = 'é ü 漢字 😀 \u2028 \u2029 \\ " \x01'
+    payload = {"text": text, text: [text]}
+    jobs = [replace(new_job(), payload=payload) for _ in range(3)]
+    inserted = [job for job, _ in store.job_insert_many(jobs, T0)]
+    assert all(job.payload == payload for job in inserted)
+    assert all(store.job_get(job.id).payload == payload for job in inserted)  # type: ignore[union-attr]
+    held = claim(store, limit=3)
+    assert [job.payload for job in held] == [payload] * 3
+    result = {"echo": text}
+    one = finish(store, held[0], result=result)  # alone
+    many = store.job_finish_many(
+        [FinishParams(j.id, j.lease_token or "", "w", T0, result=result) for j in held[1:]]
+    )
+    assert one.result == result and all(isinstance(j, Job) and j.result == result for j in many)
+    assert all(store.job_get(j.id).result == result for j in held)  # type: ignore[union-attr]
 
 
 def test_release_puts_a_held_job_back_unspent_under_its_guard(store: Storage) -> None:

@@ -49,7 +49,9 @@ Choices where the contract is silent:
 * The `detail` of `failed`, `retry_scheduled` and `lease_expired` events is the
   sanitised error text, shown to admins only, like the job's `error`.
 * `POST /jobs/batch/complete` answers 422 `payload-too-large` for an item whose
-  result is too large, besides 200, 404 and 409.
+  result is too large, besides 200, 404 and 409. With `Prefer: return=minimal`
+  (RFC 7240) a completed item is `{"id", "status": 200}` without its job, and the
+  answer carries `Preference-Applied: return=minimal`.
 * When the database cannot be reached the answer is 503 `unavailable` (not 500), so
   clients may resend the calls that are safe to resend.
 * Ids are positive 64-bit integers; an id outside that range is 422 `validation`.

@@ -209,8 +209,10 @@ class BatchEnqueueOut(BaseModel):
 class BatchCompleteResult(BaseModel):
     id: int
     status: Literal[200, 404, 409, 422]
-    type: str | None = None
-    job: JobOut | None = None
+    type: str | None = Field(None, description="The problem's slug, unless 200.")
+    job: JobOut | None = Field(
+        None, description="The completed job; left out under `Prefer: return=minimal`."
+    )
 
 
 class BatchCompleteOut(BaseModel):

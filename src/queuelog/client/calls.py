@@ -246,8 +246,8 @@ def complete_many(
     """Complete up to 100 held jobs (``POST /jobs/batch/complete``); answered per item.
 
     With ``return_jobs=False`` the server sends no jobs back (``Prefer: return=minimal``)
-    and each answer's ``job`` is None: less work on both sides for a caller that only
-    needs to know which completions landed.
+    and each answer's ``job`` is None (unless the server ignores the preference): less
+    work on both sides for a caller that only needs to know which completions landed.
     """
     body = []
     for item in items:

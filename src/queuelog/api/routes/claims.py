@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Annotated, Any
@@ -111,7 +112,8 @@ async def claim_or_wait(
 _PREFER = (
     "RFC 7240 preferences. `return=minimal` answers each completed item as "
     '`{"id", "status": 200}` without its job (and says so in `Preference-Applied`): '
-    "for a worker that has no use for the jobs, the server reads and sends none of them."
+    "for a worker that has no use for the jobs, the server sends none of them (and on "
+    "SQLite a batch of distinct jobs reads none back)."
 )
 
 
@@ -123,7 +125,18 @@ _PREFER = (
         "Each item is checked exactly as the single route and answered in order. "
         "A completed item carries the job, unless the request says `Prefer: return=minimal`."
     ),
-    responses=problems(*AUTHED, 413, 415, 422),
+    responses={
+        200: {
+            "description": "One result per item, in order.",
+            "headers": {
+                "Preference-Applied": {
+                    "description": "`return=minimal` when the request preferred it.",
+                    "schema": {"type": "string"},
+                }
+            },
+        },
+        **problems(*AUTHED, 413, 415, 422),
+    },
 )
 async def complete_batch(
     body: BatchCompleteRequest,
@@ -135,13 +148,40 @@ async def complete_batch(
 
 
 def prefers_minimal(values: Iterable[str]) -> bool:
-    """Whether ``Prefer`` header values (RFC 7240) ask for ``return=minimal``."""
+    """Whether ``Prefer`` header values (RFC 7240) ask for ``return=minimal``.
+
+    Preferences are split at commas, and their parameters at semicolons, outside
+    quoted strings; a value may be a token or a quoted string; the first ``return``
+    preference is the one that counts, as the RFC says of a repeated preference.
+    """
     for value in values:
-        for preference in value.split(","):
-            name, _, word = preference.split(";", 1)[0].partition("=")
-            if name.strip().lower() == "return" and word.strip().strip('"') == "minimal":
-                return True
+        for preference in _split_unquoted(value, ","):
+            name, _, word = _split_unquoted(preference, ";")[0].partition("=")
+            if name.strip().lower() == "return":
+                return _unquoted(word.strip()) == "minimal"
     return False
+
+
+def _split_unquoted(text: str, separator: str) -> list[str]:
+    parts, start, quoted, escaped = [], 0, False, False
+    for index, char in enumerate(text):
+        if escaped:
+            escaped = False
+        elif quoted and char == "\\":
+            escaped = True
+        elif char == '"':
+            quoted = not quoted
+        elif char == separator and not quoted:
+            parts.append(text[start:index])
+            start = index + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _unquoted(word: str) -> str:
+    if len(word) >= 2 and word[0] == word[-1] == '"':
+        return re.sub(r"\\(.)", r"\1", word[1:-1])
+    return word
 
 
 async def complete_batch_answer(
