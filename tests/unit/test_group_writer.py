@@ -237,6 +237,23 @@ def test_work_awaited_on_a_loop_commits_in_one_group_run_by_the_loop(tmp_path: P
     writer.close()
 
 
+def test_work_awaited_a_turn_later_joins_the_group(tmp_path: Path) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
+    writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+    before = writer.groups_committed
+
+    async def staggered() -> None:
+        first = asyncio.ensure_future(writer.wait(lambda c: c.execute("INSERT INTO t VALUES (1)")))
+        await asyncio.sleep(0)  # the first request is gathered; the second comes a turn later
+        second = writer.wait(lambda c: c.execute("INSERT INTO t VALUES (2)"))
+        await asyncio.gather(first, second)
+
+    asyncio.run(asyncio.wait_for(staggered(), timeout=10))
+    assert writer.groups_committed - before == 1
+    assert writer.run(lambda c: [r[0] for r in c.execute("SELECT v FROM t ORDER BY v")]) == [1, 2]
+    writer.close()
+
+
 def test_a_request_cancelled_before_the_loop_runs_its_group_is_dropped(tmp_path: Path) -> None:
     writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
     writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
