@@ -24,6 +24,8 @@ KEY_NAME = re.compile(r"[A-Za-z0-9._:@-]{1,64}")
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _BODY_CHARS = 32  # 32 base62 characters: about 190 bits of randomness
 _CHECK_CHARS = 6
+# The whole shape in one match (every request presents a key): ASCII letters and digits only.
+_KEY_SHAPE = re.compile(f"{KEY_PREFIX}[0-9A-Za-z]{{{_BODY_CHARS + _CHECK_CHARS}}}")
 
 
 def _base62(number: int, width: int) -> str:
@@ -50,11 +52,9 @@ def generate_key() -> str:
 
 def looks_like_key(key: str) -> bool:
     """True when ``key`` has the shape of a queuelog key and its checksum matches."""
-    if not key.startswith(KEY_PREFIX) or len(key) != len(KEY_PREFIX) + _BODY_CHARS + _CHECK_CHARS:
+    if _KEY_SHAPE.fullmatch(key) is None:
         return False
     rest = key[len(KEY_PREFIX) :]
-    if any(c not in _ALPHABET for c in rest):
-        return False
     body, check = rest[:_BODY_CHARS], rest[_BODY_CHARS:]
     return hmac.compare_digest(_checksum(body), check)
 

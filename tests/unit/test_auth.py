@@ -32,6 +32,8 @@ def test_a_changed_character_breaks_the_checksum() -> None:
     assert not looks_like_key(flipped)
     assert not looks_like_key(key[:-1])
     assert not looks_like_key("ql_" + "!" * 38)
+    assert not looks_like_key(key + "\n") and not looks_like_key(key[:-1] + "\n")
+    assert not looks_like_key(key[:-1] + "\u0663")  # a digit, but not an ASCII one
 
 
 def test_hash_is_stable_and_hides_the_key() -> None:
