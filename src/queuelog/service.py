@@ -33,14 +33,20 @@ from queuelog.models import (
 )
 from queuelog.retry import backoff_seconds
 from queuelog.sanitize import sanitize_error
-from queuelog.specs import EnqueueSpec, FinishSpec, decode_cursor, encode_cursor, json_size
+from queuelog.specs import (
+    EnqueueSpec,
+    FinishSpec,
+    decode_cursor,
+    encode_cursor,
+    json_size,
+    stored_json,
+)
 from queuelog.storage.base import (
     ClaimParams,
     FinishParams,
     JobListParams,
     NewJob,
     Storage,
-    stored_json,
 )
 
 Answer = TypeVar("Answer", bound=Job | Finished)  # what a finished spec is answered with

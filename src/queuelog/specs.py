@@ -69,8 +69,15 @@ class FinishSpec:
     retry_in_seconds: float | None = None
 
 
+def stored_json(value: Any) -> str:
+    """How both backends store a JSON value (payload, result): compact UTF-8 text, never
+    NaN. The size limits measure this text (``json_size``)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def json_size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    """The size a limit measures: the UTF-8 bytes of ``stored_json(value)``."""
+    return len(stored_json(value).encode())
 
 
 def encode_cursor(job_id: int) -> str:

@@ -36,6 +36,7 @@ from queuelog.models import (
     QueueStats,
     Role,
 )
+from queuelog.specs import stored_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +50,8 @@ class NewJob:
     principal: str
     idempotency_key: str | None = None
     fingerprint: str | None = None
-    # The payload as stored (json_text), when the caller already encoded it to
-    # measure it: a batch of 500 then encodes each payload once, not twice.
+    # stored_json(payload), when the caller already encoded it to measure it against
+    # the limit: a batch of 500 then encodes each payload once, not twice.
     payload_text: str | None = None
 
 
@@ -403,12 +404,6 @@ def json_array(rows: list[dict[str, Any]]) -> str:
         return orjson.dumps(rows).decode()
     except TypeError:
         return json.dumps(rows, separators=(",", ":"))
-
-
-def stored_json(value: Any) -> str:
-    """How both backends store a JSON value: compact UTF-8 text, never NaN. Its length
-    in UTF-8 is what the size limits measure (``specs.json_size``)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def json_text(value: Any) -> str | None:
