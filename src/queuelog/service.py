@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+import anyio
 import jsonschema
 
 from queuelog.clock import Clock
@@ -120,13 +121,19 @@ class JobService:
     # awaited writes (storage.base.ThreadedWrites); the rules are the same code
     # as the blocking forms'.
 
+    async def enqueue_many_async(
+        self, caller: ApiKey, specs: Sequence[EnqueueSpec], batch: bool = False
+    ) -> list[tuple[Job, bool]]:
+        """``enqueue_many``, awaited."""
+        now = self.clock.now()
+        new_jobs = self._new_jobs(caller, specs, now, batch)
+        with _batch_errors(batch):
+            results = await self.storage.job_insert_many_async(new_jobs, now)
+        return self._enqueued(results)
+
     async def enqueue_async(self, caller: ApiKey, spec: EnqueueSpec) -> tuple[Job, bool]:
         """``enqueue_many`` of one job, awaited."""
-        now = self.clock.now()
-        new_jobs = self._new_jobs(caller, [spec], now, batch=False)
-        with _batch_errors(batch=False):
-            results = await self.storage.job_insert_many_async(new_jobs, now)
-        ((job, created),) = self._enqueued(results)
+        ((job, created),) = await self.enqueue_many_async(caller, [spec])
         return job, created
 
     def _new_jobs(
@@ -338,9 +345,22 @@ class JobService:
     ) -> list[Job | Finished | QueueError]:
         """``finish_many``, awaited; without ``with_jobs`` a finished job is answered by its
         id and new status alone."""
-        params, ready = self._finish_params_all(caller, specs)
+        if any(spec.error is not None for spec in specs):
+            # A failure's retry time depends on the job, which is read first: a read
+            # that may block (a database round trip), so it is made off the loop.
+            params, ready = await anyio.to_thread.run_sync(self._finish_params_all, caller, specs)
+        else:
+            params, ready = self._finish_params_all(caller, specs)
         outcomes = await self.storage.job_finish_many_async(ready, with_jobs) if ready else []
         return self._finished(params, outcomes)
+
+    async def finish_async(self, caller: ApiKey, spec: FinishSpec) -> Job:
+        """``finish``, awaited."""
+        (outcome,) = await self.finish_many_async(caller, [spec])
+        if isinstance(outcome, QueueError):
+            raise outcome
+        assert isinstance(outcome, Job)  # asked with its job
+        return outcome
 
     def _finish_params_all(
         self, caller: ApiKey, specs: Sequence[FinishSpec]

@@ -242,10 +242,11 @@ def release(job_id: IdPath, body: ReleaseRequest, caller: Worker, service: Servi
     description="`result` is at most `max_result_bytes` serialised (422)." + _HELD,
     responses=problems(*AUTHED, 404, 409, 413, 415, 422),
 )
-def complete(
+async def complete(
     job_id: IdPath, body: CompleteRequest, caller: Worker, service: ServiceDep
 ) -> Response:
-    job = service.finish(caller, FinishSpec(job_id, body.lease_token, result=body.result))
+    spec = FinishSpec(job_id, body.lease_token, result=body.result)
+    job = await service.finish_async(caller, spec)
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
 
 
@@ -262,7 +263,7 @@ def complete(
     ),
     responses=problems(*AUTHED, 404, 409, 413, 415, 422),
 )
-def fail(job_id: IdPath, body: FailRequest, caller: Worker, service: ServiceDep) -> Response:
+async def fail(job_id: IdPath, body: FailRequest, caller: Worker, service: ServiceDep) -> Response:
     spec = FinishSpec(
         job_id,
         body.lease_token,
@@ -270,5 +271,5 @@ def fail(job_id: IdPath, body: FailRequest, caller: Worker, service: ServiceDep)
         retryable=body.retryable,
         retry_in_seconds=body.retry_in_seconds,
     )
-    job = service.finish(caller, spec)
+    job = await service.finish_async(caller, spec)
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))

@@ -85,13 +85,13 @@ def _check_header_key(value: str | None) -> str | None:
     responses=problems(*AUTHED, 413, 415, 422)
     | {200: {"model": JobOut, "description": "Same key, same request."}},
 )
-def enqueue(
+async def enqueue(
     body: EnqueueRequest,
     caller: Producer,
     service: ServiceDep,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> Response:
-    ((job, created),) = service.enqueue_many(caller, [enqueue_spec(body, idempotency_key)])
+    job, created = await service.enqueue_async(caller, enqueue_spec(body, idempotency_key))
     status, headers, content = enqueue_answer(job, created, caller)
     return JSONResponse(content, status_code=status, headers=headers)
 
@@ -103,9 +103,11 @@ def enqueue(
     description="One bad item rejects the whole batch with 422 naming its `index`.",
     responses=problems(*AUTHED, 413, 415, 422),
 )
-def enqueue_batch(body: BatchEnqueueRequest, caller: Producer, service: ServiceDep) -> Response:
+async def enqueue_batch(
+    body: BatchEnqueueRequest, caller: Producer, service: ServiceDep
+) -> Response:
     specs = [_spec(item) for item in body.jobs]
-    results = service.enqueue_many(caller, specs, batch=True)
+    results = await service.enqueue_many_async(caller, specs, batch=True)
     admin = caller.has(Role.ADMIN)
     items = [{"job": job_json(job, admin), "created": created} for job, created in results]
     return JSONResponse({"jobs": items})

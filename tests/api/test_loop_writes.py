@@ -1,0 +1,88 @@
+"""On SQLite, the writes producers and workers make are committed by the event loop's
+group, never queued for the writer's thread (see storage/sqlite/writer.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from queuelog.api.app import create_app
+from queuelog.auth import KeyRing
+from queuelog.clock import FakeClock
+from queuelog.config import Settings
+from queuelog.models import Role
+from queuelog.storage.sqlite.store import SqliteStorage
+from tests.conftest import Api
+
+
+@pytest.fixture
+def sqlite(settings: Settings) -> Iterator[SqliteStorage]:
+    assert settings.sqlite_path is not None
+    store = SqliteStorage(settings.sqlite_path)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def queued(sqlite: SqliteStorage, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The operations queued for the writer's thread from now on."""
+    writer = sqlite._writer
+    submitted: list[Any] = []
+    submit = writer.submit
+
+    def recording(operation: Any) -> Any:
+        submitted.append(operation)
+        return submit(operation)
+
+    monkeypatch.setattr(writer, "submit", recording)
+    return submitted
+
+
+@pytest.fixture(params=[True, False], ids=["fast-lane", "routes"])
+def apis(
+    request: pytest.FixtureRequest,
+    settings: Settings,
+    sqlite: SqliteStorage,
+    clock: FakeClock,
+) -> Iterator[tuple[Api, Api]]:
+    app = create_app(
+        settings, storage=sqlite, clock=clock, run_maintenance=False, fast_lane=request.param
+    )
+    ring = KeyRing(sqlite, clock)
+    _, producer = ring.create("shop", frozenset({Role.PRODUCER}))
+    _, worker = ring.create("mailer", frozenset({Role.WORKER}))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield Api(client, producer), Api(client, worker)
+
+
+def test_enqueue_claim_and_finish_are_written_by_the_event_loop(
+    apis: tuple[Api, Api], queued: list[Any]
+) -> None:
+    producer, worker = apis
+    assert producer.post("/jobs", json={"type": "noop"}).status_code == 201
+    batch = producer.post("/jobs/batch", json={"jobs": [{"type": "noop"}] * 4})
+    assert batch.status_code == 200
+    jobs = worker.post("/jobs/claim", json={"limit": 5}).json()["jobs"]
+    assert len(jobs) == 5
+    one, two, three, *rest = jobs
+    done = worker.post(f"/jobs/{one['id']}/complete", json={"lease_token": one["lease_token"]})
+    assert done.status_code == 200 and done.json()["status"] == "completed"
+    again = worker.post(
+        f"/jobs/{two['id']}/fail", json={"lease_token": two["lease_token"], "error": "later"}
+    )
+    assert again.status_code == 200 and again.json()["status"] == "pending"
+    failed = worker.post(
+        f"/jobs/{three['id']}/fail",
+        json={"lease_token": three["lease_token"], "error": "boom", "retryable": False},
+    )
+    assert failed.status_code == 200 and failed.json()["status"] == "failed"
+    items = [{"id": j["id"], "lease_token": j["lease_token"]} for j in rest]
+    results = worker.post("/jobs/batch/complete", json={"items": items}).json()["results"]
+    assert [r["status"] for r in results] == [200, 200]
+    # A guard that fails is answered the same way: from the loop's group.
+    stale = worker.post(f"/jobs/{one['id']}/complete", json={"lease_token": one["lease_token"]})
+    assert stale.status_code == 409
+    assert queued == []
