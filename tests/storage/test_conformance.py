@@ -103,6 +103,26 @@ def test_a_batch_answers_each_job_as_stored_in_its_order(store: Storage) -> None
         assert [e.event for e in store.job_events(job.id)] == [EventKind.ENQUEUED]
 
 
+def test_a_job_inserted_alone_is_stored_as_the_same_job_in_a_batch(store: Storage) -> None:
+    """A single insert may take another statement than a batch's; it stores the same row."""
+    later = datetime(2026, 1, 1, 3, tzinfo=timezone(timedelta(hours=2)))  # 01:00 UTC
+    same = {"job_type": "send_email", "priority": Priority.HIGH, "run_at": later}
+    ((alone, created),) = store.job_insert_many([new_job(key="a", fingerprint="f", **same)], T0)
+    (_, (batched, _)) = store.job_insert_many(
+        [new_job(), new_job(key="b", fingerprint="f", **same)], T0
+    )
+    assert created and store.job_get(alone.id) == alone and store.job_get(batched.id) == batched
+    assert replace(alone, id=0, idempotency_key="") == replace(batched, id=0, idempotency_key="")
+    # Scheduled alike: neither is ready before its run_at.
+    assert [j.type for j in claim(store, T0, limit=5)] == ["noop"]
+    assert {j.id for j in claim(store, later, limit=5)} == {alone.id, batched.id}
+    # A repeat of the key alone finds the job; another request with it is refused.
+    ((again, created_again),) = store.job_insert_many([new_job(key="a", fingerprint="f")], T0)
+    assert again.id == alone.id and not created_again
+    with pytest.raises(IdempotencyKeyReused):
+        store.job_insert_many([new_job(key="a", fingerprint="other")], T0)
+
+
 def test_the_same_key_twice_in_a_batch_with_other_requests_is_refused(store: Storage) -> None:
     batch = [new_job(), new_job(key="a", fingerprint="f"), new_job(key="a", fingerprint="g")]
     with pytest.raises(IdempotencyKeyReused) as raised:

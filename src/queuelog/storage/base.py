@@ -282,7 +282,7 @@ def _id_status(job: Job | Row) -> tuple[int, JobStatus]:
 
 
 def new_job_params(new: NewJob, now: datetime) -> dict[str, Any]:
-    """The bound parameters of ``job_insert``: both backends store jobs alike."""
+    """The bound parameters of ``job_insert`` (one job): both backends store jobs alike."""
     return {**_stored(new), "now": to_micros(now)}
 
 

@@ -15,6 +15,16 @@ ORDER BY j.key
 ON CONFLICT (principal, idempotency_key) DO NOTHING
 RETURNING id, principal, idempotency_key;
 
+-- name: job_insert
+-- job_insert_batch for one job, its values bound directly: a third of the cost of
+-- reading a one-item JSON array through json_each.
+INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
+                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
+VALUES (:type, :payload, :priority, :max_retries, :lease_seconds, :principal,
+        :idempotency_key, :fingerprint, :run_at, :run_at > :now, :now, :now)
+ON CONFLICT (principal, idempotency_key) DO NOTHING
+RETURNING id, principal, idempotency_key;
+
 -- name: job_by_idempotency_key
 SELECT * FROM jobs WHERE principal = :principal AND idempotency_key = :idempotency_key;
 

@@ -30,6 +30,7 @@ from queuelog.storage.base import (
     json_array,
     match_completed,
     match_inserted,
+    new_job_params,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
 
@@ -75,7 +76,10 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
 def insert_many(
     conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
 ) -> list[tuple[Job, bool]]:
-    rows = conn.execute(Q["job_insert_batch"], insert_batch_params(jobs, now)).fetchall()
+    if len(jobs) == 1:  # a single enqueue: the same rows, without a JSON array to read
+        rows = conn.execute(Q["job_insert"], new_job_params(jobs[0], now)).fetchall()
+    else:
+        rows = conn.execute(Q["job_insert_batch"], insert_batch_params(jobs, now)).fetchall()
 
     def existing(new: NewJob) -> tuple[Job, bool]:
         # The writer's transaction holds the write lock: the job holding the key is there.
