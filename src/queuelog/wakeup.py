@@ -16,27 +16,52 @@ import threading
 
 
 class Waiter:
+    """One claimer's wait. A notification made on the waiter's own event loop (an
+    enqueue served there) wakes it directly; one from another thread goes through
+    the loop's thread-safe queue."""
+
     def __init__(self, wakeup: Wakeup) -> None:
         self._wakeup = wakeup
         self._loop = asyncio.get_running_loop()
-        self._event = asyncio.Event()
+        self._thread = threading.get_ident()
+        self._notified = False
+        self._future: asyncio.Future[bool] | None = None
 
     def _set(self) -> None:
-        self._loop.call_soon_threadsafe(self._event.set)
+        if threading.get_ident() == self._thread:
+            self._wake()
+        else:
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        self._notified = True
+        if self._future is not None and not self._future.done():
+            self._future.set_result(True)
 
     async def wait(self, timeout: float) -> bool:
-        """True if notified within ``timeout`` seconds."""
+        """True if notified (since this waiter was registered) within ``timeout`` seconds."""
+        if self._notified:
+            return True
+        # A future and a timer: the task wakes on the turn after the notification,
+        # where asyncio.wait_for would wrap the wait in a task of its own (more turns).
+        future = self._future = self._loop.create_future()
+        timer = self._loop.call_later(timeout, _expire, future)
         try:
-            await asyncio.wait_for(self._event.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+            return await future
+        finally:
+            timer.cancel()
+            self._future = None
 
     def __enter__(self) -> Waiter:
         return self
 
     def __exit__(self, *_: object) -> None:
         self._wakeup._discard(self)
+
+
+def _expire(future: asyncio.Future[bool]) -> None:
+    if not future.done():
+        future.set_result(False)
 
 
 class Wakeup:
