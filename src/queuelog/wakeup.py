@@ -44,7 +44,8 @@ class Waiter:
             return True
         # A future and a timer: the task wakes on the turn after the notification,
         # where asyncio.wait_for would wrap the wait in a task of its own (more turns).
-        future = self._future = self._loop.create_future()
+        future: asyncio.Future[bool] = self._loop.create_future()
+        self._future = future
         timer = self._loop.call_later(timeout, _expire, future)
         try:
             return await future
