@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -86,6 +86,7 @@ class JobService:
         clock: Clock,
         rng: random.Random | None = None,
         on_ready: Callable[[], None] | None = None,
+        on_coming: Callable[[Iterable[str]], None] | None = None,
     ) -> None:
         """Args:
         storage: the backend.
@@ -93,12 +94,16 @@ class JobService:
         clock: the source of ``now``.
         rng: randomness for backoff jitter; tests pass a seeded one.
         on_ready: called whenever a job may have become ready (wakes long polls).
+        on_coming: called on the event loop with the types of the ready jobs an
+            awaited enqueue is about to commit, before its write, for a storage whose
+            writes awaited on a loop commit together (``Wakeup.coming``).
         """
         self.storage = storage
         self.settings = settings
         self.clock = clock
         self._rng = rng or random.Random()
         self._on_ready = on_ready or (lambda: None)
+        self._on_coming = on_coming
         self._schemas = {
             name: jsonschema.Draft202012Validator(cfg.payload_schema)
             for name, cfg in settings.types.items()
@@ -127,6 +132,8 @@ class JobService:
         """``enqueue_many``, awaited."""
         now = self.clock.now()
         new_jobs = self._new_jobs(caller, specs, now, batch)
+        if self._on_coming is not None:
+            self._on_coming([job.type for job in new_jobs if job.run_at <= now])
         with _batch_errors(batch):
             results = await self.storage.job_insert_many_async(new_jobs, now)
         return self._enqueued(results)

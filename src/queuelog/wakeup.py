@@ -1,9 +1,17 @@
 """Wakes long-polling claimers when a job may have become ready.
 
 Producers of readiness (enqueue, retry, redrive, lease rescue, and another
-node's notification) call ``notify()`` from any thread; claimers wait in the
-event loop. A claimer registers *before* it looks for jobs, so a notification
-that arrives between an empty claim and the wait is never lost.
+node's notification) call ``notify()`` from any thread once the job is
+committed; claimers wait in the event loop. A claimer registers *before* it
+looks for jobs, so a notification that arrives between an empty claim and the
+wait is never lost.
+
+An enqueue served on an event loop may also call ``coming()`` before its write
+is committed: for each job it wakes the claimer on that loop that has waited
+longest for one of its type. On SQLite that claimer's claim then joins the
+insert's own group (see storage/sqlite/writer.py): the job is claimed in the
+transaction that stores it, with one commit for both. ``notify()`` still follows
+the commit, so a claim that missed the group finds the job afterwards.
 
 When the server begins to shut down, ``close()`` wakes every waiter for good, so
 long-polling claims answer at once instead of holding the graceful shutdown.
@@ -13,6 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import Counter
+from collections.abc import Collection, Iterable
+from typing import Any
 
 
 class Waiter:
@@ -20,8 +31,9 @@ class Waiter:
     enqueue served there) wakes it directly; one from another thread goes through
     the loop's thread-safe queue."""
 
-    def __init__(self, wakeup: Wakeup) -> None:
+    def __init__(self, wakeup: Wakeup, types: Collection[str] | None) -> None:
         self._wakeup = wakeup
+        self.types = types  # the job types the claimer may take (None: any)
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self._notified = False
@@ -38,8 +50,9 @@ class Waiter:
         if self._future is not None and not self._future.done():
             self._future.set_result(True)
 
-    async def wait(self, timeout: float) -> bool:
-        """True if notified (since this waiter was registered) within ``timeout`` seconds."""
+    async def wait(self, timeout: float, until: asyncio.Future[Any] | None = None) -> bool:
+        """True if notified (since this waiter was registered) within ``timeout`` seconds;
+        False when the time is up or ``until`` is done first."""
         if self._notified:
             return True
         # A future and a timer: the task wakes on the turn after the notification,
@@ -47,10 +60,14 @@ class Waiter:
         future: asyncio.Future[bool] = self._loop.create_future()
         self._future = future
         timer = self._loop.call_later(timeout, _expire, future)
+        if until is not None:
+            until.add_done_callback(future_expire := lambda _: _expire(future))
         try:
             return await future
         finally:
             timer.cancel()
+            if until is not None:
+                until.remove_done_callback(future_expire)
             self._future = None
 
     def __enter__(self) -> Waiter:
@@ -67,17 +84,39 @@ def _expire(future: asyncio.Future[bool]) -> None:
 
 class Wakeup:
     def __init__(self) -> None:
-        self._waiters: set[Waiter] = set()
+        # In the order they began to wait (a dict keeps it): the longest waiting first.
+        self._waiters: dict[Waiter, None] = {}
         self._lock = threading.Lock()
         self.notifications = 0
         self.closed = False
 
-    def waiter(self) -> Waiter:
-        """Register a waiter; use it as a context manager so it is always removed."""
-        waiter = Waiter(self)
+    def waiter(self, types: Collection[str] | None = None) -> Waiter:
+        """Register a waiter for jobs of ``types`` (None: any); use it as a context
+        manager so it is always removed."""
+        waiter = Waiter(self, types)
         with self._lock:
-            self._waiters.add(waiter)
+            self._waiters[waiter] = None
         return waiter
+
+    def coming(self, job_types: Iterable[str]) -> None:
+        """Jobs of ``job_types`` are about to be committed by this event loop: for each,
+        wake the longest-waiting claimer on this loop that may take it and has not been
+        woken yet. Called on the loop, before the write; ``notify()`` follows the commit."""
+        if not self._waiters:
+            return
+        here = threading.get_ident()
+        with self._lock:
+            idle = [w for w in self._waiters if w._thread == here and not w._notified]
+        wanted = Counter(job_types)
+        for waiter in idle:
+            if not wanted:
+                return
+            taken = next((t for t in wanted if waiter.types is None or t in waiter.types), None)
+            if taken is not None:
+                waiter._wake()
+                wanted[taken] -= 1
+                if not wanted[taken]:
+                    del wanted[taken]
 
     def notify(self) -> None:
         with self._lock:
@@ -94,4 +133,4 @@ class Wakeup:
 
     def _discard(self, waiter: Waiter) -> None:
         with self._lock:
-            self._waiters.discard(waiter)
+            self._waiters.pop(waiter, None)

@@ -79,3 +79,66 @@ def test_a_cancelled_wait_is_cancelled_and_a_later_notification_is_harmless() ->
             assert await waiter.wait(0.01)  # notified since it was registered
 
     asyncio.run(main())
+
+
+def test_a_wait_ends_when_its_until_future_is_done() -> None:
+    async def main() -> tuple[bool, float]:
+        wakeup = Wakeup()
+        with wakeup.waiter() as waiter:
+            gone = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_later(0.05, gone.set_result, None)
+            started = time.monotonic()
+            woken = await waiter.wait(5, until=gone)
+        return woken, time.monotonic() - started
+
+    woken, waited = asyncio.run(main())
+    assert not woken and waited < 4
+
+
+def test_coming_wakes_the_longest_waiting_claimer_of_each_jobs_type_on_this_loop() -> None:
+    async def main() -> list[str]:
+        wakeup = Wakeup()
+        names = ("emails-first", "any-first", "emails-second", "images", "any-second")
+        types = (["email"], None, ["email"], ["image"], None)
+        waiters = {name: wakeup.waiter(t) for name, t in zip(names, types, strict=True)}
+        tasks = {name: asyncio.ensure_future(w.wait(0.2)) for name, w in waiters.items()}
+        await asyncio.sleep(0)
+        wakeup.coming(["email", "email", "report"])
+        await asyncio.sleep(0)
+        woken = [name for name, task in tasks.items() if task.done() and task.result()]
+        await asyncio.gather(*tasks.values())
+        for waiter in waiters.values():
+            waiter.__exit__()
+        return woken
+
+    # Job by job, the longest-waiting claimer that may take it and is not woken yet:
+    # the second email goes to "any-first", which has waited longer than "emails-second".
+    assert asyncio.run(main()) == ["emails-first", "any-first", "any-second"]
+
+
+def test_coming_leaves_claimers_on_other_loops_and_already_woken_ones_alone() -> None:
+    wakeup = Wakeup()
+    registered = threading.Event()
+    release = threading.Event()
+    elsewhere: list[bool] = []
+
+    async def other_loop() -> None:
+        with wakeup.waiter() as waiter:
+            registered.set()
+            elsewhere.append(await waiter.wait(0.3))
+            release.wait(5)
+
+    thread = threading.Thread(target=asyncio.run, args=(other_loop(),))
+    thread.start()
+    assert registered.wait(5)
+
+    async def main() -> tuple[bool, bool]:
+        with wakeup.waiter() as first, wakeup.waiter() as second:
+            first._wake()  # woken already (by a notification, say)
+            wakeup.coming(["noop"])
+            return await first.wait(0.3), await second.wait(0.3)
+
+    assert asyncio.run(main()) == (True, True)
+    release.set()
+    thread.join(5)
+    assert elsewhere == [False]

@@ -23,7 +23,7 @@ from queuelog.dashboard import dashboard_router
 from queuelog.maintenance import Maintenance
 from queuelog.service import JobService
 from queuelog.storage import open_storage
-from queuelog.storage.base import ReadySubscriber, Storage
+from queuelog.storage.base import LoopGroups, ReadySubscriber, Storage
 from queuelog.wakeup import Wakeup
 
 DESCRIPTION = """
@@ -77,7 +77,9 @@ def create_app(
     clock = clock or SystemClock()
     storage = storage or open_storage(settings)
     wakeup = Wakeup()
-    service = JobService(storage, settings, clock, on_ready=wakeup.notify)
+    # On SQLite a claimer woken before an enqueue's group runs claims in that group.
+    coming = wakeup.coming if isinstance(storage, LoopGroups) else None
+    service = JobService(storage, settings, clock, on_ready=wakeup.notify, on_coming=coming)
     if isinstance(storage, ReadySubscriber):
         # Jobs made ready on other nodes sharing the database wake this node's claimers.
         storage.subscribe(wakeup.notify)

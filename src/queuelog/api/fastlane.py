@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -88,8 +87,7 @@ async def _serve_enqueue(
 async def _serve_claim(
     state: AppState, caller: ApiKey, body: ClaimRequest, scope: Scope, receive: Receive
 ) -> Response:
-    request = Request(scope, receive)
-    jobs = await claim_or_wait(state.service, state.wakeup, caller, body, request.is_disconnected)
+    jobs = await claim_or_wait(state.service, state.wakeup, caller, body, receive)
     return JSONResponse(claim_answer(jobs, caller))
 
 

@@ -234,6 +234,15 @@ class ThreadedWrites:
 
 
 @runtime_checkable
+class LoopGroups(Protocol):
+    """A backend whose writes awaited on an event loop are gathered there and committed
+    by the loop in groups (SQLite's group writer): work awaited on the loop before a
+    group runs joins that group, after what was awaited first."""
+
+    loop_groups: bool
+
+
+@runtime_checkable
 class ReadySubscriber(Protocol):
     """A backend that hears when another process sharing the database made a job ready.
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from starlette.types import Receive
 
 from queuelog.api.deps import ServiceDep, Worker, state_of
 from queuelog.api.openapi import AUTHED, problems
@@ -66,7 +68,7 @@ async def claim(
 ) -> Response:
     body = body or ClaimRequest()
     state = state_of(request)
-    jobs = await claim_or_wait(service, state.wakeup, caller, body, request.is_disconnected)
+    jobs = await claim_or_wait(service, state.wakeup, caller, body, request.receive)
     return JSONResponse(claim_answer(jobs, caller))
 
 
@@ -81,32 +83,47 @@ async def claim_or_wait(
     wakeup: Wakeup,
     caller: ApiKey,
     body: ClaimRequest,
-    disconnected: Callable[[], Awaitable[bool]],
+    receive: Receive,
 ) -> list[Job]:
     """Claim now, or long-poll up to ``wait_seconds`` for a matching job to become ready.
 
     The wait sleeps until a notification (enqueue, retry, redrive, lease rescue)
     or until the next scheduled job's ``run_at``; it does not poll in a loop. A
-    client that has gone away (``disconnected``) claims nothing; a server
-    shutting down stops waiting.
+    client that goes away while it waits (heard on ``receive``, the request's
+    ASGI channel) claims nothing; a server shutting down stops waiting. A woken
+    claim is made at once, on the same turn: an enqueue's early wake-up
+    (``Wakeup.coming``) then finds it in the insert's own group.
     """
     types = service.claimable_types(caller, body.types)
     deadline = time.monotonic() + float(body.wait_seconds)
-    while True:
-        with wakeup.waiter() as waiter:
-            if body.wait_seconds and await disconnected():
-                return []
-            jobs = await service.claim_async(
-                caller, types, body.limit, body.lease_seconds, body.instance
-            )
-            remaining = deadline - time.monotonic()
-            if jobs or remaining <= 0 or wakeup.closed:
-                return jobs
-            next_due = await run_in_threadpool(service.next_due, types)
-            if next_due is not None:
-                until_due = (next_due - service.clock.now()).total_seconds()
-                remaining = min(remaining, max(until_due, 0.001))
-            await waiter.wait(min(remaining, _RECHECK_SECONDS))
+    gone: asyncio.Future[None] | None = None  # done when the client hangs up
+    try:
+        while True:
+            with wakeup.waiter(types) as waiter:
+                if gone is not None and gone.done():
+                    return []
+                jobs = await service.claim_async(
+                    caller, types, body.limit, body.lease_seconds, body.instance
+                )
+                remaining = deadline - time.monotonic()
+                if jobs or remaining <= 0 or wakeup.closed:
+                    return jobs
+                next_due = await run_in_threadpool(service.next_due, types)
+                if next_due is not None:
+                    until_due = (next_due - service.clock.now()).total_seconds()
+                    remaining = min(remaining, max(until_due, 0.001))
+                if gone is None:
+                    gone = asyncio.ensure_future(_hang_up(receive))
+                await waiter.wait(min(remaining, _RECHECK_SECONDS), until=gone)
+    finally:
+        if gone is not None:
+            gone.cancel()
+
+
+async def _hang_up(receive: Receive) -> None:
+    """Return when the client has gone (its request's body has been read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 _PREFER = (

@@ -32,6 +32,8 @@ __all__ = ["Q", "SqliteStorage"]
 
 
 class SqliteStorage(SqlReads):
+    loop_groups = True  # see storage.base.LoopGroups and writer.py
+
     def __init__(self, path: str | Path, durability: str = "full") -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
