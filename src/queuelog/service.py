@@ -334,9 +334,25 @@ class JobService:
             job_id, _held_token(lease_token), caller.name, lease_seconds, self.clock.now()
         )
 
+    async def heartbeat_async(
+        self, caller: ApiKey, job_id: int, lease_token: str, lease_seconds: int | None = None
+    ) -> Job:
+        """``heartbeat``, awaited."""
+        return await self.storage.job_heartbeat_async(
+            job_id, _held_token(lease_token), caller.name, lease_seconds, self.clock.now()
+        )
+
     def release(self, caller: ApiKey, job_id: int, lease_token: str) -> Job:
         """Give a held job back unrun: pending at once, the attempt not spent."""
         job = self.storage.job_release(
+            job_id, _held_token(lease_token), caller.name, self.clock.now()
+        )
+        self._on_ready()
+        return job
+
+    async def release_async(self, caller: ApiKey, job_id: int, lease_token: str) -> Job:
+        """``release``, awaited."""
+        job = await self.storage.job_release_async(
             job_id, _held_token(lease_token), caller.name, self.clock.now()
         )
         self._on_ready()

@@ -58,7 +58,7 @@ def apis(
         yield Api(client, producer), Api(client, worker)
 
 
-def test_enqueue_claim_and_finish_are_written_by_the_event_loop(
+def test_the_writes_of_producers_and_workers_are_made_by_the_event_loop(
     apis: tuple[Api, Api], queued: list[Any]
 ) -> None:
     producer, worker = apis
@@ -67,7 +67,13 @@ def test_enqueue_claim_and_finish_are_written_by_the_event_loop(
     assert batch.status_code == 200
     jobs = worker.post("/jobs/claim", json={"limit": 5}).json()["jobs"]
     assert len(jobs) == 5
-    one, two, three, *rest = jobs
+    one, two, three, four, five = jobs
+    beat = worker.post(f"/jobs/{four['id']}/heartbeat", json={"lease_token": four["lease_token"]})
+    assert beat.status_code == 200 and beat.json()["status"] == "running"
+    back = worker.post(f"/jobs/{four['id']}/release", json={"lease_token": four["lease_token"]})
+    assert back.status_code == 200 and back.json()["status"] == "pending"
+    (four,) = worker.post("/jobs/claim", json={"limit": 5}).json()["jobs"]
+    rest = [four, five]
     done = worker.post(f"/jobs/{one['id']}/complete", json={"lease_token": one["lease_token"]})
     assert done.status_code == 200 and done.json()["status"] == "completed"
     again = worker.post(

@@ -165,6 +165,17 @@ class Storage(Protocol):
         self, jobs: Sequence[NewJob], now: datetime
     ) -> list[tuple[Job, bool]]: ...
     async def job_claim_async(self, params: ClaimParams) -> list[Job]: ...
+    async def job_heartbeat_async(
+        self,
+        job_id: int,
+        lease_token: str,
+        worker_name: str,
+        lease_seconds: int | None,
+        now: datetime,
+    ) -> Job: ...
+    async def job_release_async(
+        self, job_id: int, lease_token: str, worker_name: str, now: datetime
+    ) -> Job: ...
     async def job_finish_many_async(
         self, items: Sequence[FinishParams], with_jobs: bool = True
     ) -> list[Job | Finished | QueueError]:
@@ -225,6 +236,25 @@ class ThreadedWrites:
 
     async def job_claim_async(self: Storage, params: ClaimParams) -> list[Job]:
         return await anyio.to_thread.run_sync(self.job_claim, params)
+
+    async def job_heartbeat_async(
+        self: Storage,
+        job_id: int,
+        lease_token: str,
+        worker_name: str,
+        lease_seconds: int | None,
+        now: datetime,
+    ) -> Job:
+        return await anyio.to_thread.run_sync(
+            self.job_heartbeat, job_id, lease_token, worker_name, lease_seconds, now
+        )
+
+    async def job_release_async(
+        self: Storage, job_id: int, lease_token: str, worker_name: str, now: datetime
+    ) -> Job:
+        return await anyio.to_thread.run_sync(
+            self.job_release, job_id, lease_token, worker_name, now
+        )
 
     async def job_finish_many_async(
         self: Storage, items: Sequence[FinishParams], with_jobs: bool = True

@@ -229,10 +229,10 @@ def _item(job_id: IdPath, outcome: Job | Finished | QueueError, admin: bool) -> 
     description="`lease_seconds` defaults to the job type's lease." + _HELD,
     responses=problems(*AUTHED, 404, 409, 413, 415, 422),
 )
-def heartbeat(
+async def heartbeat(
     job_id: IdPath, body: HeartbeatRequest, caller: Worker, service: ServiceDep
 ) -> Response:
-    job = service.heartbeat(caller, job_id, body.lease_token, body.lease_seconds)
+    job = await service.heartbeat_async(caller, job_id, body.lease_token, body.lease_seconds)
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
 
 
@@ -247,8 +247,10 @@ def heartbeat(
     ),
     responses=problems(*AUTHED, 404, 409, 413, 415, 422),
 )
-def release(job_id: IdPath, body: ReleaseRequest, caller: Worker, service: ServiceDep) -> Response:
-    job = service.release(caller, job_id, body.lease_token)
+async def release(
+    job_id: IdPath, body: ReleaseRequest, caller: Worker, service: ServiceDep
+) -> Response:
+    job = await service.release_async(caller, job_id, body.lease_token)
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
 
 

@@ -126,9 +126,26 @@ class SqliteStorage(SqlReads):
         args = held_params(job_id, lease_token, worker_name, now, lease_seconds)
         return self._writer.run(lambda conn: tx.held(conn, "job_heartbeat", args))
 
+    async def job_heartbeat_async(
+        self,
+        job_id: int,
+        lease_token: str,
+        worker_name: str,
+        lease_seconds: int | None,
+        now: datetime,
+    ) -> Job:
+        args = held_params(job_id, lease_token, worker_name, now, lease_seconds)
+        return await self._writer.wait(lambda conn: tx.held(conn, "job_heartbeat", args))
+
     def job_release(self, job_id: int, lease_token: str, worker_name: str, now: datetime) -> Job:
         args = held_params(job_id, lease_token, worker_name, now)
         return self._writer.run(lambda conn: tx.release(conn, args, now))
+
+    async def job_release_async(
+        self, job_id: int, lease_token: str, worker_name: str, now: datetime
+    ) -> Job:
+        args = held_params(job_id, lease_token, worker_name, now)
+        return await self._writer.wait(lambda conn: tx.release(conn, args, now))
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
         outcomes = self._writer.run(lambda conn: tx.finish_many(conn, items))
