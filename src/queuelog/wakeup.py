@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter
 from collections.abc import Collection, Iterable
 from typing import Any
@@ -31,9 +32,10 @@ class Waiter:
     enqueue served there) wakes it directly; one from another thread goes through
     the loop's thread-safe queue."""
 
-    def __init__(self, wakeup: Wakeup, types: Collection[str] | None) -> None:
+    def __init__(self, wakeup: Wakeup, types: Collection[str] | None, since: float) -> None:
         self._wakeup = wakeup
         self.types = types  # the job types the claimer may take (None: any)
+        self.since = since  # when the claimer began to wait (time.monotonic)
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self._notified = False
@@ -84,18 +86,18 @@ def _expire(future: asyncio.Future[bool]) -> None:
 
 class Wakeup:
     def __init__(self) -> None:
-        # In the order they began to wait (a dict keeps it): the longest waiting first.
-        self._waiters: dict[Waiter, None] = {}
+        self._waiters: set[Waiter] = set()
         self._lock = threading.Lock()
         self.notifications = 0
         self.closed = False
 
-    def waiter(self, types: Collection[str] | None = None) -> Waiter:
-        """Register a waiter for jobs of ``types`` (None: any); use it as a context
-        manager so it is always removed."""
-        waiter = Waiter(self, types)
+    def waiter(self, types: Collection[str] | None = None, since: float | None = None) -> Waiter:
+        """Register a waiter for jobs of ``types`` (None: any), waiting since ``since``
+        (``time.monotonic()``; default now: a claim that waits again passes the time
+        it arrived); use it as a context manager so it is always removed."""
+        waiter = Waiter(self, types, time.monotonic() if since is None else since)
         with self._lock:
-            self._waiters[waiter] = None
+            self._waiters.add(waiter)
         return waiter
 
     def coming(self, job_types: Iterable[str]) -> None:
@@ -107,6 +109,7 @@ class Wakeup:
         here = threading.get_ident()
         with self._lock:
             idle = [w for w in self._waiters if w._thread == here and not w._notified]
+        idle.sort(key=lambda w: w.since)
         wanted = Counter(job_types)
         for waiter in idle:
             if not wanted:
@@ -133,4 +136,4 @@ class Wakeup:
 
     def _discard(self, waiter: Waiter) -> None:
         with self._lock:
-            self._waiters.pop(waiter, None)
+            self._waiters.discard(waiter)

@@ -100,8 +100,11 @@ def test_coming_wakes_the_longest_waiting_claimer_of_each_jobs_type_on_this_loop
         wakeup = Wakeup()
         names = ("emails-first", "any-first", "emails-second", "images", "any-second")
         types = (["email"], None, ["email"], ["image"], None)
-        waiters = {name: wakeup.waiter(t) for name, t in zip(names, types, strict=True)}
-        tasks = {name: asyncio.ensure_future(w.wait(0.2)) for name, w in waiters.items()}
+        # Registered in another order than they began to wait (a claim that waits
+        # again registers anew, with the time it arrived).
+        order = (4, 2, 0, 3, 1)
+        waiters = {names[i]: wakeup.waiter(types[i], since=100.0 + i) for i in order}
+        tasks = {name: asyncio.ensure_future(waiters[name].wait(0.2)) for name in names}
         await asyncio.sleep(0)
         wakeup.coming(["email", "email", "report"])
         await asyncio.sleep(0)

@@ -78,7 +78,7 @@ def create_app(
     storage = storage or open_storage(settings)
     wakeup = Wakeup()
     # On SQLite a claimer woken before an enqueue's group runs claims in that group.
-    coming = wakeup.coming if isinstance(storage, LoopGroups) else None
+    coming = wakeup.coming if isinstance(storage, LoopGroups) and storage.loop_groups else None
     service = JobService(storage, settings, clock, on_ready=wakeup.notify, on_coming=coming)
     if isinstance(storage, ReadySubscriber):
         # Jobs made ready on other nodes sharing the database wake this node's claimers.

@@ -89,18 +89,23 @@ async def claim_or_wait(
 
     The wait sleeps until a notification (enqueue, retry, redrive, lease rescue)
     or until the next scheduled job's ``run_at``; it does not poll in a loop. A
-    client that goes away while it waits (heard on ``receive``, the request's
-    ASGI channel) claims nothing; a server shutting down stops waiting. A woken
-    claim is made at once, on the same turn: an enqueue's early wake-up
-    (``Wakeup.coming``) then finds it in the insert's own group.
+    client that has gone away (heard on ``receive``, the request's ASGI channel,
+    watched from the start of a long poll) claims nothing; a server shutting down
+    stops waiting. A woken claim is made at once, on the same turn: an enqueue's
+    early wake-up (``Wakeup.coming``) then finds it in the insert's own group.
     """
     types = service.claimable_types(caller, body.types)
-    deadline = time.monotonic() + float(body.wait_seconds)
+    arrived = time.monotonic()
+    deadline = arrived + float(body.wait_seconds)
     gone: asyncio.Future[None] | None = None  # done when the client hangs up
+    if body.wait_seconds:
+        gone = asyncio.ensure_future(_hang_up(receive))
+        await asyncio.sleep(0)  # one step: a client gone already is heard at once
     try:
         while True:
-            with wakeup.waiter(types) as waiter:
+            with wakeup.waiter(types, since=arrived) as waiter:
                 if gone is not None and gone.done():
+                    gone.result()  # a failure to read the channel is raised, not hidden
                     return []
                 jobs = await service.claim_async(
                     caller, types, body.limit, body.lease_seconds, body.instance
@@ -112,8 +117,6 @@ async def claim_or_wait(
                 if next_due is not None:
                     until_due = (next_due - service.clock.now()).total_seconds()
                     remaining = min(remaining, max(until_due, 0.001))
-                if gone is None:
-                    gone = asyncio.ensure_future(_hang_up(receive))
                 await waiter.wait(min(remaining, _RECHECK_SECONDS), until=gone)
     finally:
         if gone is not None:
