@@ -6,13 +6,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from queuelog.api.app import create_app
 from queuelog.api.routes import claims
 from queuelog.api.schemas import ClaimRequest
 from queuelog.auth import KeyRing
@@ -24,28 +21,6 @@ from queuelog.specs import EnqueueSpec
 from queuelog.storage.sqlite.store import SqliteStorage
 from queuelog.wakeup import Wakeup
 from tests.conftest import Api
-
-
-@pytest.fixture
-def sqlite(settings: Settings) -> Iterator[SqliteStorage]:
-    assert settings.sqlite_path is not None
-    store = SqliteStorage(settings.sqlite_path)
-    yield store
-    store.close()
-
-
-@pytest.fixture(params=[True, False], ids=["fast-lane", "routes"])
-def app_apis(
-    request: pytest.FixtureRequest, settings: Settings, sqlite: SqliteStorage, clock: FakeClock
-) -> Iterator[tuple[Any, Api, Api]]:
-    app = create_app(
-        settings, storage=sqlite, clock=clock, run_maintenance=False, fast_lane=request.param
-    )
-    ring = KeyRing(sqlite, clock)
-    _, producer = ring.create("shop", frozenset({Role.PRODUCER}))
-    _, worker = ring.create("mailer", frozenset({Role.WORKER}))
-    with TestClient(app, raise_server_exceptions=False) as client:
-        yield app, Api(client, producer), Api(client, worker)
 
 
 @pytest.fixture
@@ -82,9 +57,9 @@ def _waiting_claim(
 
 
 def test_a_waiting_claim_is_made_in_the_enqueues_own_group(
-    app_apis: tuple[Any, Api, Api], sqlite: SqliteStorage, groups: list[list[str]]
+    sqlite_app: tuple[Any, Api, Api], sqlite: SqliteStorage, groups: list[list[str]]
 ) -> None:
-    app, producer, worker = app_apis
+    app, producer, worker = sqlite_app
     thread, answers = _waiting_claim(worker, app, {"wait_seconds": 10})
     groups.clear()
     job = producer.post("/jobs", json={"type": "noop"}).json()
@@ -97,9 +72,9 @@ def test_a_waiting_claim_is_made_in_the_enqueues_own_group(
 
 
 def test_a_claimer_of_another_type_is_not_woken_before_the_commit(
-    app_apis: tuple[Any, Api, Api], groups: list[list[str]]
+    sqlite_app: tuple[Any, Api, Api], groups: list[list[str]]
 ) -> None:
-    app, producer, worker = app_apis
+    app, producer, worker = sqlite_app
     thread, answers = _waiting_claim(worker, app, {"types": ["send_email"], "wait_seconds": 1})
     groups.clear()
     producer.post("/jobs", json={"type": "noop"})

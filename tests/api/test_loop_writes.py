@@ -3,27 +3,12 @@ group, never queued for the writer's thread (see storage/sqlite/writer.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from queuelog.api.app import create_app
-from queuelog.auth import KeyRing
-from queuelog.clock import FakeClock
-from queuelog.config import Settings
-from queuelog.models import Role
 from queuelog.storage.sqlite.store import SqliteStorage
 from tests.conftest import Api
-
-
-@pytest.fixture
-def sqlite(settings: Settings) -> Iterator[SqliteStorage]:
-    assert settings.sqlite_path is not None
-    store = SqliteStorage(settings.sqlite_path)
-    yield store
-    store.close()
 
 
 @pytest.fixture
@@ -41,27 +26,10 @@ def queued(sqlite: SqliteStorage, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return submitted
 
 
-@pytest.fixture(params=[True, False], ids=["fast-lane", "routes"])
-def apis(
-    request: pytest.FixtureRequest,
-    settings: Settings,
-    sqlite: SqliteStorage,
-    clock: FakeClock,
-) -> Iterator[tuple[Api, Api]]:
-    app = create_app(
-        settings, storage=sqlite, clock=clock, run_maintenance=False, fast_lane=request.param
-    )
-    ring = KeyRing(sqlite, clock)
-    _, producer = ring.create("shop", frozenset({Role.PRODUCER}))
-    _, worker = ring.create("mailer", frozenset({Role.WORKER}))
-    with TestClient(app, raise_server_exceptions=False) as client:
-        yield Api(client, producer), Api(client, worker)
-
-
 def test_the_writes_of_producers_and_workers_are_made_by_the_event_loop(
-    apis: tuple[Api, Api], queued: list[Any]
+    sqlite_app: tuple[Any, Api, Api], queued: list[Any]
 ) -> None:
-    producer, worker = apis
+    _, producer, worker = sqlite_app
     assert producer.post("/jobs", json={"type": "noop"}).status_code == 201
     batch = producer.post("/jobs/batch", json={"jobs": [{"type": "noop"}] * 4})
     assert batch.status_code == 200
