@@ -133,7 +133,8 @@ class JobService:
         now = self.clock.now()
         new_jobs = self._new_jobs(caller, specs, now, batch)
         if self._on_coming is not None:
-            self._on_coming([job.type for job in new_jobs if job.run_at <= now])
+            # A generator: nothing is built when no claimer is waiting.
+            self._on_coming(job.type for job in new_jobs if job.run_at <= now)
         with _batch_errors(batch):
             results = await self.storage.job_insert_many_async(new_jobs, now)
         return self._enqueued(results)
@@ -342,16 +343,8 @@ class JobService:
             job_id, _held_token(lease_token), caller.name, lease_seconds, self.clock.now()
         )
 
-    def release(self, caller: ApiKey, job_id: int, lease_token: str) -> Job:
-        """Give a held job back unrun: pending at once, the attempt not spent."""
-        job = self.storage.job_release(
-            job_id, _held_token(lease_token), caller.name, self.clock.now()
-        )
-        self._on_ready()
-        return job
-
     async def release_async(self, caller: ApiKey, job_id: int, lease_token: str) -> Job:
-        """``release``, awaited."""
+        """Give a held job back unrun: pending at once, the attempt not spent."""
         job = await self.storage.job_release_async(
             job_id, _held_token(lease_token), caller.name, self.clock.now()
         )
