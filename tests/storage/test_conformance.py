@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from queuelog.errors import IdempotencyKeyReused, InvalidState, NotFound, NotLeaseHolder
-from queuelog.models import EventKind, Finished, Job, JobStatus, Priority, Role
+from queuelog.models import EventKind, Finished, Job, JobEvent, JobStatus, Priority, Role
 from queuelog.storage.base import ClaimParams, FinishParams, JobListParams, NewJob, NewKey, Storage
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -58,8 +58,12 @@ def test_insert_returns_jobs_in_order_and_records_enqueued(store: Storage) -> No
     first, second = (job for job, _ in results)
     assert first.id < second.id and second.type == "send_email"
     assert first.status == JobStatus.PENDING and first.payload == {"n": 1}
-    events = store.job_events(first.id)
-    assert [e.event for e in events] == [EventKind.ENQUEUED]
+    for job in (first, second):
+        # Written by the insert itself (a trigger on both backends): the same event
+        # the code wrote before, from the row's own values.
+        assert store.job_events(job.id) == [
+            JobEvent(job.id, T0, EventKind.ENQUEUED, None, JobStatus.PENDING, job.principal)
+        ]
 
 
 def test_idempotency_key_returns_existing_job_for_same_fingerprint(store: Storage) -> None:
@@ -99,8 +103,11 @@ def test_a_batch_answers_each_job_as_stored_in_its_order(store: Storage) -> None
         assert store.job_get(job.id) == job
         assert (job.type, job.priority, job.principal) == (new.type, new.priority, new.principal)
     assert jobs[3].run_at == later and jobs[3].max_retries == 7
-    for job in (jobs[0], jobs[1], jobs[5], jobs[6]):
+    for job in jobs:
+        # One event per job stored, none for a repeat of a key (jobs[2], jobs[4]).
         assert [e.event for e in store.job_events(job.id)] == [EventKind.ENQUEUED]
+    (counted,) = store.job_event_counts(T0, T0 + timedelta(seconds=1), 60)
+    assert (counted.event, counted.count) == (EventKind.ENQUEUED, 6)  # "old" and five new
 
 
 def test_a_job_inserted_alone_is_stored_as_the_same_job_in_a_batch(store: Storage) -> None:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from queuelog.models import Priority
+from queuelog.models import EventKind, Priority
 from queuelog.storage.sqlfile import load_migrations
 from queuelog.storage.sqlite.store import Q, SqliteStorage
+from queuelog.storage.sqlite.transactions import _statements
 from tests.storage.test_conformance import T0, claim, new_job
 
 
@@ -64,5 +65,44 @@ def test_scheduled_jobs_stay_out_of_the_ready_index_until_due(tmp_path: Path) ->
         (ready,) = claim(store, T0, limit=10)
         assert ready.priority == Priority.LOW
         assert len(claim(store, later, limit=100)) == 50
+    finally:
+        store.close()
+
+
+def test_migration_statements_end_where_sqlite_finds_them_complete() -> None:
+    """A trigger's body holds ';' of its own: it stays one statement."""
+    sql = (
+        "-- a comment; with a semicolon\n"
+        "CREATE TABLE a (x INTEGER);\n\n"
+        "CREATE TRIGGER t AFTER INSERT ON a\n"
+        "BEGIN\n"
+        "    INSERT INTO a VALUES (1);\n"
+        "    DELETE FROM a WHERE x = 2;\n"
+        "END;\n"
+        "INSERT INTO a VALUES (';');\n"
+    )
+    statements = _statements(sql)
+    assert [s.split()[1] for s in statements] == ["TABLE", "TRIGGER", "INTO"]
+    assert statements[1].endswith("END;")
+    with pytest.raises(ValueError, match="incomplete"):
+        _statements("CREATE TABLE b (x INTEGER)")
+
+
+def test_a_database_of_the_previous_schema_records_enqueued_events_once(tmp_path: Path) -> None:
+    """Migration 0004 moves the 'enqueued' event into the insert; a database created
+    before it keeps its history and records each new job's event once."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY)")
+        for version, sql in load_migrations("queuelog.storage.sqlite"):
+            if version < 4:
+                for statement in _statements(sql):
+                    conn.execute(statement)
+                conn.execute("INSERT INTO schema_migrations VALUES (?)", (version,))
+    conn.close()
+    store = SqliteStorage(path)
+    try:
+        ((job, _),) = store.job_insert_many([new_job()], T0)
+        assert [e.event for e in store.job_events(job.id)] == [EventKind.ENQUEUED]
     finally:
         store.close()

@@ -407,15 +407,6 @@ def match_inserted(
     return out
 
 
-def enqueued_events(results: Sequence[tuple[Job, bool]], now: datetime) -> list[dict[str, Any]]:
-    """The ``enqueued`` event of each job a batch insert created."""
-    return [
-        event_params(job, now, EventKind.ENQUEUED, None, job.principal)
-        for job, created in results
-        if created
-    ]
-
-
 def held_params(
     job_id: int,
     lease_token: str,

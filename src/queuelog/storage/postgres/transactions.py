@@ -23,7 +23,6 @@ from queuelog.storage.base import (
     FinishParams,
     NewJob,
     complete_batch_params,
-    enqueued_events,
     event_params,
     expired_finish,
     finish_event,
@@ -86,9 +85,9 @@ def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple
     out = match_inserted(
         jobs, now, rows, lambda new: _insert_or_existing(conn, new_job_params(new, now))
     )
-    events = enqueued_events(out, now)
-    _record(conn, events)
-    if events:
+    # Each inserted job's 'enqueued' event was written by the insert (the
+    # jobs_enqueued trigger, migration 0004).
+    if any(created for _, created in out):
         _notify_ready(conn)
     return out
 

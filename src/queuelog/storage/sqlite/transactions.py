@@ -19,7 +19,6 @@ from queuelog.storage.base import (
     NewJob,
     Row,
     complete_batch_params,
-    enqueued_events,
     event_params,
     expired_finish,
     finish_event,
@@ -55,9 +54,20 @@ def apply_migrations(conn: sqlite3.Connection) -> None:
 
 
 def _statements(sql: str) -> list[str]:
-    """Split a migration into statements (migrations hold no ';' inside literals)."""
-    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    """Split a migration into statements: a statement ends at the first line where
+    SQLite's parser finds it complete (a trigger's body holds ';' of its own)."""
+    statements: list[str] = []
+    pending = ""
+    for line in sql.splitlines():
+        if not pending and (not line.strip() or line.strip().startswith("--")):
+            continue
+        pending += line + "\n"
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        raise ValueError(f"incomplete statement in a migration: {pending.strip()[:60]!r}")
+    return statements
 
 
 def record(conn: sqlite3.Connection, events: Sequence[dict[str, Any]]) -> None:
@@ -86,9 +96,9 @@ def insert_many(
         args = {"principal": new.principal, "idempotency_key": new.idempotency_key}
         return job_from_row(conn.execute(Q["job_by_idempotency_key"], args).fetchone()), False
 
-    out = match_inserted(jobs, now, rows, existing)
-    record(conn, enqueued_events(out, now))
-    return out
+    # Each inserted job's 'enqueued' event was written by the insert (the
+    # jobs_enqueued trigger, migration 0004).
+    return match_inserted(jobs, now, rows, existing)
 
 
 def rescue(

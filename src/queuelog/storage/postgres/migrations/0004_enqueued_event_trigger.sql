@@ -1,0 +1,13 @@
+-- A job's 'enqueued' event is written by the statement that inserts the job (as on
+-- SQLite): its values (the job's id, its creation time and its principal) come
+-- from the row itself. ON CONFLICT DO NOTHING inserts no row for a repeated
+-- idempotency key, so a repeat records no event, as before.
+CREATE FUNCTION queuelog_job_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO job_events (job_id, at, event, from_status, to_status, actor)
+    VALUES (NEW.id, NEW.created_at, 'enqueued', NULL, 'pending', NEW.principal);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER jobs_enqueued AFTER INSERT ON jobs
+    FOR EACH ROW EXECUTE FUNCTION queuelog_job_enqueued();
