@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, dataclass_transform
 
 JsonObject = dict[str, Any]
 
@@ -72,7 +72,22 @@ class Finished:
     status: JobStatus
 
 
-@dataclass(frozen=True, slots=True)
+_Record = TypeVar("_Record")
+
+
+@dataclass_transform(frozen_default=True)
+def _built_per_job(cls: type[_Record]) -> type[_Record]:
+    """A frozen dataclass to the type checker (mypy refuses any assignment to a field),
+    built at run time without ``frozen``'s guard.
+
+    A frozen dataclass sets each field through ``object.__setattr__``: building a
+    Job (20 fields) took about 4.7 µs against 0.7 µs without, and a Job is built
+    for every job enqueued, claimed or finished (2 ms of every batch of 500).
+    """
+    return dataclass(slots=True)(cls)
+
+
+@_built_per_job
 class Job:
     id: int
     type: str
