@@ -348,9 +348,11 @@ def _stored(new: NewJob) -> dict[str, Any]:
     }
 
 
-def inserted_job(new: NewJob, job_id: int, now: datetime) -> Job:
-    """The job ``job_insert_batch`` stored for ``new``, without reading it back."""
-    stamp = from_micros(to_micros(now))
+def inserted_job(new: NewJob, job_id: int, stamp: datetime) -> Job:
+    """The job ``job_insert_batch`` stored for ``new`` at ``stamp`` (the insert's time
+    as stored, ``stored_time(now)``), without reading it back."""
+    # Most jobs run at once: their run_at is the insert's time, already converted.
+    run_at = stamp if new.run_at == stamp else stored_time(new.run_at)
     return Job(
         id=job_id,
         type=new.type,
@@ -361,11 +363,16 @@ def inserted_job(new: NewJob, job_id: int, now: datetime) -> Job:
         max_retries=new.max_retries,
         principal=new.principal,
         idempotency_key=new.idempotency_key,
-        run_at=from_micros(to_micros(new.run_at)),
+        run_at=run_at,
         created_at=stamp,
         updated_at=stamp,
         fingerprint=new.fingerprint,
     )
+
+
+def stored_time(at: datetime) -> datetime:
+    """``at`` as a read gives it back: UTC, to the microsecond."""
+    return from_micros(to_micros(at))
 
 
 def match_inserted(
@@ -389,14 +396,15 @@ def match_inserted(
         if r["idempotency_key"] is not None
     }
     plain = iter([int(r["id"]) for r in ordered if r["idempotency_key"] is None])
+    stamp = stored_time(now)
     out: list[tuple[Job, bool]] = []
     for index, new in enumerate(jobs):
         if new.idempotency_key is None:
-            out.append((inserted_job(new, next(plain), now), True))
+            out.append((inserted_job(new, next(plain), stamp), True))
             continue
         job_id = keyed.pop((new.principal, new.idempotency_key), None)
         if job_id is not None:
-            out.append((inserted_job(new, job_id, now), True))
+            out.append((inserted_job(new, job_id, stamp), True))
             continue
         job, created = existing(new)
         if not created and job.fingerprint != new.fingerprint:
