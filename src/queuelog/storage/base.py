@@ -35,11 +35,12 @@ from queuelog.models import (
     Priority,
     QueueStats,
     Role,
+    readonly_dataclass,
 )
 from queuelog.specs import stored_json
 
 
-@dataclass(frozen=True, slots=True)
+@readonly_dataclass
 class NewJob:
     type: str
     payload: JsonObject
@@ -67,7 +68,7 @@ class ClaimParams:
     retry_at: Callable[[Job], datetime] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@readonly_dataclass
 class FinishParams:
     """Complete (``error is None``) or fail a job held by ``worker_name``."""
 
