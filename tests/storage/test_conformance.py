@@ -70,6 +70,7 @@ def test_idempotency_key_returns_existing_job_for_same_fingerprint(store: Storag
     ((first, created),) = store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
     ((again, created_again),) = store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
     assert created and not created_again and again.id == first.id
+    assert [e.event for e in store.job_events(first.id)] == [EventKind.ENQUEUED]  # not again
 
 
 def test_idempotency_key_with_other_fingerprint_rejects_whole_batch(store: Storage) -> None:
@@ -78,6 +79,9 @@ def test_idempotency_key_with_other_fingerprint_rejects_whole_batch(store: Stora
         store.job_insert_many([new_job(), new_job(key="k", fingerprint="other")], T0)
     assert raised.value.extra["index"] == 1
     assert len(store.job_list(JobListParams(limit=10))) == 1
+    # The refused batch's first job was inserted, then rolled back with its event.
+    (counted,) = store.job_event_counts(T0, T0 + timedelta(seconds=1), 60)
+    assert counted.count == 1
 
 
 def test_a_batch_answers_each_job_as_stored_in_its_order(store: Storage) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from queuelog.models import EventKind, Priority
+from queuelog.storage.base import new_job_params
 from queuelog.storage.sqlfile import load_migrations
 from queuelog.storage.sqlite.store import Q, SqliteStorage
 from queuelog.storage.sqlite.transactions import _statements
@@ -99,10 +100,22 @@ def test_a_database_of_the_previous_schema_records_enqueued_events_once(tmp_path
                 for statement in _statements(sql):
                     conn.execute(statement)
                 conn.execute("INSERT INTO schema_migrations VALUES (?)", (version,))
+        # A job enqueued before the upgrade, with the event the code wrote then.
+        params = new_job_params(new_job(), T0)
+        (old_id,) = conn.execute(Q["job_insert"], params).fetchone()[:1]
+        event = {"job_id": old_id, "at": params["now"], "event": "enqueued"}
+        conn.execute(
+            "INSERT INTO job_events (job_id, at, event, to_status, actor)"
+            " VALUES (:job_id, :at, :event, 'pending', 'shop')",
+            event,
+        )
     conn.close()
     store = SqliteStorage(path)
     try:
+        assert [e.event for e in store.job_events(old_id)] == [EventKind.ENQUEUED]
         ((job, _),) = store.job_insert_many([new_job()], T0)
+        assert job.id == old_id + 1
         assert [e.event for e in store.job_events(job.id)] == [EventKind.ENQUEUED]
+        assert [e.event for e in store.job_events(old_id)] == [EventKind.ENQUEUED]
     finally:
         store.close()

@@ -1,4 +1,5 @@
-"""Job: a frozen dataclass to the type checker, built without frozen's run-time guard."""
+"""readonly_dataclass (Job, Finished, ...): frozen to the type checker, built without
+frozen's run-time guard."""
 
 from __future__ import annotations
 
@@ -8,15 +9,17 @@ from pathlib import Path
 
 from mypy import api as mypy_api
 
-from queuelog.models import Job, JobStatus, Priority
+from queuelog.models import Finished, Job, JobStatus, Priority
 
 SNIPPET = """
 from datetime import UTC, datetime
-from queuelog.models import Job, JobStatus, Priority
+from queuelog.models import Finished, Job, JobStatus, Priority
 
 now = datetime.now(UTC)
 job = Job(1, "noop", {}, Priority.LOW, JobStatus.PENDING, 0, 3, "p", None, now, now, now)
 job.status = JobStatus.RUNNING
+done = Finished(1, JobStatus.COMPLETED)
+done.id = 2
 """
 
 
@@ -28,7 +31,8 @@ def test_a_job_is_read_only_to_the_type_checker(tmp_path: Path) -> None:
     )
     assert status == 1, out
     assert 'Property "status" defined in "Job" is read-only' in out, out
-    assert out.count("error:") == 1, out  # the construction itself type-checks
+    assert 'Property "id" defined in "Finished" is read-only' in out, out
+    assert out.count("error:") == 2, out  # the constructions themselves type-check
 
 
 def test_a_job_is_a_dataclass_with_slots_and_value_equality() -> None:
@@ -37,4 +41,7 @@ def test_a_job_is_a_dataclass_with_slots_and_value_equality() -> None:
     job = Job(*fields)
     assert dataclasses.is_dataclass(job) and not hasattr(job, "__dict__")
     assert job == Job(*fields) and job != Job(2, *fields[1:])
+    # Hashed by value, as a frozen dataclass is (a Job's payload dict makes it unhashable).
+    assert hash(Finished(1, JobStatus.COMPLETED)) == hash(Finished(1, JobStatus.COMPLETED))
+    assert len({Finished(1, JobStatus.COMPLETED), Finished(1, JobStatus.COMPLETED)}) == 1
     assert [f.name for f in dataclasses.fields(Job)][:3] == ["id", "type", "payload"]
