@@ -249,6 +249,32 @@ def test_a_batch_of_completions_answers_each_under_its_own_guard(store: Storage)
     assert all(isinstance(o, NotLeaseHolder) for o in store.job_finish_many(stale))
 
 
+def test_a_claim_and_a_worker_s_batch_completion_record_each_job_s_event(
+    store: Storage,
+) -> None:
+    """Both are recorded in one statement for all their jobs (SQLite reads the ids of
+    one JSON array); each job gets its own event, in full, and a refused item none."""
+    store.job_insert_many([new_job(priority=p) for p in (Priority.LOW, Priority.HIGH)] * 2, T0)
+    later = T0 + timedelta(seconds=5)
+    held = claim(store, later, limit=4)
+    assert [j.priority for j in held] == [Priority.HIGH, Priority.HIGH, Priority.LOW, Priority.LOW]
+    done = T0 + timedelta(seconds=9)
+    items = [FinishParams(j.id, j.lease_token or "", "w", done) for j in held[:3]]
+    items[1] = FinishParams(held[1].id, "not-the-token", "w", done)
+    outcomes = store.job_finish_many(items)
+    assert isinstance(outcomes[1], NotLeaseHolder)
+    for index, job in enumerate(held):
+        events = store.job_events(job.id)
+        claimed = JobEvent(
+            job.id, later, EventKind.CLAIMED, JobStatus.PENDING, JobStatus.RUNNING, "w/1"
+        )
+        completed = JobEvent(
+            job.id, done, EventKind.COMPLETED, JobStatus.RUNNING, JobStatus.COMPLETED, "w"
+        )
+        expected = [claimed, completed] if index in (0, 2) else [claimed]
+        assert events[1:] == expected, index
+
+
 def test_the_same_job_twice_in_a_batch_is_completed_once(store: Storage) -> None:
     store.job_insert_many([new_job()], T0)
     (job,) = claim(store)

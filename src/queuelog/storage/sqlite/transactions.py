@@ -78,6 +78,27 @@ def record(conn: sqlite3.Connection, events: Sequence[dict[str, Any]]) -> None:
         conn.execute(Q["event_insert_many"], {"events": json_array(list(events))})
 
 
+def record_each(
+    conn: sqlite3.Connection,
+    ids: str,
+    at: datetime,
+    kind: EventKind,
+    before: JobStatus,
+    after: JobStatus,
+    actor: str,
+) -> None:
+    """Insert the same event (but for its job) for each job of the JSON array ``ids``."""
+    args = {
+        "ids": ids,
+        "at": to_micros(at),
+        "event": kind.value,
+        "from_status": before.value,
+        "to_status": after.value,
+        "actor": actor,
+    }
+    conn.execute(Q["event_insert_each"], args)
+
+
 def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
     row = conn.execute(Q["job_get"], {"id": job_id}).fetchone()
     return job_from_row(row) if row else None
@@ -152,11 +173,16 @@ def claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Row]:
     conn.execute(Q["job_claim"], lease)
     claimed = rows(conn, ids)
     claimed.sort(key=lambda r: (-r["priority"], r["created_at"], r["id"]))
-    events = [
-        event_params(r, params.now, EventKind.CLAIMED, JobStatus.PENDING, params.worker_id)
-        for r in claimed
-    ]
-    record(conn, events)
+    # The write lock is held since the pick: every picked job was claimed.
+    record_each(
+        conn,
+        ids,
+        params.now,
+        EventKind.CLAIMED,
+        JobStatus.PENDING,
+        JobStatus.RUNNING,
+        params.worker_id,
+    )
     return claimed
 
 
@@ -199,6 +225,19 @@ def finish_many(
         completed,
         lambda item: guard_failure(get(conn, item.job_id), item.worker_name, item.lease_token),
     )
+    workers = {item.worker_name for item in items}
+    if len(workers) == 1:  # one worker's acknowledgement: its completions' events at once
+        if held != "[]":
+            record_each(
+                conn,
+                held,
+                items[0].now,
+                EventKind.COMPLETED,
+                JobStatus.RUNNING,
+                JobStatus.COMPLETED,
+                workers.pop(),
+            )
+        return outcomes
     events = [
         finish_event(outcome, item, None, None)
         for outcome, item in zip(outcomes, items, strict=True)
