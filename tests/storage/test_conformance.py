@@ -114,6 +114,30 @@ def test_a_batch_answers_each_job_as_stored_in_its_order(store: Storage) -> None
     assert (counted.event, counted.count) == (EventKind.ENQUEUED, 6)  # "old" and five new
 
 
+def test_a_batch_alike_but_for_type_payload_and_priority_stores_each_job_as_alone(
+    store: Storage,
+) -> None:
+    """SQLite binds the columns such a batch shares once (job_insert_batch_uniform)."""
+    later = T0 + timedelta(seconds=60)
+    kinds = [("noop", Priority.LOW), ("send_email", Priority.HIGH), ("noop", Priority.CRITICAL)]
+    for run_at in (T0, later):
+        batch = [
+            replace(new_job(job_type, priority, run_at=run_at, max_retries=5), payload={"n": i})
+            for i, (job_type, priority) in enumerate(kinds)
+        ]
+        results = store.job_insert_many(batch, T0)
+        alone = [store.job_insert_many([new], T0)[0][0] for new in batch]
+        for (job, created), single, new in zip(results, alone, batch, strict=True):
+            assert created and store.job_get(job.id) == job
+            assert replace(single, id=job.id) == job
+            assert (job.type, job.priority, job.payload) == (new.type, new.priority, new.payload)
+            assert (job.run_at, job.max_retries, job.principal) == (run_at, 5, "shop")
+            assert [e.event for e in store.job_events(job.id)] == [EventKind.ENQUEUED]
+    # The later ones are scheduled: a claim finds them only once their time has come.
+    assert len(claim(store, T0, limit=20)) == 6
+    assert len(claim(store, later, limit=20)) == 6
+
+
 def test_a_job_inserted_alone_is_stored_as_the_same_job_in_a_batch(store: Storage) -> None:
     """A single insert may take another statement than a batch's; it stores the same row."""
     later = datetime(2026, 1, 1, 3, tzinfo=timezone(timedelta(hours=2)))  # 01:00 UTC

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from queuelog.models import EventKind, Priority
 from queuelog.storage.base import new_job_params
 from queuelog.storage.sqlfile import load_migrations
 from queuelog.storage.sqlite.store import Q, SqliteStorage
-from queuelog.storage.sqlite.transactions import _statements
+from queuelog.storage.sqlite.transactions import _statements, uniform_batch_params
 from tests.storage.test_conformance import T0, claim, new_job
 
 
@@ -117,5 +119,42 @@ def test_a_database_of_the_previous_schema_records_enqueued_events_once(tmp_path
         assert job.id == old_id + 1
         assert [e.event for e in store.job_events(job.id)] == [EventKind.ENQUEUED]
         assert [e.event for e in store.job_events(old_id)] == [EventKind.ENQUEUED]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"idempotency_key": "k", "fingerprint": "f"},
+        {"principal": "other"},
+        {"max_retries": 7},
+        {"lease_seconds": 5},
+        {"run_at": T0 + timedelta(seconds=1)},
+    ],
+)
+def test_only_a_batch_alike_but_for_type_payload_and_priority_takes_the_uniform_insert(
+    change: dict[str, object],
+) -> None:
+    alike = [new_job(), new_job("send_email", Priority.HIGH), new_job()]
+    params = uniform_batch_params(alike, T0)
+    assert params is not None and params["principal"] == "shop"
+    assert [j["type"] for j in json.loads(params["jobs"])] == ["noop", "send_email", "noop"]
+    assert uniform_batch_params([*alike, replace(new_job(), **change)], T0) is None
+
+
+def test_the_uniform_insert_stores_every_column_as_a_single_insert(tmp_path: Path) -> None:
+    """Row for row, all columns (the scheduled flag included), on jobs due now and later."""
+    store = SqliteStorage(tmp_path / "u.db")
+    try:
+        for run_at in (T0, T0 + timedelta(seconds=60)):
+            batch = [new_job(run_at=run_at), new_job("send_email", Priority.HIGH, run_at=run_at)]
+            assert uniform_batch_params(batch, T0) is not None
+            together = [job.id for job, _ in store.job_insert_many(batch, T0)]
+            alone = [store.job_insert_many([new], T0)[0][0].id for new in batch]
+            for a, b in zip(together, alone, strict=True):
+                rows = store._reader().execute("SELECT * FROM jobs WHERE id IN (?, ?)", (a, b))
+                first, second = (dict(r) for r in rows)
+                assert first.pop("id") != second.pop("id") and first == second
     finally:
         store.close()

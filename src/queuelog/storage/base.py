@@ -338,7 +338,7 @@ def _stored(new: NewJob) -> dict[str, Any]:
     """A new job's columns as both backends store them."""
     return {
         "type": new.type,
-        "payload": new.payload_text if new.payload_text is not None else stored_json(new.payload),
+        "payload": payload_text(new),
         "priority": int(new.priority),
         "max_retries": new.max_retries,
         "lease_seconds": new.lease_seconds,
@@ -347,6 +347,11 @@ def _stored(new: NewJob) -> dict[str, Any]:
         "fingerprint": new.fingerprint,
         "run_at": to_micros(new.run_at),
     }
+
+
+def payload_text(new: NewJob) -> str:
+    """A new job's payload as stored: the text the service measured, when it did."""
+    return new.payload_text if new.payload_text is not None else stored_json(new.payload)
 
 
 def inserted_job(new: NewJob, job_id: int, stamp: datetime) -> Job:

@@ -30,6 +30,7 @@ from queuelog.storage.base import (
     match_completed,
     match_inserted,
     new_job_params,
+    payload_text,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
 
@@ -107,8 +108,11 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
 def insert_many(
     conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
 ) -> list[tuple[Job, bool]]:
+    uniform = uniform_batch_params(jobs, now) if len(jobs) > 1 else None
     if len(jobs) == 1:  # a single enqueue: the same rows, without a JSON array to read
         rows = conn.execute(Q["job_insert"], new_job_params(jobs[0], now)).fetchall()
+    elif uniform is not None:
+        rows = conn.execute(Q["job_insert_batch_uniform"], uniform).fetchall()
     else:
         rows = conn.execute(Q["job_insert_batch"], insert_batch_params(jobs, now)).fetchall()
 
@@ -120,6 +124,34 @@ def insert_many(
     # Each inserted job's 'enqueued' event was written by the insert (the
     # jobs_enqueued trigger, migration 0004).
     return match_inserted(jobs, now, rows, existing)
+
+
+def uniform_batch_params(jobs: Sequence[NewJob], now: datetime) -> dict[str, Any] | None:
+    """The bound parameters of ``job_insert_batch_uniform``, for jobs that differ only in
+    type, payload and priority (a producer's usual batch); None for any other batch."""
+    first = jobs[0]
+    for new in jobs:
+        if (
+            new.idempotency_key is not None
+            or new.fingerprint is not None
+            or new.principal != first.principal
+            or new.max_retries != first.max_retries
+            or new.lease_seconds != first.lease_seconds
+            or new.run_at != first.run_at
+        ):
+            return None
+    varying = [
+        {"type": new.type, "payload": payload_text(new), "priority": int(new.priority)}
+        for new in jobs
+    ]
+    return {
+        "jobs": json_array(varying),
+        "principal": first.principal,
+        "max_retries": first.max_retries,
+        "lease_seconds": first.lease_seconds,
+        "run_at": to_micros(first.run_at),
+        "now": to_micros(now),
+    }
 
 
 def rescue(
