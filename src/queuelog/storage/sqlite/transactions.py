@@ -108,10 +108,9 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
 def insert_many(
     conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
 ) -> list[tuple[Job, bool]]:
-    uniform = uniform_batch_params(jobs, now) if len(jobs) > 1 else None
     if len(jobs) == 1:  # a single enqueue: the same rows, without a JSON array to read
         rows = conn.execute(Q["job_insert"], new_job_params(jobs[0], now)).fetchall()
-    elif uniform is not None:
+    elif (uniform := uniform_batch_params(jobs, now)) is not None:
         rows = conn.execute(Q["job_insert_batch_uniform"], uniform).fetchall()
     else:
         rows = conn.execute(Q["job_insert_batch"], insert_batch_params(jobs, now)).fetchall()
@@ -258,24 +257,25 @@ def finish_many(
         lambda item: guard_failure(get(conn, item.job_id), item.worker_name, item.lease_token),
     )
     workers = {item.worker_name for item in items}
-    if len(workers) == 1:  # one worker's acknowledgement: its completions' events at once
-        if held != "[]":
-            record_each(
-                conn,
-                held,
-                items[0].now,
-                EventKind.COMPLETED,
-                JobStatus.RUNNING,
-                JobStatus.COMPLETED,
-                workers.pop(),
-            )
-        return outcomes
-    events = [
-        finish_event(outcome, item, None, None)
-        for outcome, item in zip(outcomes, items, strict=True)
-        if not isinstance(outcome, QueueError)
-    ]
-    record(conn, events)
+    if len(workers) > 1:
+        record(
+            conn,
+            [
+                finish_event(outcome, item, None, None)
+                for outcome, item in zip(outcomes, items, strict=True)
+                if not isinstance(outcome, QueueError)
+            ],
+        )
+    elif held != "[]":  # one worker's acknowledgement: its completions' events at once
+        record_each(
+            conn,
+            held,
+            items[0].now,
+            EventKind.COMPLETED,
+            JobStatus.RUNNING,
+            JobStatus.COMPLETED,
+            workers.pop(),
+        )
     return outcomes
 
 
