@@ -264,6 +264,73 @@ def test_prefetch_claims_ahead_but_runs_no_more_than_concurrency(server: RealSer
     assert most == 2
 
 
+class _ClaimLog(Client):
+    """A client that notes the ``limit`` of every claim it sends."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limits: list[int] = []
+
+    def claim(self, *args: Any, **kwargs: Any) -> list[Job]:
+        self.limits.append(kwargs["limit"])
+        return super().claim(*args, **kwargs)
+
+
+@contextmanager
+def gated(worker: Worker, server: RealServer, jobs: int) -> Iterator[tuple[_ClaimLog, Any, Any]]:
+    """Runs ``worker`` on ``jobs`` no-op jobs whose handlers each wait for a gate's permit;
+    yields (the claim log, the gate, a function giving how many handlers have finished)."""
+    gate = threading.Semaphore(0)
+    finished: list[int] = []
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        assert gate.acquire(timeout=DEADLINE)
+        finished.append(job.id)
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        shop.enqueue_many([{"type": "noop"}] * jobs)
+    client = _ClaimLog(server.url, server.keys["mailer"])
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        yield client, gate, lambda: len(finished)
+    finally:
+        gate.release(jobs)
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+        client.close()
+        assert not thread.is_alive(), "the worker did not stop"
+
+
+def test_a_prefetching_worker_claims_again_once_half_its_room_is_free(
+    server: RealServer,
+) -> None:
+    # Room for 10 jobs: one running, nine waiting for the handler.
+    worker = Worker(concurrency=1, prefetch=9, wait_seconds=1)
+    with gated(worker, server, jobs=20) as (client, gate, finished):
+        wait_until(lambda: running_on_server(server) == 10, "ten jobs held")
+        gate.release(4)
+        wait_until(lambda: finished() == 4, "four jobs done")
+        time.sleep(0.5)  # four free slots and jobs still waiting: no claim yet
+        assert client.limits == [10]
+        gate.release(1)
+        wait_until(lambda: len(client.limits) == 2, "a second claim")
+        assert client.limits == [10, 5]
+
+
+def test_a_worker_claims_at_once_when_no_claimed_job_is_waiting(server: RealServer) -> None:
+    # Room for 6: four handlers and two jobs waiting. Once those two start, two slots are
+    # free (less than half the room) and nothing waits for a handler: claim them now.
+    worker = Worker(concurrency=4, prefetch=2, wait_seconds=1)
+    with gated(worker, server, jobs=10) as (client, gate, finished):
+        wait_until(lambda: running_on_server(server) == 6, "six jobs held")
+        gate.release(2)
+        wait_until(lambda: len(client.limits) == 2, "a second claim")
+        assert client.limits == [6, 2]
+        assert finished() == 2
+
+
 def test_prefetched_jobs_not_started_by_the_deadline_are_released_unrun(
     server: RealServer,
 ) -> None:

@@ -112,8 +112,8 @@ class Run:
         self.changed = threading.Condition()
         self.busy = 0
         self.held: dict[int, Running] = {}
-        self.tasks: queue.Queue[Running | None] = queue.Queue()
-        self.acks: queue.Queue[tuple[Running, Outcome] | None] = queue.Queue()
+        self.tasks: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
+        self.acks: queue.SimpleQueue[tuple[Running, Outcome] | None] = queue.SimpleQueue()
         self.own_loop = loop is None
         self.loop = loop or asyncio.new_event_loop()  # for async def handlers
         self.acks_done = threading.Event()
@@ -141,8 +141,7 @@ class Run:
                 continue
             started = time.monotonic()
             jobs = self._claim(min(free, 100))
-            for job in jobs:
-                self._hand_out(job)
+            self._hand_out(jobs)
             if jobs:
                 idle = self.options.idle_seconds / 8
             elif time.monotonic() - started < max(0.05, self.options.wait_seconds / 2):
@@ -154,12 +153,27 @@ class Run:
             raise self.fatal
 
     def _free_slots(self) -> int:
-        """Jobs to claim: free handlers, plus ``prefetch`` jobs waiting for one."""
+        """Jobs to claim: free handlers, plus ``prefetch`` jobs waiting for one; 0 to wait."""
         with self.changed:
-            free = self.options.concurrency + self.options.prefetch - self.busy
-            if free <= 0:
+            free = self._claim_due()
+            if not free:
                 self.changed.wait(1.0)
-            return max(0, free)
+            return free
+
+    def _claim_due(self) -> int:
+        """The free slots, once a claim is worth sending (0 until then); under ``changed``.
+
+        While claimed jobs still wait for a handler, the next claim waits until half the
+        room (``concurrency + prefetch``) is free: a prefetching worker then sends a few
+        large claims instead of one for every job that finishes, and the jobs still waiting
+        keep its handlers busy while the claim travels. Once no job waits, any free slot is
+        claimed at once.
+        """
+        room = self.options.concurrency + self.options.prefetch
+        free = room - self.busy
+        if free <= 0 or (free < room // 2 and self.tasks.qsize()):
+            return 0
+        return free
 
     def _claim(self, limit: int) -> list[Job]:
         try:
@@ -183,13 +197,17 @@ class Run:
             self.stopping.wait(self.options.idle_seconds)
         return []
 
-    def _hand_out(self, job: Job) -> None:
-        lease = float(self.options.lease_seconds or job.lease_seconds or 30)
-        running = Running(job, lease)
+    def _hand_out(self, jobs: list[Job]) -> None:
+        claimed = [
+            Running(job, float(self.options.lease_seconds or job.lease_seconds or 30))
+            for job in jobs
+        ]
         with self.changed:
-            self.busy += 1
-            self.held[job.id] = running
-        self.tasks.put(running)
+            self.busy += len(claimed)
+            for running in claimed:
+                self.held[running.job.id] = running
+        for running in claimed:
+            self.tasks.put(running)
 
     # -- handler threads --------------------------------------------------------
 
@@ -208,7 +226,8 @@ class Run:
                 # Only now: a slot is free once the outcome is reported or queued for the acker.
                 with self.changed:
                     self.busy -= 1
-                    self.changed.notify_all()
+                    if self.busy == 0 or self._claim_due():  # what the claimer and stop wait for
+                        self.changed.notify_all()
 
     def _execute(self, running: Running) -> Outcome:
         handler = self.handlers[running.job.type]
@@ -248,7 +267,6 @@ class Run:
     def _release(self, running: Running) -> None:
         with self.changed:
             self.held.pop(running.job.id, None)
-            self.changed.notify_all()
 
     # -- acknowledgements -------------------------------------------------------
 

@@ -44,9 +44,11 @@ class Worker:
             one event loop). Claims fetch up to the free slots in one request.
         prefetch: Jobs claimed ahead, waiting for a free handler (default none). The next
             claim's round trip then overlaps the handlers' work, and claims are bigger:
-            worth it for many short jobs. Waiting jobs hold their leases (kept alive by
-            heartbeats); on stopping they run within ``shutdown_seconds`` like the others,
-            and those not started by then are released unrun, their attempt unspent.
+            worth it for many short jobs. While jobs wait, the next claim waits until
+            half of ``concurrency + prefetch`` is free. Waiting jobs hold their leases
+            (kept alive by heartbeats); on stopping they run within ``shutdown_seconds``
+            like the others, and those not started by then are released unrun, their
+            attempt unspent.
         wait_seconds: How long a claim may wait on the server for a job (long-poll).
         lease_seconds: Lease to claim with; default the job type's. Heartbeats renew it
             every third of the lease while the handler runs.
