@@ -273,6 +273,39 @@ def test_a_batch_of_completions_answers_each_under_its_own_guard(store: Storage)
     assert all(isinstance(o, NotLeaseHolder) for o in store.job_finish_many(stale))
 
 
+def test_one_worker_s_batch_completes_only_what_it_holds_and_stores_each_result(
+    store: Storage,
+) -> None:
+    """A batch from one worker, as the API sends it: another worker's job (with that
+    worker's own token), a wrong token and a lease past its deadline are refused, each
+    result is stored as given, and the refused jobs are left as they were."""
+    store.job_insert_many([new_job() for _ in range(6)], T0)
+    mine = claim(store, limit=4, lease_seconds=30)
+    params = ClaimParams(worker_name="v", worker_id="v/1", limit=1, now=T0, lease_seconds=30)
+    (theirs,) = store.job_claim(params)
+    (short,) = claim(store, limit=1, lease_seconds=5)
+    at = T0 + timedelta(seconds=10)  # past the short lease only
+    results = [{"n": 0, "text": 'caf\u00e9 "quoted"'}, None, {"nested": {"list": [1, 2.5, None]}}]
+    items = [
+        FinishParams(mine[0].id, mine[0].lease_token or "", "w", at, result=results[0]),
+        FinishParams(mine[1].id, mine[1].lease_token or "", "w", at, result=results[1]),
+        FinishParams(theirs.id, theirs.lease_token or "", "w", at),
+        FinishParams(mine[2].id, "not-the-token", "w", at),
+        FinishParams(short.id, short.lease_token or "", "w", at),
+        FinishParams(mine[3].id, mine[3].lease_token or "", "w", at, result=results[2]),
+    ]
+    outcomes = store.job_finish_many(items)
+    done = [outcomes[0], outcomes[1], outcomes[5]]
+    assert all(isinstance(o, Job) and o.status == JobStatus.COMPLETED for o in done)
+    assert [o.result for o in done if isinstance(o, Job)] == results
+    assert all(isinstance(outcomes[i], NotLeaseHolder) for i in (2, 3, 4))
+    for job in done:
+        assert isinstance(job, Job) and store.job_get(job.id) == job and job.updated_at == at
+    for job in (theirs, mine[2], short):
+        assert store.job_get(job.id) == job
+        assert [e.event for e in store.job_events(job.id)][-1] == EventKind.CLAIMED
+
+
 def test_a_claim_and_a_worker_s_batch_completion_record_each_job_s_event(
     store: Storage,
 ) -> None:

@@ -11,10 +11,14 @@ from pathlib import Path
 import pytest
 
 from queuelog.models import EventKind, Priority
-from queuelog.storage.base import new_job_params
+from queuelog.storage.base import FinishParams, new_job_params
 from queuelog.storage.sqlfile import load_migrations
 from queuelog.storage.sqlite.store import Q, SqliteStorage
-from queuelog.storage.sqlite.transactions import _statements, uniform_batch_params
+from queuelog.storage.sqlite.transactions import (
+    _statements,
+    held_batch_params,
+    uniform_batch_params,
+)
 from tests.storage.test_conformance import T0, claim, new_job
 
 
@@ -158,3 +162,23 @@ def test_the_uniform_insert_stores_every_column_as_a_single_insert(tmp_path: Pat
                 assert first.pop("id") != second.pop("id") and first == second
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"worker_name": "v"},  # another worker's item
+        {"now": T0 + timedelta(seconds=1)},
+        {"error": "boom"},  # a failure
+        {"job_id": 1},  # the same job twice
+    ],
+)
+def test_only_one_worker_s_completions_of_distinct_jobs_take_the_batch_statements(
+    change: dict[str, object],
+) -> None:
+    batch = [FinishParams(n, f"token-{n}", "w", T0) for n in (1, 2, 3)]
+    params = held_batch_params(batch)
+    assert params is not None and params["worker_name"] == "w"
+    assert json.loads(params["tokens"]) == {"1": "token-1", "2": "token-2", "3": "token-3"}
+    assert held_batch_params(batch[:1]) is None  # one item: finished alone
+    assert held_batch_params([*batch, replace(batch[1], **change)]) is None

@@ -439,15 +439,20 @@ def held_params(
 
 
 def json_array(rows: list[dict[str, Any]]) -> str:
-    """Rows handed to one statement as a JSON array (``json_each``, ``json_array_elements``).
+    """Rows handed to one statement as a JSON array (``json_each``, ``json_array_elements``)."""
+    return json_param(rows)
+
+
+def json_param(value: list[Any] | dict[str, Any]) -> str:
+    """A JSON array or object handed to one statement (``json_each``).
 
     orjson writes it several times faster than the standard encoder; a value it
     refuses (a string with a lone surrogate, say) falls back to the standard one.
     """
     try:
-        return orjson.dumps(rows).decode()
+        return orjson.dumps(value).decode()
     except TypeError:
-        return json.dumps(rows, separators=(",", ":"))
+        return json.dumps(value, separators=(",", ":"))
 
 
 def json_text(value: Any) -> str | None:

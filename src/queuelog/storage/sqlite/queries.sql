@@ -183,27 +183,28 @@ WHERE id = :id AND status = 'running' AND lease_token = :lease_token
 RETURNING *;
 
 -- name: job_complete_batch_held
--- The ids of the items of :items ({id, lease_token, worker_name}) whose guard
--- holds, as one JSON array: job_complete_batch completes exactly these. The
--- CROSS JOIN and the unary "+" keep the planner walking the items and finding
--- each job by its id (a status index would scan every running job).
+-- The ids of the jobs of :tokens (a JSON object: job id -> lease token) that
+-- :worker_name holds under that token, as one JSON array: job_complete_batch
+-- completes exactly these. The CROSS JOIN and the unary "+" keep the planner
+-- walking the tokens and finding each job by its id (a status index would scan
+-- every running job). An object's values are read as they are: no item object is
+-- parsed again for each field.
 SELECT json_group_array(jobs.id)
-FROM json_each(:items) AS i CROSS JOIN jobs
-WHERE jobs.id = i.value ->> 'id' AND +jobs.status = 'running'
-  AND jobs.lease_token = i.value ->> 'lease_token'
-  AND jobs.claimed_by = i.value ->> 'worker_name' AND +jobs.lease_expires_at > :now;
+FROM json_each(:tokens) AS t CROSS JOIN jobs
+WHERE jobs.id = CAST(t.key AS INTEGER) AND +jobs.status = 'running'
+  AND jobs.lease_token = t.value AND jobs.claimed_by = :worker_name
+  AND +jobs.lease_expires_at > :now;
 
 -- name: job_complete_batch
--- job_complete for every item of the JSON array :items ({id, lease_token,
--- worker_name, result}), each under its own guard, in one statement; the items
--- are walked and each job found by its id, as in job_complete_batch_held.
+-- Complete the jobs of :results (a JSON object: job id -> the result's stored JSON
+-- text, or null), which job_complete_batch_held found held in this transaction
+-- (the writer's write lock is held since): the results are walked and each job
+-- found by its id.
 UPDATE jobs
-SET status = 'completed', result = i.value ->> 'result', lease_token = NULL,
+SET status = 'completed', result = r.value, lease_token = NULL,
     lease_expires_at = NULL, updated_at = :now
-FROM json_each(:items) AS i
-WHERE jobs.id = i.value ->> 'id' AND +jobs.status = 'running'
-  AND jobs.lease_token = i.value ->> 'lease_token'
-  AND jobs.claimed_by = i.value ->> 'worker_name' AND +jobs.lease_expires_at > :now;
+FROM json_each(:results) AS r
+WHERE jobs.id = CAST(r.key AS INTEGER) AND +jobs.status = 'running';
 
 -- name: job_fail
 -- Retry while attempts remain and the error is retryable; else fail for good,

@@ -18,7 +18,6 @@ from queuelog.storage.base import (
     FinishParams,
     NewJob,
     Row,
-    complete_batch_params,
     event_params,
     expired_finish,
     finish_event,
@@ -27,6 +26,8 @@ from queuelog.storage.base import (
     insert_batch_params,
     job_from_row,
     json_array,
+    json_param,
+    json_text,
     match_completed,
     match_inserted,
     new_job_params,
@@ -235,38 +236,27 @@ def finish(
 def finish_many(
     conn: sqlite3.Connection, items: Sequence[FinishParams], with_rows: bool = True
 ) -> list[Row | QueueError]:
-    """Finish every item under its own guard: a batch of completions in one statement.
+    """Finish every item under its own guard: a worker's batch of completions in two
+    statements (which of its jobs it holds, then their completion).
 
     Without ``with_rows``, a batch's completed jobs are answered by id and status
     alone, and their rows are not read back.
     """
-    params = complete_batch_params(items)
+    params = held_batch_params(items)
     if params is None:
         return [finish(conn, item) for item in items]
     held = conn.execute(Q["job_complete_batch_held"], params).fetchone()[0]
     completed: list[Row] = []
     if held != "[]":
-        conn.execute(Q["job_complete_batch"], params)
+        ids = set(orjson.loads(held))
+        results = {str(i.job_id): json_text(i.result) for i in items if i.job_id in ids}
+        conn.execute(
+            Q["job_complete_batch"], {"results": json_param(results), "now": params["now"]}
+        )
         if with_rows:
             completed = rows(conn, held)
         else:
-            completed = [{"id": i, "status": "completed"} for i in orjson.loads(held)]
-    outcomes = match_completed(
-        items,
-        completed,
-        lambda item: guard_failure(get(conn, item.job_id), item.worker_name, item.lease_token),
-    )
-    workers = {item.worker_name for item in items}
-    if len(workers) > 1:
-        record(
-            conn,
-            [
-                finish_event(outcome, item, None, None)
-                for outcome, item in zip(outcomes, items, strict=True)
-                if not isinstance(outcome, QueueError)
-            ],
-        )
-    elif held != "[]":  # one worker's acknowledgement: its completions' events at once
+            completed = [{"id": i, "status": "completed"} for i in ids]
         record_each(
             conn,
             held,
@@ -274,9 +264,36 @@ def finish_many(
             EventKind.COMPLETED,
             JobStatus.RUNNING,
             JobStatus.COMPLETED,
-            workers.pop(),
+            params["worker_name"],
         )
-    return outcomes
+    return match_completed(
+        items,
+        completed,
+        lambda item: guard_failure(get(conn, item.job_id), item.worker_name, item.lease_token),
+    )
+
+
+def held_batch_params(items: Sequence[FinishParams]) -> dict[str, Any] | None:
+    """The parameters of ``job_complete_batch_held`` for a batch acknowledgement: the
+    completions of distinct jobs, at one time, by one worker (what the API sends).
+    None for anything else, which is finished item by item.
+    """
+    if len(items) < 2:
+        return None
+    first = items[0]
+    if any(
+        item.error is not None or item.now != first.now or item.worker_name != first.worker_name
+        for item in items
+    ):
+        return None
+    tokens = {str(item.job_id): item.lease_token for item in items}
+    if len(tokens) != len(items):
+        return None
+    return {
+        "tokens": json_param(tokens),
+        "worker_name": first.worker_name,
+        "now": to_micros(first.now),
+    }
 
 
 def transition(
