@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -308,3 +309,50 @@ def test_a_rate_limited_key_is_refused_once_per_request(
         codes = [client.post("/jobs", json={"type": "noop"}, headers=headers) for _ in range(3)]
     assert [r.status_code for r in codes] == [201, 201, 429]
     assert codes[2].json()["type"] == "rate-limited" and "retry-after" in codes[2].headers
+
+
+def test_an_unexpected_failure_in_a_lane_is_the_app_s_500_and_is_logged(
+    both: tuple[TestClient, TestClient],
+    make_key: KeyMaker,
+    storage: Storage,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def broken(*_: Any, **__: Any) -> None:
+        raise RuntimeError("no such column: secret_col in SELECT (/var/lib/queuelog/q.db)")
+
+    monkeypatch.setattr(storage, "job_insert_many_async", broken)
+    headers = {"Authorization": f"Bearer {make_key('shop', 'producer')[1]}"}
+    admin = {"Authorization": f"Bearer {make_key('root', 'admin')[1]}"}
+    fast, plain = both
+    with caplog.at_level(logging.ERROR, logger="queuelog.api"):
+        served = fast.post("/jobs", json={"type": "noop"}, headers=headers)
+    expected = plain.post("/jobs", json={"type": "noop"}, headers=headers)
+    assert served.status_code == expected.status_code == 500
+    assert served.json() == expected.json() and served.json()["type"] == "internal"
+    assert served.headers["content-type"] == expected.headers["content-type"]
+    for leak in ("secret_col", "SELECT", "/var/lib", "Traceback"):
+        assert leak not in served.text
+    assert any("secret_col" in (r.exc_text or "") for r in caplog.records)
+    metrics = fast.get("/metrics", headers=admin).text
+    assert 'queuelog_http_requests_total{method="POST",route="/jobs",status="500"} 1.0' in metrics
+
+
+def test_a_lane_hands_a_body_over_the_limit_or_without_a_length_to_the_app_unread(
+    both: tuple[TestClient, TestClient], make_key: KeyMaker, settings: Any
+) -> None:
+    fast, _ = both
+    headers = {
+        "Authorization": f"Bearer {make_key('shop', 'producer')[1]}",
+        "Content-Type": "application/json",
+    }
+    limit = settings.limits.max_request_bytes
+    big = b'{"type": "noop", "payload": {"x": "' + b"a" * limit + b'"}}'
+    over = fast.post("/jobs", content=big, headers=headers)
+    assert over.status_code == 413 and over.json()["type"] == "body-too-large"
+
+    def streamed() -> Iterator[bytes]:
+        yield b'{"type": "noop"}'
+
+    chunked = fast.post("/jobs", content=streamed(), headers=headers)
+    assert chunked.status_code == 201  # the app's route served it

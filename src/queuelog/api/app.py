@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from starlette.types import ASGIApp
 
 from queuelog import __version__
 from queuelog.api.deps import AppState
@@ -62,6 +64,16 @@ Choices where the contract is silent:
 """
 
 
+class App(FastAPI):
+    """FastAPI with the fast lanes (``api/fastlane.py``) in front of its middleware stack."""
+
+    front: Callable[[ASGIApp], ASGIApp] | None = None
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        return stack if self.front is None else self.front(stack)
+
+
 def create_app(
     settings: Settings,
     storage: Storage | None = None,
@@ -101,7 +113,7 @@ def create_app(
             maintenance.stop()
             storage.close()
 
-    app = FastAPI(
+    app = App(
         title="queuelog",
         version=__version__,
         description=DESCRIPTION,
@@ -123,15 +135,21 @@ def create_app(
     app.include_router(keys.router)
     app.include_router(ops.router)
     app.include_router(dashboard_router(), include_in_schema=False)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
+    )
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     if fast_lane:
         routes = {
             r.path: r
             for r in (*jobs.router.routes, *claims.router.routes)
             if isinstance(r, APIRoute) and r.methods == {"POST"}
         }
-        app.add_middleware(FastLane, state=state, routes=routes)
-    app.add_middleware(
-        BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
-    )
-    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+        app.front = partial(
+            FastLane,
+            state=state,
+            routes=routes,
+            metrics=app.state.metrics,
+            max_bytes=settings.limits.max_request_bytes,
+        )
     return app

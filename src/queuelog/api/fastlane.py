@@ -14,23 +14,33 @@ authentication error keeps coming from one place. The service's own refusals
 (unknown type, payload too large, idempotency key reused, ...) are rendered by
 the same problem handler the app uses. The routes stay the documented
 operations: the lanes change how a request is served, not what it means.
+
+The lanes sit in front of the app's whole middleware stack (``App`` in
+``api/app.py``), so a lane's request skips those layers too; a lane does their
+part itself: it serves only a body whose declared length is within the limit
+(any other is handed over unread, for the app's own 413 or 415), counts the
+request under its route's name, and answers an unexpected failure with the
+app's 500 problem, its cause logged for operators.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
-from starlette.routing import BaseRoute
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from queuelog.api.deps import AppState
+from queuelog.api.metrics import Metrics
 from queuelog.api.middleware import is_json_media
-from queuelog.api.problems import from_error
+from queuelog.api.problems import from_error, internal_problem
 from queuelog.api.responses import JSONResponse
 from queuelog.api.routes.claims import (
     claim_answer,
@@ -43,6 +53,8 @@ from queuelog.api.schemas import BatchCompleteRequest, ClaimRequest, EnqueueRequ
 from queuelog.errors import QueueError
 from queuelog.models import ApiKey, Role
 from queuelog.specs import EnqueueSpec
+
+log = logging.getLogger("queuelog.api")
 
 
 class _Unserved(Exception):
@@ -116,12 +128,22 @@ LANES = (
 
 
 class FastLane:
-    """ASGI middleware: serves ``POST`` to the lanes' paths, hands anything else on."""
+    """ASGI app in front of the app's middleware stack: serves ``POST`` to the lanes'
+    paths, hands anything else on to the app."""
 
-    def __init__(self, app: ASGIApp, state: AppState, routes: Mapping[str, BaseRoute]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        state: AppState,
+        routes: Mapping[str, Route],
+        metrics: Metrics,
+        max_bytes: int,
+    ) -> None:
         self.app = app
         self.state = state
         self.lanes = {lane.path: (lane, routes[lane.path]) for lane in LANES}
+        self.metrics = metrics
+        self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = (
@@ -132,26 +154,44 @@ class FastLane:
         if found is None:
             await self.app(scope, receive, send)
             return
+        headers: dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:
+            headers.setdefault(name, value)  # the first of repeated headers, as Starlette
+        length = headers.get(b"content-length")
+        if (
+            length is None
+            or b"transfer-encoding" in headers
+            or not length.isdigit()
+            or int(length) > self.max_bytes
+        ):
+            await self.app(scope, receive, send)  # the app's limits decide, body unread
+            return
+        started = time.perf_counter()
         lane, route = found
         body, disconnected = await _read_body(receive)
         if disconnected:
             return
         try:
-            caller, checked = self._checked(lane, scope, body)
+            caller, checked = self._checked(lane, headers, body)
         except _Unserved:
             await self.app(scope, _replay(body, receive), send)
             return
-        scope["route"] = route  # requests are counted under the route's name
+        scope["route"] = route
         try:
             response = await lane.serve(self.state, caller, checked, scope, receive)
         except QueueError as exc:
             response = from_error(exc)
+        except Exception:  # the cause is logged for operators; the client learns nothing
+            log.exception("internal error on POST %s", scope["path"])
+            response = internal_problem()
         await response(scope, receive, send)
+        # Under the route's name, as the app's metrics middleware counts the others.
+        elapsed = time.perf_counter() - started
+        self.metrics.observe("POST", route.path_format, response.status_code, elapsed)
 
-    def _checked(self, lane: Lane, scope: Scope, body: bytes) -> tuple[ApiKey, Any]:
-        headers: dict[bytes, bytes] = {}
-        for name, value in scope["headers"]:
-            headers.setdefault(name, value)  # the first of repeated headers, as Starlette
+    def _checked(
+        self, lane: Lane, headers: Mapping[bytes, bytes], body: bytes
+    ) -> tuple[ApiKey, Any]:
         content_type = headers.get(b"content-type")
         if content_type is not None and not is_json_media(content_type):
             raise _Unserved  # the route decides what such a body is

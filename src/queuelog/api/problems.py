@@ -87,4 +87,9 @@ def install_handlers(app: FastAPI) -> None:
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
         # The cause is logged for operators; the client learns nothing of it.
         log.exception("internal error on %s %s", request.method, request.url.path)
-        return problem(500, "internal", "Internal server error", "The server could not do this")
+        return internal_problem()
+
+
+def internal_problem() -> JSONResponse:
+    """The answer to an unexpected failure: nothing of its cause."""
+    return problem(500, "internal", "Internal server error", "The server could not do this")
