@@ -331,7 +331,7 @@ def insert_batch_params(jobs: Sequence[NewJob], now: datetime) -> dict[str, Any]
 
     Each payload travels as its stored text, so the database stores it as is.
     """
-    return {"jobs": json_array([_stored(new) for new in jobs]), "now": to_micros(now)}
+    return {"jobs": json_param([_stored(new) for new in jobs]), "now": to_micros(now)}
 
 
 def _stored(new: NewJob) -> dict[str, Any]:
@@ -438,13 +438,9 @@ def held_params(
     }
 
 
-def json_array(rows: list[dict[str, Any]]) -> str:
-    """Rows handed to one statement as a JSON array (``json_each``, ``json_array_elements``)."""
-    return json_param(rows)
-
-
 def json_param(value: list[Any] | dict[str, Any]) -> str:
-    """A JSON array or object handed to one statement (``json_each``).
+    """Rows (a JSON array) or a mapping (a JSON object) handed to one statement
+    (``json_each``, ``json_array_elements``).
 
     orjson writes it several times faster than the standard encoder; a value it
     refuses (a string with a lone surrogate, say) falls back to the standard one.
@@ -534,7 +530,7 @@ def complete_batch_params(items: Sequence[FinishParams]) -> dict[str, Any] | Non
         }
         for item in items
     ]
-    return {"items": json_array(batch), "now": to_micros(now)}
+    return {"items": json_param(batch), "now": to_micros(now)}
 
 
 def match_completed(

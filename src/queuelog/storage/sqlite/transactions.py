@@ -25,7 +25,6 @@ from queuelog.storage.base import (
     guard_failure,
     insert_batch_params,
     job_from_row,
-    json_array,
     json_param,
     json_text,
     match_completed,
@@ -77,7 +76,7 @@ def record(conn: sqlite3.Connection, events: Sequence[dict[str, Any]]) -> None:
     if len(events) == 1:
         conn.execute(Q["event_insert"], events[0])
     elif events:
-        conn.execute(Q["event_insert_many"], {"events": json_array(list(events))})
+        conn.execute(Q["event_insert_many"], {"events": json_param(list(events))})
 
 
 def record_each(
@@ -145,7 +144,7 @@ def uniform_batch_params(jobs: Sequence[NewJob], now: datetime) -> dict[str, Any
         for new in jobs
     ]
     return {
-        "jobs": json_array(varying),
+        "jobs": json_param(varying),
         "principal": first.principal,
         "max_retries": first.max_retries,
         "lease_seconds": first.lease_seconds,
