@@ -39,8 +39,8 @@ def running(worker: Worker, server: RealServer) -> Iterator[threading.Thread]:
         assert not thread.is_alive(), "the worker did not stop"
 
 
-def wait_until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
+def wait_until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
             return
@@ -304,8 +304,10 @@ def gated(worker: Worker, server: RealServer, jobs: int) -> Iterator[tuple[_Clai
 
 
 def test_a_prefetching_worker_claims_again_once_half_its_room_is_free(
-    server: RealServer,
+    server: RealServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The claimer must be woken when a claim falls due, not find it on its recheck.
+    monkeypatch.setattr(Run, "RECHECK_SECONDS", 600.0)
     # Room for 10 jobs: one running, nine waiting for the handler.
     worker = Worker(concurrency=1, prefetch=9, wait_seconds=1)
     with gated(worker, server, jobs=20) as (client, gate, finished):
@@ -315,18 +317,23 @@ def test_a_prefetching_worker_claims_again_once_half_its_room_is_free(
         time.sleep(0.5)  # four free slots and jobs still waiting: no claim yet
         assert client.limits == [10]
         gate.release(1)
-        wait_until(lambda: len(client.limits) == 2, "a second claim")
+        wait_until(lambda: len(client.limits) == 2, "a second claim", timeout=30)
         assert client.limits == [10, 5]
 
 
-def test_a_worker_claims_at_once_when_no_claimed_job_is_waiting(server: RealServer) -> None:
+def test_a_worker_claims_at_once_when_no_claimed_job_is_waiting(
+    server: RealServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Room for 6: four handlers and two jobs waiting. Once those two start, two slots are
     # free (less than half the room) and nothing waits for a handler: claim them now.
+    # The claimer must be woken then (by the handler taking the last waiting job), not
+    # find it on its recheck.
+    monkeypatch.setattr(Run, "RECHECK_SECONDS", 600.0)
     worker = Worker(concurrency=4, prefetch=2, wait_seconds=1)
     with gated(worker, server, jobs=10) as (client, gate, finished):
         wait_until(lambda: running_on_server(server) == 6, "six jobs held")
         gate.release(2)
-        wait_until(lambda: len(client.limits) == 2, "a second claim")
+        wait_until(lambda: len(client.limits) == 2, "a second claim", timeout=30)
         assert client.limits == [6, 2]
         assert finished() == 2
 

@@ -97,6 +97,8 @@ def log_outcome(running: Running, outcome: str, level: int = logging.INFO) -> No
 class Run:
     """The threads of one ``Worker.run``; ``stop`` ends it gracefully."""
 
+    RECHECK_SECONDS = 1.0  # longest wait for free slots without being woken
+
     def __init__(
         self,
         client: Client,
@@ -111,11 +113,13 @@ class Run:
         self.deadline: float | None = None
         self.changed = threading.Condition()
         self.busy = 0
+        self.waiting = 0  # claimed jobs no handler has taken yet (part of busy)
         self.held: dict[int, Running] = {}
         self.tasks: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self.acks: queue.SimpleQueue[tuple[Running, Outcome] | None] = queue.SimpleQueue()
         self.own_loop = loop is None
         self.loop = loop or asyncio.new_event_loop()  # for async def handlers
+        self.loop_thread: threading.Thread | None = None  # runs self.loop when it is its own
         self.acks_done = threading.Event()
         self.fatal: QueueError | None = None
 
@@ -157,7 +161,8 @@ class Run:
         with self.changed:
             free = self._claim_due()
             if not free:
-                self.changed.wait(1.0)
+                # Woken when a claim falls due; the timeout is only a safety net.
+                self.changed.wait(self.RECHECK_SECONDS)
             return free
 
     def _claim_due(self) -> int:
@@ -171,7 +176,7 @@ class Run:
         """
         room = self.options.concurrency + self.options.prefetch
         free = room - self.busy
-        if free <= 0 or (free < room // 2 and self.tasks.qsize()):
+        if free <= 0 or (free < room // 2 and self.waiting):
             return 0
         return free
 
@@ -204,6 +209,7 @@ class Run:
         ]
         with self.changed:
             self.busy += len(claimed)
+            self.waiting += len(claimed)
             for running in claimed:
                 self.held[running.job.id] = running
         for running in claimed:
@@ -213,6 +219,10 @@ class Run:
 
     def _handle_tasks(self) -> None:
         while (running := self.tasks.get()) is not None:
+            with self.changed:
+                self.waiting -= 1
+                if not self.waiting and self._claim_due():  # the last waiting job taken
+                    self.changed.notify_all()
             try:
                 if not running.begin():  # handed back at the deadline: never run it
                     continue
@@ -359,9 +369,10 @@ class Run:
         threads.append(threading.Thread(target=self._acknowledge, name="queuelog-ack", daemon=True))
         threads.append(threading.Thread(target=self._beat, name="queuelog-heartbeat", daemon=True))
         if self.own_loop:
-            loop_thread = threading.Thread(target=self.loop.run_forever, name="queuelog-loop")
-            loop_thread.daemon = True
-            loop_thread.start()
+            self.loop_thread = threading.Thread(
+                target=self.loop.run_forever, name="queuelog-loop", daemon=True
+            )
+            self.loop_thread.start()
         for thread in threads:
             thread.start()
         return threads
@@ -382,6 +393,10 @@ class Run:
         beater.join(timeout=LATE_SECONDS)
         if self.own_loop:
             self.loop.call_soon_threadsafe(self.loop.stop)
+            assert self.loop_thread is not None
+            self.loop_thread.join(timeout=LATE_SECONDS)
+            if not self.loop_thread.is_alive():
+                self.loop.close()  # its own loop: closed with the run, not left to the collector
 
     def _abandon_all(self, late: list[Running]) -> None:
         """Hand back the jobs still running at the deadline, all at once and briefly."""
