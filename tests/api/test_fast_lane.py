@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -79,6 +80,7 @@ def _cases(keys: dict[str, str]) -> list[tuple[str, dict[str, str], bytes]]:
             {**json_type, "Authorization": f"Bearer {keys['admin']}"},
             b'{"type":"noop"}',
         ),
+        ("no content type", producer, b'{"type": "noop"}'),
         ("malformed json", p, b'{"type": "noop"'),
         ("not an object", p, b"[1, 2]"),
         ("empty body", p, b""),
@@ -129,7 +131,7 @@ def test_every_answer_is_the_same_with_and_without_the_fast_lane(
         assert got == expected, case
     statuses = {case: answer[0] for case, answer in answers[0]}
     # The cases reach every answer the route has.
-    assert set(statuses.values()) == {200, 201, 401, 403, 422}
+    assert set(statuses.values()) == {200, 201, 401, 403, 415, 422}
     assert statuses["header key again"] == 200 and statuses["header key reused"] == 422
 
 
@@ -163,6 +165,7 @@ def _worker_run(app: TestClient, make_key: KeyMaker, suffix: str) -> list[tuple[
     claim = "/jobs/claim"
     post("claim, no key", claim, {"Content-Type": "application/json"}, b"{}")
     post("claim, producer key", claim, {**producer, "Content-Type": "application/json"}, b"{}")
+    post("claim, no content type", claim, {"Authorization": worker["Authorization"]}, b"{}")
     post("claim, bad json", claim, worker, b"{")
     post("claim, limit 0", claim, worker, b'{"limit": 0}')
     nulled = post("claim, null", claim, worker, b"null")  # the route reads null as {}
@@ -182,6 +185,7 @@ def _worker_run(app: TestClient, make_key: KeyMaker, suffix: str) -> list[tuple[
     ]
     post("complete, no key", done, {"Content-Type": "application/json"}, b"{}")
     post("complete, producer key", done, {**producer, "Content-Type": "application/json"}, b"{}")
+    post("complete, no content type", done, {"Authorization": worker["Authorization"]}, b"{}")
     post("complete, no items", done, worker, b'{"items": []}')
     post("complete, bad json", done, worker, b'{"items": [')
     post("complete, items", done, worker, json.dumps({"items": items}).encode())
@@ -206,7 +210,7 @@ def test_the_worker_routes_answer_the_same_with_and_without_the_fast_lane(
     for (case, got), (_, expected) in zip(fast, plain, strict=True):
         assert got == expected, case
     statuses = {case: answer[0] for case, answer in fast}
-    assert set(statuses.values()) == {200, 401, 403, 422}
+    assert set(statuses.values()) == {200, 401, 403, 415, 422}
     results = dict(fast)["complete, items"][2]["results"]
     assert [r["status"] for r in results] == [200, 409, 404, 200]
     _, headers, body = dict(fast)["complete, minimal"]
@@ -338,7 +342,7 @@ def test_an_unexpected_failure_in_a_lane_is_the_app_s_500_and_is_logged(
     assert 'queuelog_http_requests_total{method="POST",route="/jobs",status="500"} 1.0' in metrics
 
 
-def test_a_lane_hands_a_body_over_the_limit_or_without_a_length_to_the_app_unread(
+def test_a_lane_hands_a_body_over_the_limit_or_without_a_length_to_the_app(
     both: tuple[TestClient, TestClient], make_key: KeyMaker, settings: Any
 ) -> None:
     fast, _ = both
@@ -356,3 +360,65 @@ def test_a_lane_hands_a_body_over_the_limit_or_without_a_length_to_the_app_unrea
 
     chunked = fast.post("/jobs", content=streamed(), headers=headers)
     assert chunked.status_code == 201  # the app's route served it
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [(b"content-length", b"99999999"), (b"content-type", b"application/json")],
+        [(b"transfer-encoding", b"chunked"), (b"content-type", b"application/json")],
+        [(b"content-length", b"16")],  # a body without a content type: the app's 415
+    ],
+    ids=["over the limit", "no length", "no content type"],
+)
+def test_what_a_lane_may_not_serve_reaches_the_app_unread(
+    both: tuple[TestClient, TestClient], make_key: KeyMaker, headers: list[tuple[bytes, bytes]]
+) -> None:
+    fast, _ = both
+    first = {"type": "http.request", "body": b'{"type": ', "more_body": True}
+    last = {"type": "http.request", "body": b'"noop"}', "more_body": False}
+    pending = [first, last]
+    reached: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return pending.pop(0)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(await receive())
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    lane = fast.app.front(app)  # type: ignore[attr-defined]
+    auth = (b"authorization", f"Bearer {make_key('shop', 'producer')[1]}".encode())
+    scope = {"type": "http", "method": "POST", "path": "/jobs", "headers": [auth, *headers]}
+    asyncio.run(lane(scope, receive, send))
+    assert reached == [first] and reached[0] is first  # the app read the body, the lane did not
+    assert sent[0]["status"] == 204
+
+
+def test_an_unexpected_failure_while_a_lane_checks_a_request_is_the_app_s_500(
+    both: tuple[TestClient, TestClient],
+    make_key: KeyMaker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fast, _ = both
+    state = fast.app.state.queuelog  # type: ignore[attr-defined]
+
+    def broken(token: str) -> None:
+        raise RuntimeError("disk I/O error reading /var/lib/queuelog/q.db")
+
+    headers = {"Authorization": f"Bearer {make_key('shop', 'producer')[1]}"}
+    admin = {"Authorization": f"Bearer {make_key('root', 'admin')[1]}"}
+    with monkeypatch.context() as patch:
+        patch.setattr(state.keys, "authenticate", broken)
+        response = fast.post("/jobs", json={"type": "noop"}, headers=headers)
+    assert response.status_code == 500 and response.json()["type"] == "internal"
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "/var/lib" not in response.text and "disk" not in response.text
+    metrics = fast.get("/metrics", headers=admin).text
+    assert 'queuelog_http_requests_total{method="POST",route="/jobs",status="500"} 1.0' in metrics

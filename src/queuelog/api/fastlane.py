@@ -18,9 +18,10 @@ operations: the lanes change how a request is served, not what it means.
 The lanes sit in front of the app's whole middleware stack (``App`` in
 ``api/app.py``), so a lane's request skips those layers too; a lane does their
 part itself: it serves only a body whose declared length is within the limit
-(any other is handed over unread, for the app's own 413 or 415), counts the
-request under its route's name, and answers an unexpected failure with the
-app's 500 problem, its cause logged for operators.
+and which has a content type, or none at all (any other is handed over unread,
+for the app's own 413 or 415); it counts the request under its route's name;
+and it answers an unexpected failure with the app's 500 problem, its cause
+logged for operators.
 """
 
 from __future__ import annotations
@@ -163,18 +164,24 @@ class FastLane:
             or b"transfer-encoding" in headers
             or not length.isdigit()
             or int(length) > self.max_bytes
+            or (b"content-type" not in headers and length != b"0")
         ):
             await self.app(scope, receive, send)  # the app's limits decide, body unread
             return
-        started = time.perf_counter()
         lane, route = found
+        started = time.perf_counter()
         body, disconnected = await _read_body(receive)
-        if disconnected:
+        if disconnected:  # counted as the app's metrics count a request never answered
+            self.metrics.observe("POST", route.path_format, 500, time.perf_counter() - started)
             return
         try:
             caller, checked = self._checked(lane, headers, body)
         except _Unserved:
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, _replay(body, receive), send)  # the app counts it
+            return
+        except Exception:  # the key store failing, say: as the app answers it
+            log.exception("internal error on POST %s", scope["path"])
+            await self._answer(internal_problem(), scope, receive, send, route, started)
             return
         scope["route"] = route
         try:
@@ -184,10 +191,24 @@ class FastLane:
         except Exception:  # the cause is logged for operators; the client learns nothing
             log.exception("internal error on POST %s", scope["path"])
             response = internal_problem()
-        await response(scope, receive, send)
-        # Under the route's name, as the app's metrics middleware counts the others.
-        elapsed = time.perf_counter() - started
-        self.metrics.observe("POST", route.path_format, response.status_code, elapsed)
+        await self._answer(response, scope, receive, send, route, started)
+
+    async def _answer(
+        self,
+        response: Response,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        route: Route,
+        started: float,
+    ) -> None:
+        """Send ``response`` and count the request under its route's name, as the app's
+        metrics middleware counts the others (even when sending fails)."""
+        try:
+            await response(scope, receive, send)
+        finally:
+            elapsed = time.perf_counter() - started
+            self.metrics.observe("POST", route.path_format, response.status_code, elapsed)
 
     def _checked(
         self, lane: Lane, headers: Mapping[bytes, bytes], body: bytes

@@ -169,14 +169,15 @@ class Run:
         """The free slots, once a claim is worth sending (0 until then); under ``changed``.
 
         While claimed jobs still wait for a handler, the next claim waits until half the
-        room (``concurrency + prefetch``) is free: a prefetching worker then sends a few
-        large claims instead of one for every job that finishes, and the jobs still waiting
-        keep its handlers busy while the claim travels. Once no job waits, any free slot is
-        claimed at once.
+        room (``concurrency + prefetch``, rounded up) is free: a prefetching worker then
+        sends a few large claims instead of one for every job that finishes, and the jobs
+        still waiting keep its handlers busy while the claim travels. Once no job waits,
+        any free slot is claimed at once. A claim asks for at most 100 jobs (the API's
+        limit), so a room over 200 is not filled up.
         """
         room = self.options.concurrency + self.options.prefetch
         free = room - self.busy
-        if free <= 0 or (free < room // 2 and self.waiting):
+        if free <= 0 or (free < (room + 1) // 2 and self.waiting):
             return 0
         return free
 

@@ -197,14 +197,16 @@ WHERE jobs.id = CAST(t.key AS INTEGER) AND +jobs.status = 'running'
 
 -- name: job_complete_batch
 -- Complete the jobs of :results (a JSON object: job id -> the result's stored JSON
--- text, or null), which job_complete_batch_held found held in this transaction
--- (the writer's write lock is held since): the results are walked and each job
--- found by its id.
+-- text, or null), which job_complete_batch_held found held by :worker_name in
+-- this transaction (the writer's write lock is held since; the status and holder
+-- are checked again all the same): the results are walked and each job found by
+-- its id.
 UPDATE jobs
 SET status = 'completed', result = r.value, lease_token = NULL,
     lease_expires_at = NULL, updated_at = :now
 FROM json_each(:results) AS r
-WHERE jobs.id = CAST(r.key AS INTEGER) AND +jobs.status = 'running';
+WHERE jobs.id = CAST(r.key AS INTEGER) AND +jobs.status = 'running'
+  AND jobs.claimed_by = :worker_name;
 
 -- name: job_fail
 -- Retry while attempts remain and the error is retryable; else fail for good,

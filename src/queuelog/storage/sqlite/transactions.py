@@ -249,9 +249,8 @@ def finish_many(
     if held != "[]":
         ids = set(orjson.loads(held))
         results = {str(i.job_id): json_text(i.result) for i in items if i.job_id in ids}
-        conn.execute(
-            Q["job_complete_batch"], {"results": json_param(results), "now": params["now"]}
-        )
+        done = {"results": json_param(results), "worker_name": params["worker_name"]}
+        conn.execute(Q["job_complete_batch"], {**done, "now": params["now"]})
         if with_rows:
             completed = rows(conn, held)
         else:
