@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from queuelog.errors import IdempotencyKeyReused
 from queuelog.models import EventKind, Priority
-from queuelog.storage.base import FinishParams, new_job_params
+from queuelog.storage.base import FinishParams, NewJob, new_job_params
 from queuelog.storage.sqlfile import load_migrations
+from queuelog.storage.sqlite import transactions as tx
 from queuelog.storage.sqlite.store import Q, SqliteStorage
 from queuelog.storage.sqlite.transactions import (
     _statements,
@@ -182,3 +186,114 @@ def test_only_one_worker_s_completions_of_distinct_jobs_take_the_batch_statement
     assert json.loads(params["tokens"]) == {"1": "token-1", "2": "token-2", "3": "token-3"}
     assert held_batch_params(batch[:1]) is None  # one item: finished alone
     assert held_batch_params([*batch, replace(batch[1], **change)]) is None
+
+
+def _noting(calls: list[str], name: str, real: Any) -> Any:
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        return real(*args, **kwargs)
+
+    return noted
+
+
+def _inserted_together(store: SqliteStorage, jobs: list[NewJob]) -> list[Any]:
+    """Each job enqueued alone, all in one group of the writer (one loop turn)."""
+
+    async def together() -> list[Any]:
+        inserts = (store.job_insert_many_async([new], T0) for new in jobs)
+        return await asyncio.gather(*inserts, return_exceptions=True)
+
+    return asyncio.run(together())
+
+
+def test_the_single_enqueues_of_one_group_are_one_insert_answered_as_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SqliteStorage(tmp_path / "g.db")
+    try:
+        ((held, _),) = store.job_insert_many([new_job(key="k1", fingerprint="f1")], T0)
+        calls: list[str] = []
+        for name in ("insert_rows", "insert_many"):  # together, and alone
+            real = getattr(tx, name)
+            monkeypatch.setattr(tx, name, _noting(calls, name, real))
+        later = T0 + timedelta(seconds=60)
+        answers = _inserted_together(
+            store,
+            [
+                new_job(),
+                new_job("send_email", Priority.HIGH, run_at=later),
+                new_job(key="k2", fingerprint="a"),
+                new_job(key="k2", fingerprint="a"),  # the same request again, same group
+                new_job(key="k1", fingerprint="f1"),  # a key an earlier job holds
+                new_job(principal="other", key="k1", fingerprint="f9"),  # another's key
+            ],
+        )
+        monkeypatch.undo()
+        assert calls == ["insert_rows"]
+        (
+            ((plain, c1),),
+            ((scheduled, c2),),
+            ((k2, c3),),
+            ((again, c4),),
+            ((k1, c5),),
+            ((theirs, c6),),
+        ) = answers
+        assert [c1, c2, c3, c4, c5, c6] == [True, True, True, False, False, True]
+        assert again == k2 and k1 == held and theirs.principal == "other"
+        made = [plain, scheduled, k2, theirs]
+        assert len({j.id for j in made}) == 4 and held.id not in {j.id for j in made}
+        for job in made:  # each answer is the job as stored, with its one event
+            assert store.job_get(job.id) == job
+            assert [e.event for e in store.job_events(job.id)] == [EventKind.ENQUEUED]
+        assert scheduled.type == "send_email" and scheduled.run_at == later
+        # Row for row, a job inserted with others is stored as one inserted alone.
+        for job, new in (
+            (plain, new_job()),
+            (scheduled, new_job("send_email", Priority.HIGH, run_at=later)),
+        ):
+            ((alone, _),) = store.job_insert_many([new], T0)
+            rows = store._reader().execute(
+                "SELECT * FROM jobs WHERE id IN (?, ?)", (job.id, alone.id)
+            )
+            first, second = (dict(r) for r in rows)
+            assert first.pop("id") != second.pop("id") and first == second
+    finally:
+        store.close()
+
+
+def test_a_failing_single_enqueue_in_a_group_fails_alone(tmp_path: Path) -> None:
+    store = SqliteStorage(tmp_path / "f.db")
+    try:
+        store.job_insert_many([new_job(key="k1", fingerprint="f1")], T0)
+        answers = _inserted_together(
+            store, [new_job(), new_job(key="k1", fingerprint="other"), new_job()]
+        )
+        refused = answers[1]
+        assert isinstance(refused, IdempotencyKeyReused)
+        for answer in (answers[0], answers[2]):
+            ((job, created),) = answer
+            assert created and store.job_get(job.id) == job
+        assert len(list(store._reader().execute("SELECT id FROM jobs"))) == 3
+    finally:
+        store.close()
+
+
+def test_a_group_of_more_single_enqueues_than_one_statement_takes_answers_each(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStorage(tmp_path / "m.db")
+    try:
+        count = tx.ROWS_PER_INSERT + 6  # two statements
+        jobs = [
+            new_job("send_email" if n % 3 else "noop", list(Priority)[n % 4], max_retries=n)
+            for n in range(count)
+        ]
+        answers = _inserted_together(store, jobs)
+        made = [answer[0][0] for answer in answers]
+        assert [(j.type, j.priority, j.max_retries) for j in made] == [
+            (n.type, n.priority, n.max_retries) for n in jobs
+        ]
+        assert len({j.id for j in made}) == count
+        assert all(store.job_get(job.id) == job for job in made)
+    finally:
+        store.close()

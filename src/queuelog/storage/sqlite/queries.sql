@@ -40,6 +40,17 @@ VALUES (:type, :payload, :priority, :max_retries, :lease_seconds, :principal,
 ON CONFLICT (principal, idempotency_key) DO NOTHING
 RETURNING id, principal, idempotency_key;
 
+-- name: job_insert_rows
+-- job_insert for the single enqueues of one group, in one statement: the VALUES
+-- row below is repeated once per job (transactions.insert_rows), each bound in
+-- order: type, payload, priority, max_retries, lease_seconds, principal,
+-- idempotency_key, fingerprint, run_at, run_at, now, now, now.
+INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
+                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ? > ?, ?, ?)
+ON CONFLICT (principal, idempotency_key) DO NOTHING
+RETURNING id, principal, idempotency_key;
+
 -- name: job_by_idempotency_key
 SELECT * FROM jobs WHERE principal = :principal AND idempotency_key = :idempotency_key;
 

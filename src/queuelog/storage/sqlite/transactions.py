@@ -6,6 +6,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache, partial
 from typing import Any
 
 import orjson
@@ -33,6 +34,7 @@ from queuelog.storage.base import (
     payload_text,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
+from queuelog.storage.sqlite.writer import Combinable
 
 PACKAGE = "queuelog.storage.sqlite"
 Q = load_queries(PACKAGE)
@@ -115,14 +117,82 @@ def insert_many(
     else:
         rows = conn.execute(Q["job_insert_batch"], insert_batch_params(jobs, now)).fetchall()
 
-    def existing(new: NewJob) -> tuple[Job, bool]:
-        # The writer's transaction holds the write lock: the job holding the key is there.
-        args = {"principal": new.principal, "idempotency_key": new.idempotency_key}
-        return job_from_row(conn.execute(Q["job_by_idempotency_key"], args).fetchone()), False
-
     # Each inserted job's 'enqueued' event was written by the insert (the
     # jobs_enqueued trigger, migration 0004).
-    return match_inserted(jobs, now, rows, existing)
+    return match_inserted(jobs, now, rows, partial(_existing, conn))
+
+
+def _existing(conn: sqlite3.Connection, new: NewJob) -> tuple[Job, bool]:
+    """The job holding ``new``'s idempotency key, not created by this insert."""
+    # The writer's transaction holds the write lock: the job holding the key is there.
+    args = {"principal": new.principal, "idempotency_key": new.idempotency_key}
+    return job_from_row(conn.execute(Q["job_by_idempotency_key"], args).fetchone()), False
+
+
+class SingleInsert(Combinable):
+    """A single enqueue's insert. The single enqueues of one group are inserted by one
+    statement (``job_insert_rows``): one insert of 14 rows took about 7 µs a job,
+    14 one-row inserts about 19."""
+
+    __slots__ = ("new", "now")
+
+    def __init__(self, new: NewJob, now: datetime) -> None:
+        self.new = new
+        self.now = now
+
+    def __call__(self, conn: sqlite3.Connection) -> list[tuple[Job, bool]]:
+        return insert_many(conn, [self.new], self.now)
+
+    @classmethod
+    def run_together(
+        cls, operations: Sequence[SingleInsert], conn: sqlite3.Connection
+    ) -> list[list[tuple[Job, bool]]]:
+        answers: list[list[tuple[Job, bool]]] = []
+        for start in range(0, len(operations), ROWS_PER_INSERT):
+            answers += insert_rows(conn, operations[start : start + ROWS_PER_INSERT])
+        return answers
+
+
+# Rows per job_insert_rows statement: each row count is its own statement text for
+# sqlite3's statement cache (see _connect's cached_statements).
+ROWS_PER_INSERT = 64
+_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ? > ?, ?, ?)"
+
+
+@lru_cache(maxsize=ROWS_PER_INSERT)
+def _insert_rows_sql(count: int) -> str:
+    head, row, tail = Q["job_insert_rows"].partition(_ROW)
+    assert row, "job_insert_rows must hold the row it repeats"
+    return head + ", ".join([row] * count) + tail
+
+
+def insert_rows(
+    conn: sqlite3.Connection, inserts: Sequence[SingleInsert]
+) -> list[list[tuple[Job, bool]]]:
+    """Each single insert's answer, as ``insert_many`` gives it, from one statement."""
+    values: list[Any] = []
+    for insert in inserts:
+        p = new_job_params(insert.new, insert.now)
+        values += (
+            p["type"], p["payload"], p["priority"], p["max_retries"], p["lease_seconds"],
+            p["principal"], p["idempotency_key"], p["fingerprint"],
+            p["run_at"], p["run_at"], p["now"], p["now"], p["now"],
+        )  # fmt: skip
+    rows = sorted(conn.execute(_insert_rows_sql(len(inserts)), values), key=lambda r: r[0])
+    # Ids rise in the rows' order. A repeated key inserts no row: the first job with
+    # that key in the statement (or an earlier one) holds it.
+    keyed = {(r[1], r[2]): r for r in rows if r[2] is not None}
+    plain = iter([r for r in rows if r[2] is None])
+    answers = []
+    for insert in inserts:
+        new = insert.new
+        if new.idempotency_key is None:
+            found = [next(plain)]
+        else:
+            row = keyed.pop((new.principal, new.idempotency_key), None)
+            found = [] if row is None else [row]
+        answers.append(match_inserted([new], insert.now, found, partial(_existing, conn)))
+    return answers
 
 
 def uniform_batch_params(jobs: Sequence[NewJob], now: datetime) -> dict[str, Any] | None:
