@@ -303,11 +303,14 @@ def gated(worker: Worker, server: RealServer, jobs: int) -> Iterator[tuple[_Clai
         assert not thread.is_alive(), "the worker did not stop"
 
 
-def test_a_prefetching_worker_claims_again_once_half_its_room_is_free(
-    server: RealServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The claimer must be woken when a claim falls due, not find it on its recheck.
+@pytest.fixture
+def woken_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claimer must be woken when a claim falls due, not find it on its recheck."""
     monkeypatch.setattr(Run, "RECHECK_SECONDS", 600.0)
+
+
+@pytest.mark.usefixtures("woken_only")
+def test_a_prefetching_worker_claims_again_once_half_its_room_is_free(server: RealServer) -> None:
     # Room for 10 jobs: one running, nine waiting for the handler.
     worker = Worker(concurrency=1, prefetch=9, wait_seconds=1)
     with gated(worker, server, jobs=20) as (client, gate, finished):
@@ -321,14 +324,11 @@ def test_a_prefetching_worker_claims_again_once_half_its_room_is_free(
         assert client.limits == [10, 5]
 
 
-def test_a_worker_claims_at_once_when_no_claimed_job_is_waiting(
-    server: RealServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("woken_only")
+def test_a_worker_claims_at_once_when_no_claimed_job_is_waiting(server: RealServer) -> None:
     # Room for 6: four handlers and two jobs waiting. Once those two start, two slots are
-    # free (less than half the room) and nothing waits for a handler: claim them now.
-    # The claimer must be woken then (by the handler taking the last waiting job), not
-    # find it on its recheck.
-    monkeypatch.setattr(Run, "RECHECK_SECONDS", 600.0)
+    # free (less than half the room) and nothing waits for a handler: claim them now
+    # (woken by the handler taking the last waiting job).
     worker = Worker(concurrency=4, prefetch=2, wait_seconds=1)
     with gated(worker, server, jobs=10) as (client, gate, finished):
         wait_until(lambda: running_on_server(server) == 6, "six jobs held")
