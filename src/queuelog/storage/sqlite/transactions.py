@@ -319,8 +319,12 @@ def finish_many(
     if held != "[]":
         ids = set(orjson.loads(held))
         results = {str(i.job_id): json_text(i.result) for i in items if i.job_id in ids}
-        done = {"results": json_param(results), "worker_name": params["worker_name"]}
-        conn.execute(Q["job_complete_batch"], {**done, "now": params["now"]})
+        args = {
+            "results": json_param(results),
+            "worker_name": params["worker_name"],
+            "now": params["now"],
+        }
+        conn.execute(Q["job_complete_batch"], args)
         if with_rows:
             completed = rows(conn, held)
         else:
