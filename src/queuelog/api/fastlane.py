@@ -40,7 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from queuelog.api.deps import AppState
 from queuelog.api.metrics import Metrics
-from queuelog.api.middleware import is_json_media
+from queuelog.api.middleware import first_headers, is_json_media
 from queuelog.api.problems import from_error, internal_problem
 from queuelog.api.responses import JSONResponse
 from queuelog.api.routes.claims import (
@@ -155,9 +155,7 @@ class FastLane:
         if found is None:
             await self.app(scope, receive, send)
             return
-        headers: dict[bytes, bytes] = {}
-        for name, value in scope["headers"]:
-            headers.setdefault(name, value)  # the first of repeated headers, as Starlette
+        headers = first_headers(scope)
         length = headers.get(b"content-length")
         if (
             length is None
@@ -179,18 +177,15 @@ class FastLane:
         except _Unserved:
             await self.app(scope, _replay(body, receive), send)  # the app counts it
             return
-        except Exception:  # the key store failing, say: as the app answers it
-            log.exception("internal error on POST %s", scope["path"])
-            await self._answer(internal_problem(), scope, receive, send, route, started)
-            return
-        scope["route"] = route
-        try:
-            response = await lane.serve(self.state, caller, checked, scope, receive)
-        except QueueError as exc:
-            response = from_error(exc)
-        except Exception:  # the cause is logged for operators; the client learns nothing
-            log.exception("internal error on POST %s", scope["path"])
-            response = internal_problem()
+        except Exception:  # the key store failing, say
+            response = _internal_error(scope)
+        else:
+            try:
+                response = await lane.serve(self.state, caller, checked, scope, receive)
+            except QueueError as exc:
+                response = from_error(exc)
+            except Exception:
+                response = _internal_error(scope)
         await self._answer(response, scope, receive, send, route, started)
 
     async def _answer(
@@ -229,6 +224,13 @@ class FastLane:
         except (ValueError, RecursionError, ValidationError, QueueError):
             raise _Unserved from None
         return key, checked
+
+
+def _internal_error(scope: Scope) -> Response:
+    """The app's answer to an unexpected failure: its cause is logged for operators, the
+    client learns nothing of it."""
+    log.exception("internal error on POST %s", scope["path"])
+    return internal_problem()
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, bool]:

@@ -24,6 +24,14 @@ async def _send_problem(send: Send, status: int, slug: str, title: str) -> None:
     await send({"type": "http.response.body", "body": response.body})
 
 
+def first_headers(scope: Scope) -> dict[bytes, bytes]:
+    """A request's headers by name; of repeated ones, the first, as Starlette reads them."""
+    headers: dict[bytes, bytes] = {}
+    for name, value in scope["headers"]:
+        headers.setdefault(name, value)
+    return headers
+
+
 def is_json_media(content_type: bytes) -> bool:
     """True for ``application/json`` and ``application/*+json``, parameters aside."""
     media = content_type.split(b";")[0].strip().lower()
@@ -47,9 +55,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http" or scope["method"] not in _WITH_BODY:
             await self.app(scope, receive, send)
             return
-        headers: dict[bytes, bytes] = {}
-        for name, value in scope["headers"]:
-            headers.setdefault(name, value)  # the first of repeated headers, as Starlette
+        headers = first_headers(scope)
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
             await _send_problem(send, 413, "body-too-large", "Request body is too large")
