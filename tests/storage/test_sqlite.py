@@ -111,9 +111,10 @@ def test_a_database_of_the_previous_schema_records_enqueued_events_once(tmp_path
                     conn.execute(statement)
                 conn.execute("INSERT INTO schema_migrations VALUES (?)", (version,))
         # A job enqueued before the upgrade, with the event the code wrote then.
-        params = new_job_params(new_job(), T0)
-        (old_id,) = conn.execute(Q["job_insert"], params).fetchone()[:1]
-        event = {"job_id": old_id, "at": params["now"], "event": "enqueued"}
+        conn.row_factory = sqlite3.Row
+        (((old, _),),) = tx.insert_rows(conn, [tx.SingleInsert(new_job(), T0)])
+        old_id = old.id
+        event = {"job_id": old_id, "at": new_job_params(new_job(), T0)["now"], "event": "enqueued"}
         conn.execute(
             "INSERT INTO job_events (job_id, at, event, to_status, actor)"
             " VALUES (:job_id, :at, :event, 'pending', 'shop')",

@@ -30,21 +30,12 @@ FROM json_each(:jobs) AS j
 ORDER BY j.key
 RETURNING id, principal, idempotency_key;
 
--- name: job_insert
--- job_insert_batch for one job, its values bound directly: reading a one-item JSON
--- array through json_each made a single insert (with its event) cost half as much again.
-INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
-                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
-VALUES (:type, :payload, :priority, :max_retries, :lease_seconds, :principal,
-        :idempotency_key, :fingerprint, :run_at, :run_at > :now, :now, :now)
-ON CONFLICT (principal, idempotency_key) DO NOTHING
-RETURNING id, principal, idempotency_key;
-
 -- name: job_insert_rows
--- job_insert for the single enqueues of one group, in one statement: the VALUES
--- row below is repeated once per job (transactions.insert_rows), each bound in
--- order: type, payload, priority, max_retries, lease_seconds, principal,
--- idempotency_key, fingerprint, run_at, run_at, now, now, now.
+-- Single enqueues, their values bound directly: one, or all those of one group in
+-- one statement. The VALUES row below is repeated once per job
+-- (transactions.insert_rows), each bound in order: type, payload, priority,
+-- max_retries, lease_seconds, principal, idempotency_key, fingerprint, run_at,
+-- run_at, now, now, now.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ? > ?, ?, ?)
