@@ -26,6 +26,7 @@ _BODY_CHARS = 32  # 32 base62 characters: about 190 bits of randomness
 _CHECK_CHARS = 6
 # The whole shape in one match (every request presents a key): ASCII letters and digits only.
 _KEY_SHAPE = re.compile(f"{KEY_PREFIX}[0-9A-Za-z]{{{_BODY_CHARS + _CHECK_CHARS}}}")
+_KEY_LENGTH = len(KEY_PREFIX) + _BODY_CHARS + _CHECK_CHARS
 
 
 def _base62(number: int, width: int) -> str:
@@ -135,24 +136,33 @@ class KeyRing:
             self._generation += 1
 
     def authenticate(self, presented: str | None) -> ApiKey:
-        """The active key for a presented secret, or Unauthenticated."""
-        if not presented or not looks_like_key(presented):
+        """The active key for a presented secret, or Unauthenticated.
+
+        A secret seen within ``ttl`` is answered from the cache by its digest alone;
+        its shape and checksum were checked when it was first looked up. Only a
+        secret of a key's length and characters is hashed at all.
+        """
+        if not presented or len(presented) != _KEY_LENGTH or not presented.isascii():
             raise Unauthenticated("A valid API key is required")
         digest = hash_key(presented)
-        key = self._lookup(digest)
+        stamp = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(digest)
+            generation = self._generation
+        if hit is not None and stamp - hit[0] < self._ttl:
+            key = hit[1]
+        elif looks_like_key(presented):
+            key = self._lookup(digest, stamp, generation)
+        else:
+            key = None
         if key is None or key.revoked_at is not None:
             raise Unauthenticated("A valid API key is required")
         if not hmac.compare_digest(key.key_hash, digest):
             raise Unauthenticated("A valid API key is required")
         return key
 
-    def _lookup(self, digest: str) -> ApiKey | None:
-        stamp = time.monotonic()
-        with self._lock:
-            hit = self._cache.get(digest)
-            generation = self._generation
-        if hit is not None and stamp - hit[0] < self._ttl:
-            return hit[1]
+    def _lookup(self, digest: str, stamp: float, generation: int) -> ApiKey | None:
+        """Read the key by its digest and cache what was found (or that none was)."""
         key = self._storage.key_by_hash(digest)
         with self._lock:
             # A revoke since the read began may have made ``key`` stale: do not keep it.

@@ -81,3 +81,41 @@ def test_a_lookup_racing_a_revoke_is_not_cached(tmp_path: Path) -> None:
     with pytest.raises(Unauthenticated):
         ring.authenticate(plaintext)
     storage.close()
+
+
+def test_a_key_seen_within_the_ttl_is_answered_without_a_read(tmp_path: Path) -> None:
+    storage = SqliteStorage(tmp_path / "k.db")
+    ring = KeyRing(storage, FakeClock(), ttl=60)
+    key, plaintext = ring.create("p", frozenset({Role.PRODUCER}))
+    reads: list[str] = []
+    real_read = storage.key_by_hash
+
+    def counted(digest: str) -> ApiKey | None:
+        reads.append(digest)
+        return real_read(digest)
+
+    storage.key_by_hash = counted  # type: ignore[method-assign]
+    assert ring.authenticate(plaintext).id == key.id
+    assert ring.authenticate(plaintext).id == key.id
+    assert reads == [hash_key(plaintext)]
+    unknown = generate_key()  # well formed, never stored: the miss is cached too
+    for _ in range(2):
+        with pytest.raises(Unauthenticated):
+            ring.authenticate(unknown)
+    assert reads == [hash_key(plaintext), hash_key(unknown)]
+    storage.close()
+
+
+def test_a_secret_that_is_not_a_key_is_refused_without_a_read(tmp_path: Path) -> None:
+    storage = SqliteStorage(tmp_path / "k.db")
+    ring = KeyRing(storage, FakeClock(), ttl=60)
+    _, plaintext = ring.create("p", frozenset({Role.PRODUCER}))
+    reads: list[str] = []
+    storage.key_by_hash = reads.append  # type: ignore[assignment,method-assign]
+    broken = plaintext[:-1] + ("A" if plaintext[-1] != "A" else "B")  # checksum fails
+    not_keys = [broken, plaintext[:-1], plaintext + "x", plaintext[:-1] + "\u0663", "", "\ud800"]
+    for presented in not_keys * 2:
+        with pytest.raises(Unauthenticated):
+            ring.authenticate(presented)
+    assert reads == []
+    storage.close()
