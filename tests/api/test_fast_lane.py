@@ -22,6 +22,7 @@ from tests.conftest import KeyMaker
 _HEADERS = ("content-type", "location", "www-authenticate", "retry-after", "preference-applied")
 # Fields that differ between two jobs made by the same request.
 _PER_JOB = ("id", "run_at", "created_at", "updated_at")
+_JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture
@@ -92,6 +93,9 @@ def _cases(keys: dict[str, str]) -> list[tuple[str, dict[str, str], bytes]]:
         ("nan", p, b'{"type": "noop", "payload": {"x": NaN}}'),
         ("lone surrogate", p, b'{"type": "noop", "payload": {"x": "\\ud800"}}'),
         ("huge int", p, b'{"type": "noop", "payload": {"x": 123456789012345678901234567890}}'),
+        ("floats", p, b'{"type": "noop", "payload": {"x": [0.1, 1e-7, 2.5e300, -0.0, 1E2]}}'),
+        ("repeated name", p, b'{"type": "noop", "payload": {"x": 1, "x": 2}}'),
+        ("byte order mark", p, b'\xef\xbb\xbf{"type": "noop"}'),
         (
             "both schedules",
             p,
@@ -284,6 +288,13 @@ def test_valid_requests_are_served_by_the_lanes_without_the_routes(
     assert bad.status_code == 422 and reached == ["/jobs"]
     assert fast.post("/jobs/batch", json={"jobs": [{"type": "noop"}]}, headers=producer).is_success
     assert reached == ["/jobs", "/jobs/batch"]
+    # The lane reads every value as the route's parser does, to the bit.
+    exact = b'{"type": "noop", "payload": {"n": 123456789012345678901234567890, "f": 0.1}}'
+    served = fast.post("/jobs", content=exact, headers={**producer, **_JSON})
+    assert served.status_code == 201 and reached == ["/jobs", "/jobs/batch"]
+    stored = fast.get(f"/jobs/{served.json()['id']}", headers=producer).json()["payload"]
+    assert stored == json.loads(exact)["payload"]
+    assert type(stored["n"]) is int and stored["f"] == 0.1
 
 
 def test_the_lane_counts_its_requests_under_the_route_name(
