@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -56,15 +55,10 @@ _DEFAULT_TYPE = JobTypeConfig()
 _PRUNE_MAX_BATCHES = 100
 
 
-@contextmanager
-def _batch_errors(batch: bool) -> Iterator[None]:
+def _unindex(exc: QueueError, batch: bool) -> None:
     """A refusal of a single enqueue does not name an ``index``; a batch's does."""
-    try:
-        yield
-    except QueueError as exc:
-        if not batch:
-            exc.extra.pop("index", None)
-        raise
+    if not batch:
+        exc.extra.pop("index", None)
 
 
 def _held_token(token: str) -> str:
@@ -118,8 +112,11 @@ class JobService:
         """Enqueue all or nothing; ``(job, created)`` per spec, in order."""
         now = self.clock.now()
         new_jobs = self._new_jobs(caller, specs, now, batch)
-        with _batch_errors(batch):
+        try:
             results = self.storage.job_insert_many(new_jobs, now)
+        except QueueError as exc:
+            _unindex(exc, batch)
+            raise
         return self._enqueued(results)
 
     # The async forms below serve routes on the event loop through the storage's
@@ -135,8 +132,11 @@ class JobService:
         if self._on_coming is not None:
             # A generator: nothing is built when no claimer is waiting.
             self._on_coming(job.type for job in new_jobs if job.run_at <= now)
-        with _batch_errors(batch):
+        try:
             results = await self.storage.job_insert_many_async(new_jobs, now)
+        except QueueError as exc:
+            _unindex(exc, batch)
+            raise
         return self._enqueued(results)
 
     async def enqueue_async(self, caller: ApiKey, spec: EnqueueSpec) -> tuple[Job, bool]:
@@ -173,7 +173,12 @@ class JobService:
         if len(payload_text.encode()) > limit:
             raise PayloadTooLarge(f"The payload exceeds {limit} bytes", **where)
         self._check_schema(spec, where)
-        run_at = spec.run_at or now + timedelta(seconds=spec.delay_seconds or 0)
+        if spec.run_at is not None:
+            run_at = max(spec.run_at, now)
+        elif spec.delay_seconds is not None and spec.delay_seconds > 0:
+            run_at = now + timedelta(seconds=spec.delay_seconds)
+        else:
+            run_at = now
         max_retries = cfg.max_retries if spec.max_retries is None else spec.max_retries
         return NewJob(
             type=spec.type,
@@ -181,7 +186,7 @@ class JobService:
             priority=spec.priority,
             max_retries=max_retries,
             lease_seconds=cfg.lease_seconds,
-            run_at=max(run_at, now),
+            run_at=run_at,
             principal=caller.name,
             idempotency_key=spec.idempotency_key,
             fingerprint=spec.fingerprint(max_retries) if spec.idempotency_key else None,

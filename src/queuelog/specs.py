@@ -8,6 +8,7 @@ import hashlib
 import json
 from dataclasses import field
 from datetime import datetime
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from queuelog.clock import rfc3339
@@ -69,15 +70,20 @@ class FinishSpec:
     retry_in_seconds: float | None = None
 
 
-# json.dumps with these options builds a new encoder on every call (1.2 µs of 3.1 for
-# a 100-byte payload); the encoder keeps no state between calls.
-_STORED = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+# How json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+# writes, from one C encoder made once: json.dumps and JSONEncoder.encode build a new
+# one on every call (6.0 µs a call for a 100-byte payload; 2.2 from this one). It
+# keeps no state between calls (no circular-reference bookkeeping: a JSON value
+# read from a request cannot refer to itself).
+_STORED = c_make_encoder(
+    None, json.JSONEncoder().default, encode_basestring, None, ":", ",", False, False, False
+)
 
 
 def stored_json(value: Any) -> str:
     """How both backends store a JSON value (payload, result): compact UTF-8 text, never
     NaN. The size limits measure this text (``json_size``)."""
-    return _STORED.encode(value)
+    return "".join(_STORED(value, 0))
 
 
 def json_size(value: Any) -> int:
