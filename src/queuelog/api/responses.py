@@ -23,16 +23,17 @@ class JSONResponse(responses.JSONResponse):
     def init_headers(self, headers: Mapping[str, str] | None = None) -> None:
         """Starlette's headers, in its order, built directly for the answers this app
         gives: a body, and no length or type of the caller's own (those go to Starlette)."""
-        if (headers and not _OWN.isdisjoint(k.lower() for k in headers)) or (
-            self.status_code < 200 or self.status_code in (204, 304)
-        ):
+        if self.status_code < 200 or self.status_code in (204, 304):
             super().init_headers(headers)
             return
-        raw = (
-            [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-            if headers
-            else []
-        )
+        raw = []
+        if headers:
+            for name, value in headers.items():
+                lowered = name.lower()
+                if lowered in _OWN:
+                    super().init_headers(headers)
+                    return
+                raw.append((lowered.encode("latin-1"), value.encode("latin-1")))
         raw.append((b"content-length", str(len(self.body)).encode()))
         raw.append((b"content-type", self.media_type.encode("latin-1")))
         self.raw_headers = raw
