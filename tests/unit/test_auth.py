@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -83,10 +84,10 @@ def test_a_lookup_racing_a_revoke_is_not_cached(tmp_path: Path) -> None:
     storage.close()
 
 
-def test_a_key_seen_within_the_ttl_is_answered_without_a_read(tmp_path: Path) -> None:
+@pytest.fixture
+def keys(tmp_path: Path) -> Iterator[tuple[KeyRing, list[str]]]:
+    """A key ring whose storage records every key read (by digest) in the list."""
     storage = SqliteStorage(tmp_path / "k.db")
-    ring = KeyRing(storage, FakeClock(), ttl=60)
-    key, plaintext = ring.create("p", frozenset({Role.PRODUCER}))
     reads: list[str] = []
     real_read = storage.key_by_hash
 
@@ -95,6 +96,15 @@ def test_a_key_seen_within_the_ttl_is_answered_without_a_read(tmp_path: Path) ->
         return real_read(digest)
 
     storage.key_by_hash = counted  # type: ignore[method-assign]
+    yield KeyRing(storage, FakeClock(), ttl=60), reads
+    storage.close()
+
+
+def test_a_key_seen_within_the_ttl_is_answered_without_a_read(
+    keys: tuple[KeyRing, list[str]],
+) -> None:
+    ring, reads = keys
+    key, plaintext = ring.create("p", frozenset({Role.PRODUCER}))
     assert ring.authenticate(plaintext).id == key.id
     assert ring.authenticate(plaintext).id == key.id
     assert reads == [hash_key(plaintext)]
@@ -103,19 +113,16 @@ def test_a_key_seen_within_the_ttl_is_answered_without_a_read(tmp_path: Path) ->
         with pytest.raises(Unauthenticated):
             ring.authenticate(unknown)
     assert reads == [hash_key(plaintext), hash_key(unknown)]
-    storage.close()
 
 
-def test_a_secret_that_is_not_a_key_is_refused_without_a_read(tmp_path: Path) -> None:
-    storage = SqliteStorage(tmp_path / "k.db")
-    ring = KeyRing(storage, FakeClock(), ttl=60)
+def test_a_secret_that_is_not_a_key_is_refused_without_a_read(
+    keys: tuple[KeyRing, list[str]],
+) -> None:
+    ring, reads = keys
     _, plaintext = ring.create("p", frozenset({Role.PRODUCER}))
-    reads: list[str] = []
-    storage.key_by_hash = reads.append  # type: ignore[assignment,method-assign]
     broken = plaintext[:-1] + ("A" if plaintext[-1] != "A" else "B")  # checksum fails
     not_keys = [broken, plaintext[:-1], plaintext + "x", plaintext[:-1] + "\u0663", "", "\ud800"]
     for presented in not_keys * 2:
         with pytest.raises(Unauthenticated):
             ring.authenticate(presented)
     assert reads == []
-    storage.close()
