@@ -33,7 +33,7 @@ def test_the_stored_text_is_the_standard_encoder_s_compact_text(value: Any) -> N
 
 
 def test_the_stored_text_keeps_every_character_and_escapes_only_what_json_must() -> None:
-    value = {"é": "caf\u00e9 \u2028 \n\x01\"\\", "n": 10**30, "f": [1e-7, -0.0, 1e22]}
+    value = {"é": 'caf\u00e9 \u2028 \n\x01"\\', "n": 10**30, "f": [1e-7, -0.0, 1e22]}
     assert stored_json(value) == '{"é":"café \u2028 \\n\\u0001\\"\\\\","n":' + str(10**30) + (
         ',"f":[1e-07,-0.0,1e+22]}'
     )
