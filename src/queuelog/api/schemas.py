@@ -268,6 +268,10 @@ def _time(at: datetime | None) -> str | None:
 
 
 def job_json(job: Job, show_error: bool, lease_token: bool = False) -> dict[str, Any]:
+    # A new job's run_at and updated_at are most often its created_at itself.
+    created = rfc3339(job.created_at)
+    run_at = created if job.run_at is job.created_at else _time(job.run_at)
+    updated = created if job.updated_at is job.created_at else _time(job.updated_at)
     body: dict[str, Any] = {
         "id": job.id,
         "type": job.type,
@@ -277,14 +281,14 @@ def job_json(job: Job, show_error: bool, lease_token: bool = False) -> dict[str,
         "retry_count": job.retry_count,
         "max_retries": job.max_retries,
         "idempotency_key": job.idempotency_key,
-        "run_at": _time(job.run_at),
+        "run_at": run_at,
         "claimed_at": _time(job.claimed_at),
         "lease_expires_at": _time(job.lease_expires_at),
         "worker_id": job.worker_id,
         "error": job.error if show_error else None,
         "result": job.result,
-        "created_at": _time(job.created_at),
-        "updated_at": _time(job.updated_at),
+        "created_at": created,
+        "updated_at": updated,
     }
     if lease_token:
         body["lease_token"] = job.lease_token

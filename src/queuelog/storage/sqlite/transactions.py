@@ -25,6 +25,7 @@ from queuelog.storage.base import (
     finish_statement,
     guard_failure,
     insert_batch_params,
+    inserted_job,
     job_from_row,
     json_param,
     json_text,
@@ -32,6 +33,7 @@ from queuelog.storage.base import (
     match_inserted,
     new_job_params,
     payload_text,
+    stored_time,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
 from queuelog.storage.sqlite.writer import Combinable
@@ -186,11 +188,13 @@ def insert_rows(
     for insert in inserts:
         new = insert.new
         if new.idempotency_key is None:
-            found = [next(plain)]
+            row = next(plain)
         else:
             row = keyed.pop((new.principal, new.idempotency_key), None)
-            found = [] if row is None else [row]
-        answers.append(match_inserted([new], insert.now, found, partial(_existing, conn)))
+        if row is None:  # the key's holder, as insert_many finds it
+            answers.append(match_inserted([new], insert.now, [], partial(_existing, conn)))
+        else:
+            answers.append([(inserted_job(new, row[0], stored_time(insert.now)), True)])
     return answers
 
 
