@@ -396,3 +396,36 @@ def test_a_loop_never_waits_for_another_process_s_write_lock(tmp_path: Path) -> 
     assert ran_on == ["queuelog-writer"]
     assert writer.run(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0]) == 1
     writer.close()
+
+
+def test_a_failure_of_the_writer_s_own_code_answers_the_group_and_the_writer_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
+    writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+    real = writer._outcomes
+
+    def broken(conn: sqlite3.Connection, group: Any, wait: bool) -> Any:
+        if not conn.in_transaction:
+            conn.execute("BEGIN IMMEDIATE")  # fails with its transaction left open
+        raise RuntimeError("a bug in the writer")
+
+    def insert(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (1)")
+
+    monkeypatch.setattr(writer, "_outcomes", broken)
+    with pytest.raises(RuntimeError, match="a bug in the writer"):  # the thread's group
+        writer.submit(insert).result(timeout=10)
+
+    async def on_a_loop() -> list[object]:
+        return await asyncio.gather(
+            writer.wait(insert), writer.wait(insert), return_exceptions=True
+        )
+
+    outcomes = asyncio.run(asyncio.wait_for(on_a_loop(), timeout=10))
+    assert [str(o) for o in outcomes] == ["a bug in the writer"] * 2
+    monkeypatch.setattr(writer, "_outcomes", real)
+    assert writer.alive
+    writer.run(insert)  # the transaction left open is ended first
+    assert writer.run(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0]) == 1
+    writer.close()

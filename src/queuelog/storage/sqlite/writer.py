@@ -127,7 +127,7 @@ class GroupWriter:
             if self._closed or conn is None:
                 outcomes = [(f, None, RuntimeError("storage is closed")) for _, f in group]
             else:
-                outcomes = self._outcomes(conn, group, wait=False)
+                outcomes = self._guarded(conn, group, wait=False)
         finally:
             self._using.release()
         if outcomes is None:
@@ -224,7 +224,7 @@ class GroupWriter:
 
     def _commit(self, conn: sqlite3.Connection, group: list[tuple[Operation, Future[Any]]]) -> None:
         with self._using:
-            outcomes = self._outcomes(conn, group, wait=True)
+            outcomes = self._guarded(conn, group, wait=True)
         assert outcomes is not None  # a group that may wait for the lock always runs
         for future, value, error in outcomes:
             _settle(future, value, error)
@@ -247,6 +247,15 @@ class GroupWriter:
             finally:
                 conn.execute("PRAGMA busy_timeout = 0")
         return True
+
+    def _guarded(self, conn: sqlite3.Connection, group: Group, wait: bool) -> list[Outcome] | None:
+        """``_outcomes``, with every request answered even if the writer's own code fails
+        (no such failure is known): a request whose group was taken must never be left
+        waiting, on the thread or on a loop."""
+        try:
+            return self._outcomes(conn, group, wait)
+        except Exception as exc:
+            return [(future, None, exc) for _, future in group]
 
     def _outcomes(self, conn: sqlite3.Connection, group: Group, wait: bool) -> list[Outcome] | None:
         """Run and commit ``group``: each future with its value or its error; None if
