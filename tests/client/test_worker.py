@@ -229,6 +229,36 @@ def test_a_job_still_running_at_the_shutdown_deadline_is_failed_as_retryable(
     assert history[-1] == "retry_scheduled"
 
 
+def test_an_async_handler_still_pending_when_the_run_ends_is_cancelled_before_its_loop_closes(
+    server: RealServer,
+) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1, shutdown_seconds=0.3)
+    tasks: list[asyncio.Task[Any]] = []
+    started = threading.Event()
+    seen: list[str] = []
+
+    @worker.handler("noop")
+    async def stubborn(job: Job) -> None:
+        tasks.append(cast("asyncio.Task[Any]", asyncio.current_task()))
+        started.set()
+        try:
+            await asyncio.sleep(DEADLINE)
+        except asyncio.CancelledError:  # swallowed at the deadline: it tidies up first
+            seen.append("cancelled at the deadline")
+        try:
+            await asyncio.sleep(DEADLINE)
+        finally:
+            seen.append("ended")
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        shop.enqueue("noop")
+    with running(worker, server):
+        assert started.wait(DEADLINE)
+    # The run's loop is closed once the run is over; the handler's task ended before.
+    assert tasks[0].done() and tasks[0].cancelled()
+    assert seen == ["cancelled at the deadline", "ended"]
+
+
 def running_on_server(server: RealServer) -> int:
     with admin(server) as root:
         return len(list(root.list(status="running")))

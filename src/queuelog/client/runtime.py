@@ -397,7 +397,7 @@ class Run:
             assert self.loop_thread is not None
             self.loop_thread.join(timeout=LATE_SECONDS)
             if not self.loop_thread.is_alive():
-                self.loop.close()  # its own loop: closed with the run, not left to the collector
+                _close(self.loop)  # its own loop: closed with the run, not left to the collector
 
     def _abandon_all(self, late: list[Running]) -> None:
         """Hand back the jobs still running at the deadline, all at once and briefly."""
@@ -444,6 +444,20 @@ class Run:
         except Exception as error:  # left to its lease, which expires as an attempt
             log_outcome(running, f"abandoned, unreported ({error})", logging.WARNING)
         self._release(running)
+
+
+def _close(loop: asyncio.AbstractEventLoop) -> None:
+    """Close a run's own loop as ``asyncio.run`` closes its: what is still pending there
+    (a handler that swallowed its cancellation at the deadline) is cancelled and given
+    ``LATE_SECONDS`` to finish, so it ends its own way rather than being destroyed
+    pending when the loop is collected."""
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.wait(pending, timeout=LATE_SECONDS))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
 
 
 def _by_size(batch: list[tuple[Running, Outcome]]) -> list[list[tuple[Running, Outcome]]]:
