@@ -38,7 +38,6 @@ from queuelog.specs import (
     FinishSpec,
     decode_cursor,
     encode_cursor,
-    json_size,
     stored_json,
 )
 from queuelog.storage.base import (
@@ -416,9 +415,10 @@ class JobService:
         }
         if spec.error is None:
             limit = self.settings.limits.max_result_bytes
-            if spec.result is not None and json_size(spec.result) > limit:
+            text = None if spec.result is None else stored_json(spec.result)
+            if text is not None and len(text.encode()) > limit:
                 return PayloadTooLarge(f"The result exceeds {limit} bytes")
-            return FinishParams(now=now, result=spec.result, **common)  # type: ignore[arg-type]
+            return FinishParams(now=now, result=spec.result, result_text=text, **common)  # type: ignore[arg-type]
         job = self.storage.job_get(spec.job_id)
         if job is None:
             return NotFound("No such job")

@@ -82,13 +82,8 @@ _STORED = c_make_encoder(
 
 def stored_json(value: Any) -> str:
     """How both backends store a JSON value (payload, result): compact UTF-8 text, never
-    NaN. The size limits measure this text (``json_size``)."""
+    NaN. The size limits measure the UTF-8 bytes of this text."""
     return "".join(_STORED(value, 0))
-
-
-def json_size(value: Any) -> int:
-    """The size a limit measures: the UTF-8 bytes of ``stored_json(value)``."""
-    return len(stored_json(value).encode())
 
 
 def encode_cursor(job_id: int) -> str:

@@ -80,6 +80,9 @@ class FinishParams:
     error: str | None = None
     retryable: bool = True
     retry_at: datetime | None = None
+    # stored_json(result), when the caller already encoded it to measure it against
+    # the limit: the text stored, so a result is encoded once.
+    result_text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,6 +454,11 @@ def json_param(value: list[Any] | dict[str, Any]) -> str:
         return json.dumps(value, separators=(",", ":"))
 
 
+def result_text(item: FinishParams) -> str | None:
+    """A completion's result as stored: the text the service measured, when it did."""
+    return item.result_text if item.result_text is not None else json_text(item.result)
+
+
 def json_text(value: Any) -> str | None:
     """``stored_json``, with None (SQL NULL) for no value."""
     return None if value is None else stored_json(value)
@@ -481,7 +489,7 @@ def finish_statement(item: FinishParams, expired: bool = False) -> tuple[str, di
         "now": to_micros(item.now),
     }
     if item.error is None:
-        args["result"] = json_text(item.result)
+        args["result"] = result_text(item)
         return "job_complete", args
     args.update(
         error=item.error,
@@ -526,7 +534,7 @@ def complete_batch_params(items: Sequence[FinishParams]) -> dict[str, Any] | Non
             "id": item.job_id,
             "lease_token": item.lease_token,
             "worker_name": item.worker_name,
-            "result": json_text(item.result),
+            "result": result_text(item),
         }
         for item in items
     ]

@@ -28,11 +28,11 @@ from queuelog.storage.base import (
     inserted_job,
     job_from_row,
     json_param,
-    json_text,
     match_completed,
     match_inserted,
     new_job_params,
     payload_text,
+    result_text,
     stored_time,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
@@ -321,7 +321,7 @@ def finish_many(
     completed: list[Row] = []
     if held != "[]":
         ids = set(orjson.loads(held))
-        results = {str(i.job_id): json_text(i.result) for i in items if i.job_id in ids}
+        results = {str(i.job_id): result_text(i) for i in items if i.job_id in ids}
         args = {
             "results": json_param(results),
             "worker_name": params["worker_name"],
