@@ -259,6 +259,34 @@ def test_an_async_handler_still_pending_when_the_run_ends_is_cancelled_before_it
     assert seen == ["cancelled at the deadline", "ended"]
 
 
+def test_run_works_from_a_thread_whose_own_loop_is_running(server: RealServer) -> None:
+    """As in a notebook cell: ``run`` blocks a thread whose loop is running, and its own
+    loop starts, serves async handlers and closes without touching the caller's."""
+    worker = Worker(concurrency=1, wait_seconds=1)
+
+    @worker.handler("noop")
+    async def handle(job: Job) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return {"ok": True}
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        job = shop.enqueue("noop")
+    stopper = threading.Thread(
+        target=lambda: (wait_until(settled(server, job.id), "the job"), worker.stop()),
+        daemon=True,
+    )
+
+    async def blocking_inside_a_loop() -> None:
+        stopper.start()
+        with Client(server.url, server.keys["mailer"]) as client:
+            worker.run(client)
+
+    asyncio.run(asyncio.wait_for(blocking_inside_a_loop(), timeout=DEADLINE))
+    stopper.join(timeout=DEADLINE)
+    with admin(server) as root:
+        assert root.get(job.id).result == {"ok": True}
+
+
 def running_on_server(server: RealServer) -> int:
     with admin(server) as root:
         return len(list(root.list(status="running")))

@@ -393,11 +393,16 @@ class Run:
         self.acks_done.set()
         beater.join(timeout=LATE_SECONDS)
         if self.own_loop:
+            settled = asyncio.run_coroutine_threadsafe(_settle_pending(), self.loop)
+            try:
+                settled.result(timeout=LATE_SECONDS)
+            except Exception:  # left pending: the loop is closed with it, as before
+                settled.cancel()
             self.loop.call_soon_threadsafe(self.loop.stop)
             assert self.loop_thread is not None
             self.loop_thread.join(timeout=LATE_SECONDS)
             if not self.loop_thread.is_alive():
-                _close(self.loop)  # its own loop: closed with the run, not left to the collector
+                self.loop.close()  # its own loop: closed with the run, not left to the collector
 
     def _abandon_all(self, late: list[Running]) -> None:
         """Hand back the jobs still running at the deadline, all at once and briefly."""
@@ -446,18 +451,23 @@ class Run:
         self._release(running)
 
 
-def _close(loop: asyncio.AbstractEventLoop) -> None:
-    """Close a run's own loop as ``asyncio.run`` closes its: what is still pending there
-    (a handler that swallowed its cancellation at the deadline) is cancelled and given
-    ``LATE_SECONDS`` to finish, so it ends its own way rather than being destroyed
-    pending when the loop is collected."""
-    pending = asyncio.all_tasks(loop)
+async def _settle_pending() -> None:
+    """On a run's own loop, before it stops: what is still pending there (a handler that
+    swallowed its cancellation at the deadline) is cancelled and given until
+    ``LATE_SECONDS`` to end its own way, as ``asyncio.run`` does before closing its
+    loop, rather than being destroyed pending when the loop is collected."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LATE_SECONDS
+    pending = asyncio.all_tasks(loop) - {asyncio.current_task()}
     for task in pending:
         task.cancel()
     if pending:
-        loop.run_until_complete(asyncio.wait(pending, timeout=LATE_SECONDS))
-    loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.close()
+        done, _ = await asyncio.wait(pending, timeout=LATE_SECONDS)
+        for task in done:  # their outcomes were dropped with their jobs: read, not logged
+            if not task.cancelled():
+                task.exception()
+    generators = loop.create_task(loop.shutdown_asyncgens())
+    await asyncio.wait({generators}, timeout=max(0.0, deadline - loop.time()))
 
 
 def _by_size(batch: list[tuple[Running, Outcome]]) -> list[list[tuple[Running, Outcome]]]:
