@@ -71,19 +71,28 @@ class FinishSpec:
 
 
 # How json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-# writes, from one C encoder made once: json.dumps and JSONEncoder.encode build a new
-# one on every call (6.0 µs a call for a 100-byte payload; 2.2 from this one). It
-# keeps no state between calls (no circular-reference bookkeeping: a JSON value
-# read from a request cannot refer to itself).
-_STORED = c_make_encoder(
-    None, json.JSONEncoder().default, encode_basestring, None, ":", ",", False, False, False
+# writes. json.dumps and JSONEncoder.encode build a new C encoder on every call (6.0
+# µs a call for a 100-byte payload; 2.2 from one made once). The one made once keeps
+# no state between calls, so it does no circular-reference bookkeeping: a value that
+# refers to itself (only the Python API can pass one) overflows the stack, and the
+# standard encoder then gives its own error for it.
+_STANDARD = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_STORED = (
+    c_make_encoder(None, _STANDARD.default, encode_basestring, None, ":", ",", False, False, False)
+    if c_make_encoder is not None
+    else None
 )
 
 
 def stored_json(value: Any) -> str:
     """How both backends store a JSON value (payload, result): compact UTF-8 text, never
     NaN. The size limits measure the UTF-8 bytes of this text."""
-    return "".join(_STORED(value, 0))
+    if _STORED is not None:
+        try:
+            return "".join(_STORED(value, 0))
+        except RecursionError:
+            pass
+    return _STANDARD.encode(value)
 
 
 def encode_cursor(job_id: int) -> str:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import re
 
-import pytest
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    enable_created_metrics,
+    generate_latest,
+)
 
 from queuelog.api.metrics import _HttpCollector
 
@@ -60,14 +66,16 @@ def test_the_series_are_prometheus_client_s() -> None:
     assert f"{bucket} 2.0" in ours  # 0.0 and 0.005 itself
 
 
-def test_created_series_follow_prometheus_client_s_switch(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("PROMETHEUS_DISABLE_CREATED_SERIES", "True")
+def test_created_series_follow_prometheus_client_s_switch() -> None:
     registry = CollectorRegistry()
     collector = _HttpCollector()
     registry.register(collector)
     collector.observe("POST", "/jobs", 201, 0.01)
-    text = generate_latest(registry).decode()
+    assert "_created" in generate_latest(registry).decode()
+    disable_created_metrics()
+    try:
+        text = generate_latest(registry).decode()
+    finally:
+        enable_created_metrics()
     assert "_created" not in text
     assert 'queuelog_http_request_duration_seconds_count{method="POST",route="/jobs"} 1.0' in text

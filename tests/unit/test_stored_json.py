@@ -78,3 +78,11 @@ def test_a_payload_and_a_result_are_each_encoded_once_on_their_way_to_storage(
     )
     assert encoded == results
     assert [service.get(producer, job.id).result for job in held] == results
+
+
+def test_a_value_that_refers_to_itself_gets_the_standard_encoder_s_error() -> None:
+    looped: dict[str, Any] = {"a": [1]}
+    looped["a"].append(looped)
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        stored_json(looped)
+    assert stored_json({"a": [1]}) == '{"a":[1]}'

@@ -10,6 +10,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from itertools import accumulate
 
+import prometheus_client.metrics
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -41,9 +42,11 @@ _LE = ["+Inf" if bound == math.inf else repr(bound) for bound in _BOUNDS]
 
 
 def _created_series() -> bool:
-    """Whether to export ``_created`` samples, as prometheus_client decides it."""
+    """Whether to export ``_created`` samples, as prometheus_client decides it: its
+    ``disable_created_metrics()`` switch, else its environment variable."""
     flag = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False")
-    return flag.lower() not in ("true", "1", "t")
+    default = flag.lower() not in ("true", "1", "t")
+    return bool(getattr(prometheus_client.metrics, "_use_created", default))
 
 
 class _HttpCollector:
@@ -57,7 +60,6 @@ class _HttpCollector:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._created = _created_series()
         # (method, route, status) -> [count, created]
         self._counts: dict[tuple[str, str, int], list[float]] = {}
         # (method, route) -> [count per bucket..., sum, created]
@@ -80,14 +82,15 @@ class _HttpCollector:
         with self._lock:
             counts = [(labels, list(values)) for labels, values in self._counts.items()]
             latency = [(labels, list(values)) for labels, values in self._latency.items()]
+        created = _created_series()
         requests = CounterMetricFamily(
             "queuelog_http_requests",
             "HTTP requests by method, route and status",
             labels=["method", "route", "status"],
         )
-        for (method, route, status), (count, created) in counts:
+        for (method, route, status), (count, stamp) in counts:
             requests.add_metric(
-                [method, route, str(status)], count, created=created if self._created else None
+                [method, route, str(status)], count, created=stamp if created else None
             )
         yield requests
         timed = HistogramMetricFamily(
@@ -98,7 +101,7 @@ class _HttpCollector:
         for (method, route), values in latency:
             cumulative = list(accumulate(values[: len(_BOUNDS)]))
             timed.add_metric([method, route], list(zip(_LE, cumulative, strict=True)), values[-2])
-            if self._created:
+            if created:
                 labels = {"method": method, "route": route}
                 timed.add_sample(f"{timed.name}_created", labels, values[-1])
         yield timed
