@@ -254,6 +254,30 @@ def test_work_awaited_a_turn_later_joins_the_group(tmp_path: Path) -> None:
     writer.close()
 
 
+def test_a_loop_s_group_holds_at_most_max_group_requests(tmp_path: Path) -> None:
+    writer = GroupWriter(lambda: _connect(tmp_path / "w.db"), max_group=8)
+    writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+    before = writer.groups_committed
+    ran_in: list[int] = []  # for each request, the group it ran in
+
+    def insert(value: int) -> Callable[[sqlite3.Connection], None]:
+        def op(conn: sqlite3.Connection) -> None:
+            ran_in.append(writer.groups_committed - before)
+            conn.execute("INSERT INTO t VALUES (?)", (value,))
+
+        return op
+
+    async def burst() -> None:
+        await asyncio.gather(*(writer.wait(insert(v)) for v in range(20)))
+
+    asyncio.run(asyncio.wait_for(burst(), timeout=10))
+    # 20 requests awaited at once: groups of 8, 8 and 4, one transaction each.
+    assert ran_in == [0] * 8 + [1] * 8 + [2] * 4
+    assert writer.groups_committed - before == 3
+    assert writer.run(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0]) == 20
+    writer.close()
+
+
 def test_a_request_cancelled_before_the_loop_runs_its_group_is_dropped(tmp_path: Path) -> None:
     writer = GroupWriter(lambda: _connect(tmp_path / "w.db"))
     writer.run(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))

@@ -111,8 +111,17 @@ class GroupWriter:
         loop.call_soon(self._run_gathered, loop)
 
     def _run_gathered(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Run, on ``loop``, the group of work awaited there since its last turn."""
+        """Run, on ``loop``, the group of work awaited there since its last turn.
+
+        A group holds at most ``max_group`` requests, as the thread's do: the rest
+        is run by the loop's next turn, so a burst of thousands of requests does not
+        hold the loop (and every other connection on it) for one long transaction.
+        """
         gathered = self._gathered.pop(loop, [])
+        if len(gathered) > self._max_group:
+            self._gathered[loop] = gathered[self._max_group :]
+            gathered = gathered[: self._max_group]
+            loop.call_soon(self._run_gathered, loop)
         group = [(op, future) for op, future in gathered if not future.cancelled()]
         if not group:
             return
