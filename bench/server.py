@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -51,13 +52,17 @@ def prepare_database(workdir: Path) -> tuple[Path, Keys]:
     config.write_text(CONFIG.format(db=db))
     storage = SqliteStorage(db, durability="full")
     try:
-        ring = KeyRing(storage, SystemClock())
-        ring.create("admin", frozenset({Role.ADMIN}), Priority.CRITICAL)
-        _, producer = ring.create("bench-producer", frozenset({Role.PRODUCER}), Priority.HIGH)
-        _, worker = ring.create("bench-worker", frozenset({Role.WORKER}))
+        keys = asyncio.run(_create_keys(KeyRing(storage, SystemClock())))
     finally:
         storage.close()
-    return config, Keys(producer=producer, worker=worker)
+    return config, keys
+
+
+async def _create_keys(ring: KeyRing) -> Keys:
+    await ring.create("admin", frozenset({Role.ADMIN}), Priority.CRITICAL)
+    _, producer = await ring.create("bench-producer", frozenset({Role.PRODUCER}), Priority.HIGH)
+    _, worker = await ring.create("bench-worker", frozenset({Role.WORKER}))
+    return Keys(producer=producer, worker=worker)
 
 
 class Server:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from fastapi.testclient import TestClient
@@ -15,8 +17,8 @@ from queuelog.clock import FakeClock
 from queuelog.config import Settings
 from queuelog.models import ApiKey, Priority, Role
 from queuelog.service import JobService
-from queuelog.storage.base import Storage
 from queuelog.storage.postgres.store import PostgresStorage
+from queuelog.storage.protocol import Storage
 from queuelog.storage.sqlite.store import SqliteStorage
 from tests.postgres import fresh_schema
 
@@ -45,6 +47,12 @@ def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
     }
     data.update(overrides)
     return Settings.model_validate(data)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests (``pytest.mark.anyio``) run on asyncio, as the server does."""
+    return "asyncio"
 
 
 @pytest.fixture
@@ -79,6 +87,18 @@ def service(storage: SqliteStorage, settings: Settings, clock: FakeClock) -> Job
 
 
 KeyMaker = Callable[..., tuple[ApiKey, str]]
+T = TypeVar("T")
+
+
+def run_blocking(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` to its end from plain code: on an event loop of its own, in a thread
+    of its own when the caller is itself inside a running loop (an async test)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(work)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, work).result()
 
 
 @pytest.fixture
@@ -92,9 +112,10 @@ def make_key(storage: SqliteStorage, clock: FakeClock) -> KeyMaker:
         max_priority: str = "medium",
         types: tuple[str, ...] | None = None,
     ) -> tuple[ApiKey, str]:
-        return ring.create(
+        made = ring.create(
             name, frozenset(Role(r) for r in roles), Priority.from_label(max_priority), types
         )
+        return run_blocking(made)
 
     return make
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from queuelog.clock import Clock
 from queuelog.errors import NotFound, RateLimited, Unauthenticated, ValidationFailed
 from queuelog.models import ApiKey, Priority, Role
-from queuelog.storage.base import NewKey, Storage
+from queuelog.storage.protocol import NewKey, Storage
 
 KEY_PREFIX = "ql_"
 # A key's name is the principal and the worker id's first part (before "/instance").
@@ -100,7 +100,7 @@ class KeyRing:
         self._generation = 0  # bumped by every revoke
         self._lock = threading.Lock()
 
-    def create(
+    async def create(
         self,
         name: str,
         roles: frozenset[Role],
@@ -113,29 +113,29 @@ class KeyRing:
         if not KEY_NAME.fullmatch(name):
             raise ValidationFailed(f"A key name is 1-64 of {KEY_NAME_CHARS}")
         new, plaintext = _new_key(name, roles, max_priority, types)
-        return self._storage.key_insert(new, self._clock.now()), plaintext
+        return await self._storage.key_insert(new, self._clock.now()), plaintext
 
-    def bootstrap_admin(self) -> str | None:
+    async def bootstrap_admin(self) -> str | None:
         """Create an admin key if no active one exists; its plaintext, or None.
 
         Atomic in the storage: nodes starting together on an empty database
         create one key between them, not one each.
         """
         new, plaintext = _new_key("admin", frozenset({Role.ADMIN}), Priority.CRITICAL, None)
-        created = self._storage.key_insert_first_admin(new, self._clock.now())
+        created = await self._storage.key_insert_first_admin(new, self._clock.now())
         return plaintext if created is not None else None
 
-    def list(self) -> list[ApiKey]:
-        return self._storage.key_list()
+    async def list(self) -> list[ApiKey]:
+        return await self._storage.key_list()
 
-    def revoke(self, key_id: int) -> None:
-        if not self._storage.key_revoke(key_id, self._clock.now()):
+    async def revoke(self, key_id: int) -> None:
+        if not await self._storage.key_revoke(key_id, self._clock.now()):
             raise NotFound("No such active key")
         with self._lock:
             self._cache.clear()
             self._generation += 1
 
-    def authenticate(self, presented: str | None) -> ApiKey:
+    async def authenticate(self, presented: str | None) -> ApiKey:
         """The active key for a presented secret, or Unauthenticated.
 
         A secret seen within ``ttl`` is answered from the cache by its digest alone;
@@ -152,7 +152,7 @@ class KeyRing:
         if hit is not None and stamp - hit[0] < self._ttl:
             key = hit[1]
         elif looks_like_key(presented):
-            key = self._lookup(digest, stamp, generation)
+            key = await self._lookup(digest, stamp, generation)
         else:
             key = None
         if key is None or key.revoked_at is not None:
@@ -161,9 +161,9 @@ class KeyRing:
             raise Unauthenticated("A valid API key is required")
         return key
 
-    def _lookup(self, digest: str, stamp: float, generation: int) -> ApiKey | None:
+    async def _lookup(self, digest: str, stamp: float, generation: int) -> ApiKey | None:
         """Read the key by its digest and cache what was found (or that none was)."""
-        key = self._storage.key_by_hash(digest)
+        key = await self._storage.key_by_hash(digest)
         with self._lock:
             # A revoke since the read began may have made ``key`` stale: do not keep it.
             if generation == self._generation:

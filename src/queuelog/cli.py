@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from typing import Any
 
@@ -14,7 +15,7 @@ from queuelog.clock import SystemClock, rfc3339
 from queuelog.config import PRIORITY_LABELS, Settings, load_settings
 from queuelog.models import Priority, Role
 from queuelog.storage import open_storage
-from queuelog.storage.base import Storage
+from queuelog.storage.protocol import Storage
 
 config_option = click.option(
     "--config",
@@ -67,7 +68,7 @@ def serve(config_path: str | None, host: str, port: int, access_log: bool) -> No
 
     settings = _settings(config_path)
     storage = _open(settings)
-    plaintext = KeyRing(storage, SystemClock()).bootstrap_admin()
+    plaintext = asyncio.run(KeyRing(storage, SystemClock()).bootstrap_admin())
     if plaintext is not None:
         click.echo("No active admin key was found; created one. It is shown only this once:")
         click.echo(plaintext)
@@ -128,11 +129,13 @@ def keys_create(
     storage = _open(settings)
     try:
         ring = KeyRing(storage, SystemClock())
-        key, plaintext = ring.create(
-            name,
-            frozenset(Role(r) for r in roles),
-            Priority.from_label(max_priority),
-            types or None,
+        key, plaintext = asyncio.run(
+            ring.create(
+                name,
+                frozenset(Role(r) for r in roles),
+                Priority.from_label(max_priority),
+                types or None,
+            )
         )
     finally:
         storage.close()
@@ -146,7 +149,7 @@ def keys_list(config_path: str | None) -> None:
     """List keys (never their secrets)."""
     storage = _open(_settings(config_path))
     try:
-        rows = KeyRing(storage, SystemClock()).list()
+        rows = asyncio.run(KeyRing(storage, SystemClock()).list())
     finally:
         storage.close()
     for key in rows:
@@ -171,7 +174,7 @@ def keys_revoke(config_path: str | None, key_id: int) -> None:
 
     storage = _open(_settings(config_path))
     try:
-        KeyRing(storage, SystemClock()).revoke(key_id)
+        asyncio.run(KeyRing(storage, SystemClock()).revoke(key_id))
     except NotFound as exc:
         raise click.ClickException(f"no active key with id {key_id}") from exc
     finally:

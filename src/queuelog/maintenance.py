@@ -1,12 +1,14 @@
 """Background maintenance: the lease sweeper and the pruner.
 
-Each is a ``run_once()`` that is tested on its own, driven by one loop thread.
+Each pass is a ``run_once()`` that is tested on its own, run every sweep
+interval by one task on the server's event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-import threading
 
 from queuelog.service import JobService
 
@@ -22,31 +24,34 @@ class Maintenance:
         self.service = service
         self.sweep_interval = sweep_interval
         self.prune_every = max(1, round(prune_interval / sweep_interval))
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._task: asyncio.Task[None] | None = None
 
-    def run_once(self, prune: bool = True) -> tuple[int, int]:
+    async def run_once(self, prune: bool = True) -> tuple[int, int]:
         """One pass; returns (leases rescued, jobs pruned)."""
-        rescued = len(self.service.rescue_expired())
-        pruned = self.service.prune() if prune else 0
+        rescued = len(await self.service.rescue_expired())
+        pruned = await self.service.prune() if prune else 0
         if rescued or pruned:
             log.info("maintenance: %d expired leases rescued, %d jobs pruned", rescued, pruned)
         return rescued, pruned
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="queuelog-maintenance", daemon=True)
-        self._thread.start()
+        """Start the passes on the running event loop."""
+        self._task = asyncio.get_running_loop().create_task(self._loop())
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+    async def stop(self) -> None:
+        """Stop the passes; a pass under way is cancelled at its next wait."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
 
-    def _loop(self) -> None:
+    async def _loop(self) -> None:
         passes = 0
-        while not self._stop.wait(self.sweep_interval):
+        while True:
+            await asyncio.sleep(self.sweep_interval)
             passes += 1
             try:
-                self.run_once(prune=passes % self.prune_every == 0)
+                await self.run_once(prune=passes % self.prune_every == 0)
             except Exception:  # keep sweeping: one failed pass must not end maintenance
                 log.exception("maintenance pass failed")

@@ -6,13 +6,6 @@ committed; claimers wait in the event loop. A claimer registers *before* it
 looks for jobs, so a notification that arrives between an empty claim and the
 wait is never lost.
 
-An enqueue served on an event loop may also call ``coming()`` before its write
-is committed: for each job it wakes the claimer on that loop that has waited
-longest for one of its type. On SQLite that claimer's claim then joins the
-insert's own group (see storage/sqlite/writer.py): the job is claimed in the
-transaction that stores it, with one commit for both. ``notify()`` still follows
-the commit, so a claim that missed the group finds the job afterwards.
-
 When the server begins to shut down, ``close()`` wakes every waiter for good, so
 long-polling claims answer at once instead of holding the graceful shutdown.
 """
@@ -21,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from typing import Any
 
 
@@ -32,10 +23,9 @@ class Waiter:
     enqueue served there) wakes it directly; one from another thread goes through
     the loop's thread-safe queue."""
 
-    def __init__(self, wakeup: Wakeup, types: Collection[str] | None, since: float) -> None:
+    def __init__(self, wakeup: Wakeup, types: Collection[str] | None) -> None:
         self._wakeup = wakeup
         self.types = types  # the job types the claimer may take (None: any)
-        self.since = since  # when the claimer began to wait (time.monotonic)
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self._notified = False
@@ -88,43 +78,19 @@ class Wakeup:
     def __init__(self) -> None:
         self._waiters: set[Waiter] = set()
         self._lock = threading.Lock()
-        self.notifications = 0
         self.closed = False
 
-    def waiter(self, types: Collection[str] | None = None, since: float | None = None) -> Waiter:
-        """Register a waiter for jobs of ``types`` (None: any), waiting since ``since``
-        (``time.monotonic()``; default now: a claim that waits again passes the time
-        it arrived); use it as a context manager so it is always removed."""
-        waiter = Waiter(self, types, time.monotonic() if since is None else since)
+    def waiter(self, types: Collection[str] | None = None) -> Waiter:
+        """Register a waiter for jobs of ``types`` (None: any); use it as a context
+        manager so it is always removed."""
+        waiter = Waiter(self, types)
         with self._lock:
             self._waiters.add(waiter)
         return waiter
 
-    def coming(self, job_types: Iterable[str]) -> None:
-        """Jobs of ``job_types`` are about to be committed by this event loop: for each,
-        wake the longest-waiting claimer on this loop that may take it and has not been
-        woken yet. Called on the loop, before the write; ``notify()`` follows the commit."""
-        if not self._waiters:
-            return
-        here = threading.get_ident()
-        with self._lock:
-            idle = [w for w in self._waiters if w._thread == here and not w._notified]
-        idle.sort(key=lambda w: w.since)
-        wanted = Counter(job_types)
-        for waiter in idle:
-            if not wanted:
-                return
-            taken = next((t for t in wanted if waiter.types is None or t in waiter.types), None)
-            if taken is not None:
-                waiter._wake()
-                wanted[taken] -= 1
-                if not wanted[taken]:
-                    del wanted[taken]
-
     def notify(self) -> None:
         with self._lock:
             waiters = list(self._waiters)
-            self.notifications += 1
         for waiter in waiters:
             waiter._set()
 

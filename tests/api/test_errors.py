@@ -17,7 +17,7 @@ from queuelog.clock import FakeClock
 from queuelog.errors import StorageUnavailable
 from queuelog.models import Role
 from queuelog.storage.sqlite.store import SqliteStorage
-from tests.conftest import Api, enqueue, make_settings
+from tests.conftest import Api, enqueue, make_settings, run_blocking
 
 
 def test_non_json_body_is_415(producer: Api) -> None:
@@ -139,8 +139,8 @@ def test_rate_limit_is_429_with_retry_after(tmp_path: Path, clock: FakeClock) ->
     storage = SqliteStorage(path)
     app = create_app(settings, storage=storage, clock=clock, run_maintenance=False)
     with TestClient(app) as client:
-        _, key = KeyRing(storage, clock).create("busy", frozenset({Role.PRODUCER}))
-        _, other = KeyRing(storage, clock).create("calm", frozenset({Role.PRODUCER}))
+        _, key = run_blocking(KeyRing(storage, clock).create("busy", frozenset({Role.PRODUCER})))
+        _, other = run_blocking(KeyRing(storage, clock).create("calm", frozenset({Role.PRODUCER})))
         busy = Api(client, key)
         statuses = [busy.get("/jobs").status_code for _ in range(4)]
         assert statuses == [200, 200, 200, 429]
@@ -157,7 +157,7 @@ def test_payload_limit_is_configurable(tmp_path: Path, clock: FakeClock) -> None
     app = create_app(settings, storage=SqliteStorage(path), clock=clock, run_maintenance=False)
     with TestClient(app) as client:
         storage = app.state.queuelog.service.storage
-        _, key = KeyRing(storage, clock).create("p", frozenset({Role.PRODUCER}))
+        _, key = run_blocking(KeyRing(storage, clock).create("p", frozenset({Role.PRODUCER})))
         api = Api(client, key)
         fits = api.post("/jobs", json={"type": "noop", "payload": {"x": "a" * 80}})
         assert fits.status_code == 201

@@ -15,7 +15,7 @@ from queuelog.auth import KeyRing
 from queuelog.clock import FakeClock
 from queuelog.models import Priority, Role
 from queuelog.storage.sqlite.store import SqliteStorage
-from tests.conftest import make_settings
+from tests.conftest import make_settings, run_blocking
 
 
 @pytest.fixture
@@ -26,7 +26,9 @@ def fuzz_app(tmp_path: Path) -> Iterator[FastAPI]:
     storage = SqliteStorage(path)
     clock = FakeClock()
     app = create_app(config, storage=storage, clock=clock, run_maintenance=False)
-    _, key = KeyRing(storage, clock).create("everyone", frozenset(Role), Priority.CRITICAL)
+    _, key = run_blocking(
+        KeyRing(storage, clock).create("everyone", frozenset(Role), Priority.CRITICAL)
+    )
     app.state.fuzz_key = key
     yield app
     storage.close()

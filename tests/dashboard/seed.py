@@ -14,7 +14,8 @@ from queuelog.config import Settings
 from queuelog.models import Priority, Role
 from queuelog.service import JobService
 from queuelog.specs import EnqueueSpec, FinishSpec
-from queuelog.storage.base import Storage
+from queuelog.storage.protocol import Storage
+from tests.conftest import run_blocking
 
 TYPES = ["send_email", "resize_image", "noop"]
 
@@ -31,17 +32,21 @@ def seed_history(settings: Settings, storage: Storage, minutes: int = 58) -> Non
     clock = FakeClock(real_now - timedelta(minutes=minutes))
     service = JobService(storage, settings, clock, rng=random.Random(7))
     ring = KeyRing(storage, clock)
-    producer, _ = ring.create("shop", frozenset({Role.PRODUCER}), Priority.CRITICAL)
-    worker, _ = ring.create("mailer", frozenset({Role.WORKER}), Priority.LOW)
+    producer, _ = run_blocking(ring.create("shop", frozenset({Role.PRODUCER}), Priority.CRITICAL))
+    worker, _ = run_blocking(ring.create("mailer", frozenset({Role.WORKER}), Priority.LOW))
     rng = random.Random(42)
     for minute in range(minutes):
         count = 4 + round(3 * math.sin(minute / 7)) + rng.randint(0, 3)
-        service.enqueue_many(producer, [_spec(rng) for _ in range(count)])
+        run_blocking(service.enqueue_many(producer, [_spec(rng) for _ in range(count)]))
         # Leases long enough that the live server's sweeper leaves them alone.
-        held = service.claim(worker, limit=count, lease_seconds=7200, instance="host-1")
+        held = run_blocking(
+            service.claim(worker, limit=count, lease_seconds=7200, instance="host-1")
+        )
         for job in held:
             error = "SMTP 421: try again later" if rng.random() < 0.12 else None
-            service.finish(worker, FinishSpec(job.id, job.lease_token or "", error=error))
+            run_blocking(
+                service.finish(worker, FinishSpec(job.id, job.lease_token or "", error=error))
+            )
         clock.advance(60)
 
 

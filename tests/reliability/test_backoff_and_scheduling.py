@@ -19,12 +19,14 @@ from queuelog.specs import EnqueueSpec, FinishSpec
 from queuelog.storage.sqlite.store import SqliteStorage
 from tests.conftest import Api, KeyMaker, claim_one, enqueue, make_settings
 
+pytestmark = pytest.mark.anyio
+
 MICROSECOND = timedelta(microseconds=1)
 
 
 @pytest.mark.parametrize("retry_count", [0, 1, 2, 5, 10, 11, 12, 40, 62, 63, 1000])
 @pytest.mark.parametrize(("base", "cap"), [(2.0, 3600.0), (0.5, 4.0), (10.0, 60.0)])
-def test_backoff_stays_within_twenty_percent_of_the_capped_exponential(
+async def test_backoff_stays_within_twenty_percent_of_the_capped_exponential(
     retry_count: int, base: float, cap: float
 ) -> None:
     rng = random.Random(retry_count)
@@ -33,7 +35,7 @@ def test_backoff_stays_within_twenty_percent_of_the_capped_exponential(
     assert all(0.8 * expected <= d <= 1.2 * expected for d in delays)
 
 
-def test_backoff_jitter_spreads_the_delays() -> None:
+async def test_backoff_jitter_spreads_the_delays() -> None:
     rng = random.Random(7)
     delays = [backoff_seconds(3, 2, 3600, rng=rng) for _ in range(500)]
     assert len(set(delays)) > 450
@@ -41,7 +43,7 @@ def test_backoff_jitter_spreads_the_delays() -> None:
     assert 16 * 0.97 < sum(delays) / len(delays) < 16 * 1.03
 
 
-def test_backoff_without_jitter_is_exact() -> None:
+async def test_backoff_without_jitter_is_exact() -> None:
     assert [backoff_seconds(n, 2, 20, jitter=0) for n in range(6)] == [2, 4, 8, 16, 20, 20]
 
 
@@ -60,52 +62,54 @@ def typed_service(tmp_path: Path, clock: FakeClock) -> Iterator[JobService]:
     store.close()
 
 
-def _keys(service: JobService) -> tuple[ApiKey, ApiKey]:
+async def _keys(service: JobService) -> tuple[ApiKey, ApiKey]:
     ring = KeyRing(service.storage, service.clock)
-    shop, _ = ring.create("shop", frozenset({Role.PRODUCER}), Priority.MEDIUM)
-    mailer, _ = ring.create("mailer", frozenset({Role.WORKER}), Priority.MEDIUM)
+    shop, _ = await ring.create("shop", frozenset({Role.PRODUCER}), Priority.MEDIUM)
+    mailer, _ = await ring.create("mailer", frozenset({Role.WORKER}), Priority.MEDIUM)
     return shop, mailer
 
 
 @pytest.mark.parametrize("job_type", ["fast", "slow"])
-def test_each_failure_waits_the_types_backoff(
+async def test_each_failure_waits_the_types_backoff(
     typed_service: JobService, clock: FakeClock, job_type: str
 ) -> None:
-    shop, mailer = _keys(typed_service)
+    shop, mailer = await _keys(typed_service)
     cfg = TYPES[job_type]
-    typed_service.enqueue_many(shop, [EnqueueSpec(type=job_type)])
+    await typed_service.enqueue_many(shop, [EnqueueSpec(type=job_type)])
     for retry_count in range(8):
-        (job,) = typed_service.claim(mailer)
+        (job,) = await typed_service.claim(mailer)
         assert job.lease_token is not None and job.retry_count == retry_count
-        failed = typed_service.finish(mailer, FinishSpec(job.id, job.lease_token, error="boom"))
+        failed = await typed_service.finish(
+            mailer, FinishSpec(job.id, job.lease_token, error="boom")
+        )
         assert failed.status == JobStatus.PENDING and failed.retry_count == retry_count + 1
         delay = (failed.run_at - clock.now()).total_seconds()
         expected = min(cfg["backoff_cap_seconds"], cfg["backoff_base_seconds"] * 2**retry_count)
         assert 0.8 * expected <= delay <= 1.2 * expected, (retry_count, delay)
         # Never claimable before its run_at; claimable at it.
         clock.advance(delay - 1e-6)
-        assert typed_service.claim(mailer) == []
+        assert await typed_service.claim(mailer) == []
         clock.advance(1e-6)
 
 
-def test_retry_in_seconds_overrides_the_backoff(
+async def test_retry_in_seconds_overrides_the_backoff(
     service: JobService, clock: FakeClock, make_key: KeyMaker
 ) -> None:
     shop, _ = make_key("shop", "producer")
     mailer, _ = make_key("mailer", "worker")
-    service.enqueue_many(shop, [EnqueueSpec(type="send_email", payload={"to": "a@b.c"})])
-    (job,) = service.claim(mailer)
+    await service.enqueue_many(shop, [EnqueueSpec(type="send_email", payload={"to": "a@b.c"})])
+    (job,) = await service.claim(mailer)
     assert job.lease_token is not None
     spec = FinishSpec(job.id, job.lease_token, error="later", retry_in_seconds=90)
-    failed = service.finish(mailer, spec)
+    failed = await service.finish(mailer, spec)
     assert failed.run_at == clock.now() + timedelta(seconds=90)
     clock.advance(90 - 1e-6)
-    assert service.claim(mailer) == []
+    assert await service.claim(mailer) == []
     clock.advance(1e-6)
-    assert [j.id for j in service.claim(mailer)] == [job.id]
+    assert [j.id for j in await service.claim(mailer)] == [job.id]
 
 
-def test_retry_in_seconds_zero_retries_at_once(producer: Api, worker: Api) -> None:
+async def test_retry_in_seconds_zero_retries_at_once(producer: Api, worker: Api) -> None:
     job = enqueue(producer)
     held = claim_one(worker)
     body = {"lease_token": held["lease_token"], "error": "now", "retry_in_seconds": 0}
@@ -113,7 +117,9 @@ def test_retry_in_seconds_zero_retries_at_once(producer: Api, worker: Api) -> No
     assert claim_one(worker)["retry_count"] == 1
 
 
-def test_non_retryable_failure_fails_at_once_without_backoff(producer: Api, worker: Api) -> None:
+async def test_non_retryable_failure_fails_at_once_without_backoff(
+    producer: Api, worker: Api
+) -> None:
     job = enqueue(producer)
     held = claim_one(worker)
     body = {"lease_token": held["lease_token"], "error": "bad input", "retryable": False}
@@ -124,7 +130,7 @@ def test_non_retryable_failure_fails_at_once_without_backoff(producer: Api, work
 # -- scheduling ---------------------------------------------------------------
 
 
-def test_job_with_run_at_is_never_claimable_before_it(
+async def test_job_with_run_at_is_never_claimable_before_it(
     producer: Api, worker: Api, clock: FakeClock
 ) -> None:
     run_at = clock.now() + timedelta(hours=1)
@@ -137,7 +143,7 @@ def test_job_with_run_at_is_never_claimable_before_it(
     assert claim_one(worker)["id"] == job["id"]
 
 
-def test_job_with_delay_seconds_is_never_claimable_before_it(
+async def test_job_with_delay_seconds_is_never_claimable_before_it(
     producer: Api, worker: Api, clock: FakeClock
 ) -> None:
     job = enqueue(producer, delay_seconds=30)
@@ -147,13 +153,15 @@ def test_job_with_delay_seconds_is_never_claimable_before_it(
     assert claim_one(worker)["id"] == job["id"]
 
 
-def test_run_at_in_the_past_is_ready_now(producer: Api, worker: Api, clock: FakeClock) -> None:
+async def test_run_at_in_the_past_is_ready_now(
+    producer: Api, worker: Api, clock: FakeClock
+) -> None:
     past = clock.now() - timedelta(days=1)
     job = enqueue(producer, run_at=past.isoformat().replace("+00:00", "Z"))
     assert claim_one(worker)["id"] == job["id"]
 
 
-def test_scheduled_job_waits_behind_ready_ones_only_until_due(
+async def test_scheduled_job_waits_behind_ready_ones_only_until_due(
     producer: Api, worker: Api, clock: FakeClock
 ) -> None:
     later = enqueue(producer, delay_seconds=10, priority="high")

@@ -14,34 +14,36 @@ from queuelog.service import JobService
 from queuelog.specs import EnqueueSpec, FinishSpec
 from tests.conftest import Api, claim_one, enqueue
 
+pytestmark = pytest.mark.anyio
+
 MICROSECOND = 1e-6
 
 
-def _held(service: JobService, shop: ApiKey, mailer: ApiKey, **spec: Any) -> Job:
+async def _held(service: JobService, shop: ApiKey, mailer: ApiKey, **spec: Any) -> Job:
     """Enqueue one noop job and claim it with a 10 s lease."""
-    service.enqueue_many(shop, [EnqueueSpec(type="noop", **spec)])
-    (job,) = service.claim(mailer, lease_seconds=10)
+    await service.enqueue_many(shop, [EnqueueSpec(type="noop", **spec)])
+    (job,) = await service.claim(mailer, lease_seconds=10)
     return job
 
 
-def test_lease_is_not_expired_just_before_its_deadline(
+async def test_lease_is_not_expired_just_before_its_deadline(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
-    job = _held(service, shop, mailer)
+    job = await _held(service, shop, mailer)
     clock.advance(10 - MICROSECOND)
-    assert service.rescue_expired() == []
-    assert service.claim(mailer) == []
-    current = service.storage.job_get(job.id)
+    assert await service.rescue_expired() == []
+    assert await service.claim(mailer) == []
+    current = await service.storage.job_get(job.id)
     assert current is not None and current.status == JobStatus.RUNNING
 
 
 @pytest.mark.parametrize("past_deadline", [0.0, MICROSECOND, 5.0])
-def test_lease_expires_at_and_after_its_deadline(
+async def test_lease_expires_at_and_after_its_deadline(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey, past_deadline: float
 ) -> None:
-    job = _held(service, shop, mailer)
+    job = await _held(service, shop, mailer)
     clock.advance(10 + past_deadline)
-    (rescued,) = service.rescue_expired()
+    (rescued,) = await service.rescue_expired()
     assert rescued.id == job.id
     assert rescued.status == JobStatus.PENDING
     assert rescued.retry_count == 1
@@ -50,27 +52,27 @@ def test_lease_expires_at_and_after_its_deadline(
     # noop: base 2 s, so the first retry waits 2 s +-20 %.
     delay = (rescued.run_at - clock.now()).total_seconds()
     assert 1.6 <= delay <= 2.4
-    events = service.storage.job_events(job.id)
+    events = await service.storage.job_events(job.id)
     assert events[-1].event == EventKind.LEASE_EXPIRED
     assert (events[-1].from_status, events[-1].to_status) == (JobStatus.RUNNING, JobStatus.PENDING)
 
 
-def test_expired_lease_with_no_retries_left_fails_the_job(
+async def test_expired_lease_with_no_retries_left_fails_the_job(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
-    job = _held(service, shop, mailer, max_retries=1)
+    job = await _held(service, shop, mailer, max_retries=1)
     clock.advance(10)
-    (rescued,) = service.rescue_expired()
+    (rescued,) = await service.rescue_expired()
     assert rescued.status == JobStatus.PENDING and rescued.retry_count == 1
     clock.advance(60)
-    (again,) = service.claim(mailer, lease_seconds=10)
+    (again,) = await service.claim(mailer, lease_seconds=10)
     assert again.id == job.id
     clock.advance(10)
-    (final,) = service.rescue_expired()
+    (final,) = await service.rescue_expired()
     assert final.status == JobStatus.FAILED
     assert final.retry_count == 1, "the final failure leaves retry_count as it was"
     assert final.error == "lease expired"
-    kinds = [e.event for e in service.storage.job_events(job.id)]
+    kinds = [e.event for e in await service.storage.job_events(job.id)]
     assert kinds == [
         EventKind.ENQUEUED,
         EventKind.CLAIMED,
@@ -78,58 +80,58 @@ def test_expired_lease_with_no_retries_left_fails_the_job(
         EventKind.CLAIMED,
         EventKind.LEASE_EXPIRED,
     ]
-    assert service.rescue_expired() == []
+    assert await service.rescue_expired() == []
 
 
-def test_claim_rescues_expired_leases_without_the_sweeper(
+async def test_claim_rescues_expired_leases_without_the_sweeper(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
-    job = _held(service, shop, mailer)
+    job = await _held(service, shop, mailer)
     clock.advance(10)
-    assert service.claim(mailer) == []
-    rescued = service.storage.job_get(job.id)
+    assert await service.claim(mailer) == []
+    rescued = await service.storage.job_get(job.id)
     assert rescued is not None
     assert rescued.status == JobStatus.PENDING and rescued.retry_count == 1
     clock.advance(3)  # past the 2 s +-20 % backoff
-    (again,) = service.claim(mailer)
+    (again,) = await service.claim(mailer)
     assert again.id == job.id and again.retry_count == 1
     assert again.lease_token != job.lease_token
 
 
-def test_heartbeat_extends_the_lease(
+async def test_heartbeat_extends_the_lease(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
-    job = _held(service, shop, mailer)
+    job = await _held(service, shop, mailer)
     assert job.lease_token is not None
     clock.advance(8)
-    beat = service.heartbeat(mailer, job.id, job.lease_token, lease_seconds=10)
+    beat = await service.heartbeat(mailer, job.id, job.lease_token, lease_seconds=10)
     assert beat.lease_expires_at == clock.now() + timedelta(seconds=10)
     clock.advance(10 - MICROSECOND)  # 18 s after the claim: the original lease is long gone
-    assert service.rescue_expired() == []
+    assert await service.rescue_expired() == []
     clock.advance(MICROSECOND)
-    assert [j.id for j in service.rescue_expired()] == [job.id]
+    assert [j.id for j in await service.rescue_expired()] == [job.id]
 
 
-def test_heartbeat_without_lease_seconds_uses_the_types_lease(
+async def test_heartbeat_without_lease_seconds_uses_the_types_lease(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
-    job = _held(service, shop, mailer)
+    job = await _held(service, shop, mailer)
     assert job.lease_token is not None
-    beat = service.heartbeat(mailer, job.id, job.lease_token)
+    beat = await service.heartbeat(mailer, job.id, job.lease_token)
     assert beat.lease_expires_at == clock.now() + timedelta(seconds=30)
 
 
-def test_heartbeat_keeps_the_job_and_token(
+async def test_heartbeat_keeps_the_job_and_token(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
-    job = _held(service, shop, mailer)
+    job = await _held(service, shop, mailer)
     assert job.lease_token is not None
     for _ in range(5):
         clock.advance(9)
-        beat = service.heartbeat(mailer, job.id, job.lease_token, lease_seconds=10)
+        beat = await service.heartbeat(mailer, job.id, job.lease_token, lease_seconds=10)
         assert beat.status == JobStatus.RUNNING and beat.lease_token == job.lease_token
-        assert service.rescue_expired() == []
-    done = service.finish(mailer, FinishSpec(job.id, job.lease_token, result={"ok": True}))
+        assert await service.rescue_expired() == []
+    done = await service.finish(mailer, FinishSpec(job.id, job.lease_token, result={"ok": True}))
     assert done.status == JobStatus.COMPLETED and done.retry_count == 0
 
 
@@ -154,7 +156,7 @@ _STALE_CALLS: list[tuple[str, dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize(("route", "extra"), _STALE_CALLS)
-def test_old_holder_is_refused_after_its_job_was_reclaimed_by_another_worker(
+async def test_old_holder_is_refused_after_its_job_was_reclaimed_by_another_worker(
     producer: Api,
     worker: Api,
     as_key: Any,
@@ -179,7 +181,7 @@ def test_old_holder_is_refused_after_its_job_was_reclaimed_by_another_worker(
 
 
 @pytest.mark.parametrize(("route", "extra"), _STALE_CALLS)
-def test_old_lease_token_is_refused_when_the_same_worker_reclaimed(
+async def test_old_lease_token_is_refused_when_the_same_worker_reclaimed(
     producer: Api, worker: Api, clock: FakeClock, route: str, extra: dict[str, Any]
 ) -> None:
     job = enqueue(producer)
@@ -193,7 +195,7 @@ def test_old_lease_token_is_refused_when_the_same_worker_reclaimed(
 
 
 @pytest.mark.parametrize(("route", "extra"), _STALE_CALLS)
-def test_old_holder_gets_invalid_state_when_its_expired_job_is_pending(
+async def test_old_holder_gets_invalid_state_when_its_expired_job_is_pending(
     producer: Api,
     worker: Api,
     admin: Api,
@@ -205,7 +207,7 @@ def test_old_holder_gets_invalid_state_when_its_expired_job_is_pending(
     job = enqueue(producer)
     old = claim_one(worker, lease_seconds=10)
     clock.advance(10)
-    client.app.state.maintenance.run_once()
+    await client.app.state.maintenance.run_once()
     assert admin.get(f"/jobs/{job['id']}").json()["status"] == "pending"
     response = worker.post(
         f"/jobs/{job['id']}/{route}", json={"lease_token": old["lease_token"], **extra}
@@ -215,7 +217,7 @@ def test_old_holder_gets_invalid_state_when_its_expired_job_is_pending(
 
 
 @pytest.mark.parametrize(("route", "extra"), _STALE_CALLS)
-def test_old_holder_gets_invalid_state_when_its_expired_job_has_failed(
+async def test_old_holder_gets_invalid_state_when_its_expired_job_has_failed(
     producer: Api,
     worker: Api,
     admin: Api,
@@ -227,7 +229,7 @@ def test_old_holder_gets_invalid_state_when_its_expired_job_has_failed(
     job = enqueue(producer, max_retries=0)
     old = claim_one(worker, lease_seconds=10)
     clock.advance(10)
-    client.app.state.maintenance.run_once()
+    await client.app.state.maintenance.run_once()
     assert admin.get(f"/jobs/{job['id']}").json()["status"] == "failed"
     response = worker.post(
         f"/jobs/{job['id']}/{route}", json={"lease_token": old["lease_token"], **extra}
@@ -238,20 +240,20 @@ def test_old_holder_gets_invalid_state_when_its_expired_job_has_failed(
     assert [e["event"] for e in events][-1] == "lease_expired"
 
 
-def test_stale_holder_errors_in_the_service(
+async def test_stale_holder_errors_in_the_service(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
-    job = _held(service, shop, mailer)
+    job = await _held(service, shop, mailer)
     assert job.lease_token is not None
     clock.advance(10)
-    service.rescue_expired()
+    await service.rescue_expired()
     clock.advance(3)
-    (again,) = service.claim(mailer)
+    (again,) = await service.claim(mailer)
     with pytest.raises(NotLeaseHolder):
-        service.heartbeat(mailer, job.id, job.lease_token)
+        await service.heartbeat(mailer, job.id, job.lease_token)
     with pytest.raises(NotLeaseHolder):
-        service.finish(mailer, FinishSpec(job.id, job.lease_token))
+        await service.finish(mailer, FinishSpec(job.id, job.lease_token))
     assert again.lease_token is not None
-    service.finish(mailer, FinishSpec(job.id, again.lease_token))
+    await service.finish(mailer, FinishSpec(job.id, again.lease_token))
     with pytest.raises(InvalidState):
-        service.finish(mailer, FinishSpec(job.id, again.lease_token, error="again"))
+        await service.finish(mailer, FinishSpec(job.id, again.lease_token, error="again"))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,80 +16,82 @@ from queuelog.maintenance import Maintenance
 from queuelog.models import ApiKey, JobStatus, Priority, Role
 from queuelog.service import JobService
 from queuelog.specs import EnqueueSpec, FinishSpec
-from queuelog.storage.base import JobListParams
+from queuelog.storage.protocol import JobListParams
 from queuelog.storage.sqlite.store import SqliteStorage
 from tests.conftest import make_settings
+
+pytestmark = pytest.mark.anyio
 
 DAY = 86_400.0
 ALL = JobListParams(limit=5000)
 
 
-def _enqueue(service: JobService, shop: ApiKey, key: str | None = None) -> int:
-    ((job, _),) = service.enqueue_many(shop, [EnqueueSpec(type="noop", idempotency_key=key)])
+async def _enqueue(service: JobService, shop: ApiKey, key: str | None = None) -> int:
+    ((job, _),) = await service.enqueue_many(shop, [EnqueueSpec(type="noop", idempotency_key=key)])
     return job.id
 
 
-def _complete(service: JobService, mailer: ApiKey) -> int:
-    (job,) = service.claim(mailer)
+async def _complete(service: JobService, mailer: ApiKey) -> int:
+    (job,) = await service.claim(mailer)
     assert job.lease_token is not None
-    return service.finish(mailer, FinishSpec(job.id, job.lease_token)).id
+    return (await service.finish(mailer, FinishSpec(job.id, job.lease_token))).id
 
 
-def _fail(service: JobService, mailer: ApiKey) -> int:
-    (job,) = service.claim(mailer)
+async def _fail(service: JobService, mailer: ApiKey) -> int:
+    (job,) = await service.claim(mailer)
     assert job.lease_token is not None
     spec = FinishSpec(job.id, job.lease_token, error="boom", retryable=False)
-    return service.finish(mailer, spec).id
+    return (await service.finish(mailer, spec)).id
 
 
-def _cancel(service: JobService, shop: ApiKey) -> int:
-    job_id = _enqueue(service, shop)
-    return service.cancel(shop, job_id).id
+async def _cancel(service: JobService, shop: ApiKey) -> int:
+    job_id = await _enqueue(service, shop)
+    return (await service.cancel(shop, job_id)).id
 
 
-def test_run_once_rescues_expired_leases_and_prunes(
+async def test_run_once_rescues_expired_leases_and_prunes(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
     maintenance = Maintenance(service)
-    _enqueue(service, shop)
-    old = _complete(service, mailer)
+    await _enqueue(service, shop)
+    old = await _complete(service, mailer)
     clock.advance(7 * DAY + 1)
-    _enqueue(service, shop)
-    (held,) = service.claim(mailer, lease_seconds=5)
-    assert maintenance.run_once() == (0, 1)
-    assert service.storage.job_get(old) is None
+    await _enqueue(service, shop)
+    (held,) = await service.claim(mailer, lease_seconds=5)
+    assert await maintenance.run_once() == (0, 1)
+    assert await service.storage.job_get(old) is None
     clock.advance(5)
-    assert maintenance.run_once() == (1, 0)
-    rescued = service.storage.job_get(held.id)
+    assert await maintenance.run_once() == (1, 0)
+    rescued = await service.storage.job_get(held.id)
     assert rescued is not None and rescued.status == JobStatus.PENDING
-    assert maintenance.run_once(prune=False) == (0, 0)
+    assert await maintenance.run_once(prune=False) == (0, 0)
 
 
-def test_maintenance_loop_rescues_without_any_claim(
+async def test_maintenance_loop_rescues_without_any_claim(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
     maintenance = Maintenance(service, sweep_interval=0.02, prune_interval=0.04)
-    job_id = _enqueue(service, shop)
-    service.claim(mailer, lease_seconds=5)
+    job_id = await _enqueue(service, shop)
+    await service.claim(mailer, lease_seconds=5)
     clock.advance(5)
     maintenance.start()
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            job = service.storage.job_get(job_id)
+            job = await service.storage.job_get(job_id)
             assert job is not None
             if job.status == JobStatus.PENDING:
                 break
-            time.sleep(0.02)
+            await asyncio.sleep(0.02)
         assert job.status == JobStatus.PENDING and job.error == "lease expired"
     finally:
-        maintenance.stop()
+        await maintenance.stop()
 
 
-def test_maintenance_loop_survives_a_failing_pass(service: JobService) -> None:
+async def test_maintenance_loop_survives_a_failing_pass(service: JobService) -> None:
     calls: list[int] = []
 
-    def broken() -> list[object]:
+    async def broken() -> list[object]:
         calls.append(1)
         raise RuntimeError("database unavailable")
 
@@ -98,51 +101,66 @@ def test_maintenance_loop_survives_a_failing_pass(service: JobService) -> None:
     try:
         deadline = time.monotonic() + 20
         while len(calls) < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+            await asyncio.sleep(0.01)
     finally:
-        maintenance.stop()
+        await maintenance.stop()
     assert len(calls) >= 3
 
 
 # -- retention ------------------------------------------------------------------
 
-Finisher = Callable[[JobService, ApiKey, ApiKey], int]
+Finisher = Callable[[JobService, ApiKey, ApiKey], Awaitable[int]]
+
+
+async def _completed(s: JobService, shop: ApiKey, w: ApiKey) -> int:
+    await _enqueue(s, shop)
+    return await _complete(s, w)
+
+
+async def _cancelled(s: JobService, shop: ApiKey, w: ApiKey) -> int:
+    return await _cancel(s, shop)
+
+
+async def _failed(s: JobService, shop: ApiKey, w: ApiKey) -> int:
+    await _enqueue(s, shop)
+    return await _fail(s, w)
+
 
 FINISHERS: dict[str, tuple[Finisher, float]] = {
-    "completed": (lambda s, shop, w: (_enqueue(s, shop), _complete(s, w))[1], 7 * DAY),
-    "cancelled": (lambda s, shop, w: _cancel(s, shop), 7 * DAY),
-    "failed": (lambda s, shop, w: (_enqueue(s, shop), _fail(s, w))[1], 30 * DAY),
+    "completed": (_completed, 7 * DAY),
+    "cancelled": (_cancelled, 7 * DAY),
+    "failed": (_failed, 30 * DAY),
 }
 
 
 @pytest.mark.parametrize("status", list(FINISHERS))
-def test_finished_jobs_are_kept_for_their_retention_then_pruned(
+async def test_finished_jobs_are_kept_for_their_retention_then_pruned(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey, status: str
 ) -> None:
     finish, keep = FINISHERS[status]
-    job_id = finish(service, shop, mailer)
-    job = service.storage.job_get(job_id)
+    job_id = await finish(service, shop, mailer)
+    job = await service.storage.job_get(job_id)
     assert job is not None and job.status == JobStatus(status)
-    assert service.storage.job_events(job_id)
+    assert await service.storage.job_events(job_id)
     clock.advance(keep)
-    assert service.prune() == 0, "kept for the whole retention period"
+    assert await service.prune() == 0, "kept for the whole retention period"
     clock.advance(1e-6)
-    assert service.prune() == 1
-    assert service.storage.job_get(job_id) is None
-    assert service.storage.job_events(job_id) == [], "events go with their job"
+    assert await service.prune() == 1
+    assert await service.storage.job_get(job_id) is None
+    assert await service.storage.job_events(job_id) == [], "events go with their job"
 
 
-def test_pending_and_running_jobs_are_never_pruned(
+async def test_pending_and_running_jobs_are_never_pruned(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
-    _enqueue(service, shop)
-    _enqueue(service, shop)
-    service.claim(mailer, lease_seconds=3600)
+    await _enqueue(service, shop)
+    await _enqueue(service, shop)
+    await service.claim(mailer, lease_seconds=3600)
     for _ in range(10):
         # The lease runs out too, but pruning never touches a job that is not finished.
         clock.advance(40 * DAY)
-        assert service.prune() == 0
-    assert len(service.storage.job_list(ALL)) == 2
+        assert await service.prune() == 0
+    assert len(await service.storage.job_list(ALL)) == 2
 
 
 @pytest.fixture
@@ -155,55 +173,55 @@ def keep_forever(tmp_path: Path, clock: FakeClock) -> Iterator[JobService]:
     store.close()
 
 
-def test_zero_retention_keeps_finished_jobs_forever(
+async def test_zero_retention_keeps_finished_jobs_forever(
     keep_forever: JobService, clock: FakeClock
 ) -> None:
     ring = KeyRing(keep_forever.storage, clock)
-    shop, _ = ring.create("shop", frozenset({Role.PRODUCER}), Priority.MEDIUM)
-    mailer, _ = ring.create("mailer", frozenset({Role.WORKER}), Priority.MEDIUM)
-    ids = [finish(keep_forever, shop, mailer) for finish, _ in FINISHERS.values()]
+    shop, _ = await ring.create("shop", frozenset({Role.PRODUCER}), Priority.MEDIUM)
+    mailer, _ = await ring.create("mailer", frozenset({Role.WORKER}), Priority.MEDIUM)
+    ids = [await finish(keep_forever, shop, mailer) for finish, _ in FINISHERS.values()]
     clock.advance(3650 * DAY)
-    assert keep_forever.prune() == 0
-    assert all(keep_forever.storage.job_get(i) is not None for i in ids)
+    assert await keep_forever.prune() == 0
+    assert all([[await keep_forever.storage.job_get(i) is not None for i in ids]])
 
 
-def test_pruning_a_job_frees_its_idempotency_key(
+async def test_pruning_a_job_frees_its_idempotency_key(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
-    first = _enqueue(service, shop, key="order-1")
-    assert _enqueue(service, shop, key="order-1") == first, "same key: same job while kept"
-    _complete(service, mailer)
+    first = await _enqueue(service, shop, key="order-1")
+    assert await _enqueue(service, shop, key="order-1") == first, "same key: same job while kept"
+    await _complete(service, mailer)
     clock.advance(7 * DAY + 1)
-    assert service.prune() == 1
-    ((again, created),) = service.enqueue_many(
+    assert await service.prune() == 1
+    ((again, created),) = await service.enqueue_many(
         shop, [EnqueueSpec(type="noop", idempotency_key="order-1")]
     )
     assert created and again.id != first
 
 
-def test_retention_counts_from_when_the_job_finished(
+async def test_retention_counts_from_when_the_job_finished(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
-    _enqueue(service, shop)
+    await _enqueue(service, shop)
     clock.advance(20 * DAY)  # waited long in the queue before it ran
-    job_id = _complete(service, mailer)
+    job_id = await _complete(service, mailer)
     clock.advance(7 * DAY - 1)
-    assert service.prune() == 0
+    assert await service.prune() == 0
     clock.advance(2)
-    assert service.prune() == 1
-    assert service.storage.job_get(job_id) is None
+    assert await service.prune() == 1
+    assert await service.storage.job_get(job_id) is None
 
 
-def test_one_prune_pass_catches_up_with_more_jobs_than_one_batch(
+async def test_one_prune_pass_catches_up_with_more_jobs_than_one_batch(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
     # The pruner runs once a minute; a busy queue finishes far more than one
     # batch (1,000 rows) of jobs a minute, so one pass must take them all.
-    service.enqueue_many(shop, [EnqueueSpec(type="noop") for _ in range(2500)])
+    await service.enqueue_many(shop, [EnqueueSpec(type="noop") for _ in range(2500)])
     for _ in range(25):
-        for job in service.claim(mailer, limit=100):
+        for job in await service.claim(mailer, limit=100):
             assert job.lease_token is not None
-            service.finish(mailer, FinishSpec(job.id, job.lease_token))
+            await service.finish(mailer, FinishSpec(job.id, job.lease_token))
     clock.advance(8 * DAY)
-    assert Maintenance(service).run_once() == (0, 2500)
-    assert service.storage.job_list(ALL) == []
+    assert await Maintenance(service).run_once() == (0, 2500)
+    assert await service.storage.job_list(ALL) == []

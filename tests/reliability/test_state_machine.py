@@ -24,9 +24,9 @@ from queuelog.errors import QueueError
 from queuelog.models import ApiKey, EventKind, Job, JobStatus, Priority, Role
 from queuelog.service import JobService
 from queuelog.specs import EnqueueSpec, FinishSpec
-from queuelog.storage.base import JobListParams
+from queuelog.storage.protocol import JobListParams
 from queuelog.storage.sqlite.store import SqliteStorage
-from tests.conftest import make_settings
+from tests.conftest import make_settings, run_blocking
 
 BASE, CAP = 2.0, 3600.0  # the "noop" type's backoff
 TERMINAL = {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED}
@@ -75,7 +75,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @staticmethod
     def _key(ring: KeyRing, name: str, role: Role) -> ApiKey:
-        return ring.create(name, frozenset({role}), Priority.CRITICAL)[0]
+        return run_blocking(ring.create(name, frozenset({role}), Priority.CRITICAL))[0]
 
     def teardown(self) -> None:
         if hasattr(self, "storage"):
@@ -98,7 +98,7 @@ class QueueMachine(RuleBasedStateMachine):
         return "0" * 32
 
     def _real(self, job_id: int) -> Job:
-        job = self.storage.job_get(job_id)
+        job = run_blocking(self.storage.job_get(job_id))
         assert job is not None
         return job
 
@@ -161,7 +161,7 @@ class QueueMachine(RuleBasedStateMachine):
         spec = EnqueueSpec(
             type="noop", priority=priority, max_retries=max_retries, delay_seconds=delay or None
         )
-        ((job, created),) = self.service.enqueue_many(self.shop, [spec])
+        ((job, created),) = run_blocking(self.service.enqueue_many(self.shop, [spec]))
         now = self.clock.now()
         assert created and job.status == JobStatus.PENDING
         assert job.run_at == now + timedelta(seconds=delay)
@@ -171,7 +171,7 @@ class QueueMachine(RuleBasedStateMachine):
     def claim(self, limit: int, lease: int | None) -> None:
         now = self.clock.now()
         rescued = self._expected_rescue()
-        claimed = self.service.claim(self.mailer, limit=limit, lease_seconds=lease)
+        claimed = run_blocking(self.service.claim(self.mailer, limit=limit, lease_seconds=lease))
         # Expired leases are rescued first; a rescued job waits out its backoff.
         self._apply_rescue(rescued)
         ready = sorted(
@@ -201,7 +201,7 @@ class QueueMachine(RuleBasedStateMachine):
         worker = self.other if by_other else self.mailer
         token = self._token(job, which)
         expected = self._guard(job, token, worker)
-        got = _slug(lambda: self.service.heartbeat(worker, job.id, token, lease))
+        got = _slug(lambda: run_blocking(self.service.heartbeat(worker, job.id, token, lease)))
         assert got == expected, (got, expected, job)
         if got == "ok":
             job.lease_expires_at = self.clock.now() + timedelta(seconds=lease or 30)
@@ -218,7 +218,7 @@ class QueueMachine(RuleBasedStateMachine):
         worker = self.other if by_other else self.mailer
         token = self._token(job, which)
         expected = self._guard(job, token, worker)
-        got = _slug(lambda: self.service.finish(worker, FinishSpec(job.id, token)))
+        got = _slug(lambda: run_blocking(self.service.finish(worker, FinishSpec(job.id, token))))
         assert got == expected, (got, expected, job)
         if got == "ok":
             self._release(job)
@@ -239,7 +239,7 @@ class QueueMachine(RuleBasedStateMachine):
         spec = FinishSpec(
             job.id, token, error="boom", retryable=retryable, retry_in_seconds=retry_in
         )
-        got = _slug(lambda: self.service.finish(self.mailer, spec))
+        got = _slug(lambda: run_blocking(self.service.finish(self.mailer, spec)))
         assert got == expected, (got, expected, job)
         if got == "ok":
             self._failed_attempt(job, retryable, retry_in)
@@ -250,7 +250,7 @@ class QueueMachine(RuleBasedStateMachine):
         if job is None:
             return
         expected = "ok" if job.status == JobStatus.PENDING else "invalid-state"
-        assert _slug(lambda: self.service.cancel(self.shop, job.id)) == expected
+        assert _slug(lambda: run_blocking(self.service.cancel(self.shop, job.id))) == expected
         if expected == "ok":
             job.status = JobStatus.CANCELLED
 
@@ -261,7 +261,7 @@ class QueueMachine(RuleBasedStateMachine):
             return
         redrivable = job.status in (JobStatus.FAILED, JobStatus.CANCELLED)
         expected = "ok" if redrivable else "invalid-state"
-        assert _slug(lambda: self.service.retry(self.root, job.id)) == expected
+        assert _slug(lambda: run_blocking(self.service.retry(self.root, job.id))) == expected
         if expected == "ok":
             job.status = JobStatus.PENDING
             job.retry_count = 0
@@ -275,7 +275,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def rescue(self) -> None:
         expected = self._expected_rescue()
-        rescued = self.service.rescue_expired()
+        rescued = run_blocking(self.service.rescue_expired())
         assert {j.id for j in rescued} == expected
         self._apply_rescue(expected)
 
@@ -285,7 +285,7 @@ class QueueMachine(RuleBasedStateMachine):
     def stored_jobs_match_the_model(self) -> None:
         if not hasattr(self, "storage"):
             return
-        real = {j.id: j for j in self.storage.job_list(JobListParams(limit=1000))}
+        real = {j.id: j for j in run_blocking(self.storage.job_list(JobListParams(limit=1000)))}
         assert set(real) == set(self.jobs)
         for job_id, model in self.jobs.items():
             job = real[job_id]
@@ -306,7 +306,7 @@ class QueueMachine(RuleBasedStateMachine):
         if not hasattr(self, "storage"):
             return
         for model in self.jobs.values():
-            events = self.storage.job_events(model.id)
+            events = run_blocking(self.storage.job_events(model.id))
             assert events[0].event == EventKind.ENQUEUED
             assert events[-1].to_status == model.status
             for before, after in itertools.pairwise(events):

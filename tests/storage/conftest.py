@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from queuelog.storage.base import Storage
 from queuelog.storage.postgres.store import PostgresStorage
+from queuelog.storage.protocol import Storage
 from queuelog.storage.sqlite.store import SqliteStorage
 from tests.postgres import fresh_schema
 

@@ -11,7 +11,17 @@ import pytest
 
 from queuelog.errors import IdempotencyKeyReused, InvalidState, NotFound, NotLeaseHolder
 from queuelog.models import EventKind, Finished, Job, JobEvent, JobStatus, Priority, Role
-from queuelog.storage.base import ClaimParams, FinishParams, JobListParams, NewJob, NewKey, Storage
+from queuelog.storage.protocol import (
+    ClaimParams,
+    FinishParams,
+    HeldParams,
+    JobListParams,
+    NewJob,
+    NewKey,
+    Storage,
+)
+
+pytestmark = pytest.mark.anyio
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -38,22 +48,22 @@ def new_job(
     )
 
 
-def claim(store: Storage, now: datetime = T0, limit: int = 1, **kw: object) -> list[Job]:
+async def claim(store: Storage, now: datetime = T0, limit: int = 1, **kw: object) -> list[Job]:
     params = ClaimParams(worker_name="w", worker_id="w/1", limit=limit, now=now, **kw)  # type: ignore[arg-type]
-    return store.job_claim(params)
+    return await store.job_claim(params)
 
 
-def finish(store: Storage, job: Job, now: datetime = T0, **kw: object) -> Job:
+async def finish(store: Storage, job: Job, now: datetime = T0, **kw: object) -> Job:
     assert job.lease_token is not None
     params = FinishParams(job.id, job.lease_token, "w", now, **kw)  # type: ignore[arg-type]
-    (outcome,) = store.job_finish_many([params])
+    (outcome,) = await store.job_finish_many([params])
     if isinstance(outcome, Exception):
         raise outcome
     return outcome
 
 
-def test_insert_returns_jobs_in_order_and_records_enqueued(store: Storage) -> None:
-    results = store.job_insert_many([new_job(), new_job("send_email")], T0)
+async def test_insert_returns_jobs_in_order_and_records_enqueued(store: Storage) -> None:
+    results = await store.job_insert_many([new_job(), new_job("send_email")], T0)
     assert [created for _, created in results] == [True, True]
     first, second = (job for job, _ in results)
     assert first.id < second.id and second.type == "send_email"
@@ -61,32 +71,32 @@ def test_insert_returns_jobs_in_order_and_records_enqueued(store: Storage) -> No
     for job in (first, second):
         # Written by the insert itself (a trigger on both backends): the same event
         # the code wrote before, from the row's own values.
-        assert store.job_events(job.id) == [
+        assert await store.job_events(job.id) == [
             JobEvent(job.id, T0, EventKind.ENQUEUED, None, JobStatus.PENDING, job.principal)
         ]
 
 
-def test_idempotency_key_returns_existing_job_for_same_fingerprint(store: Storage) -> None:
-    ((first, created),) = store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
-    ((again, created_again),) = store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
+async def test_idempotency_key_returns_existing_job_for_same_fingerprint(store: Storage) -> None:
+    ((first, created),) = await store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
+    ((again, created_again),) = await store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
     assert created and not created_again and again.id == first.id
-    assert [e.event for e in store.job_events(first.id)] == [EventKind.ENQUEUED]  # not again
+    assert [e.event for e in await store.job_events(first.id)] == [EventKind.ENQUEUED]  # not again
 
 
-def test_idempotency_key_with_other_fingerprint_rejects_whole_batch(store: Storage) -> None:
-    store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
+async def test_idempotency_key_with_other_fingerprint_rejects_whole_batch(store: Storage) -> None:
+    await store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
     with pytest.raises(IdempotencyKeyReused) as raised:
-        store.job_insert_many([new_job(), new_job(key="k", fingerprint="other")], T0)
+        await store.job_insert_many([new_job(), new_job(key="k", fingerprint="other")], T0)
     assert raised.value.extra["index"] == 1
-    assert len(store.job_list(JobListParams(limit=10))) == 1
+    assert len(await store.job_list(JobListParams(limit=10))) == 1
     # The refused batch's first job was inserted, then rolled back with its event.
-    (counted,) = store.job_event_counts(T0, T0 + timedelta(seconds=1), 60)
+    (counted,) = await store.job_event_counts(T0, T0 + timedelta(seconds=1), 60)
     assert counted.count == 1
 
 
-def test_a_batch_answers_each_job_as_stored_in_its_order(store: Storage) -> None:
+async def test_a_batch_answers_each_job_as_stored_in_its_order(store: Storage) -> None:
     later = datetime(2026, 1, 1, 3, tzinfo=timezone(timedelta(hours=2)))  # 01:00 UTC
-    store.job_insert_many([new_job(key="old", fingerprint="f")], T0)
+    await store.job_insert_many([new_job(key="old", fingerprint="f")], T0)
     batch = [
         new_job(key="a", fingerprint="f"),
         new_job("send_email", priority=Priority.HIGH),
@@ -96,7 +106,7 @@ def test_a_batch_answers_each_job_as_stored_in_its_order(store: Storage) -> None
         new_job(principal="other", key="a", fingerprint="g"),
         new_job(),
     ]
-    results = store.job_insert_many(batch, T0)
+    results = await store.job_insert_many(batch, T0)
     assert [created for _, created in results] == [True, True, False, True, False, True, True]
     jobs = [job for job, _ in results]
     assert jobs[4].id == jobs[0].id and jobs[5].id != jobs[0].id
@@ -104,17 +114,17 @@ def test_a_batch_answers_each_job_as_stored_in_its_order(store: Storage) -> None
     assert created_ids == sorted(created_ids)
     for (job, _), new in zip(results, batch, strict=True):
         # What the insert answered is what a read finds.
-        assert store.job_get(job.id) == job
+        assert await store.job_get(job.id) == job
         assert (job.type, job.priority, job.principal) == (new.type, new.priority, new.principal)
     assert jobs[3].run_at == later and jobs[3].max_retries == 7
     for job in jobs:
         # One event per job stored, none for a repeat of a key (jobs[2], jobs[4]).
-        assert [e.event for e in store.job_events(job.id)] == [EventKind.ENQUEUED]
-    (counted,) = store.job_event_counts(T0, T0 + timedelta(seconds=1), 60)
+        assert [e.event for e in await store.job_events(job.id)] == [EventKind.ENQUEUED]
+    (counted,) = await store.job_event_counts(T0, T0 + timedelta(seconds=1), 60)
     assert (counted.event, counted.count) == (EventKind.ENQUEUED, 6)  # "old" and five new
 
 
-def test_a_batch_alike_but_for_type_payload_and_priority_stores_each_job_as_alone(
+async def test_a_batch_alike_but_for_type_payload_and_priority_stores_each_job_as_alone(
     store: Storage,
 ) -> None:
     """SQLite binds the columns such a batch shares once (job_insert_batch_uniform)."""
@@ -125,64 +135,70 @@ def test_a_batch_alike_but_for_type_payload_and_priority_stores_each_job_as_alon
             replace(new_job(job_type, priority, run_at=run_at, max_retries=5), payload={"n": i})
             for i, (job_type, priority) in enumerate(kinds)
         ]
-        results = store.job_insert_many(batch, T0)
-        alone = [store.job_insert_many([new], T0)[0][0] for new in batch]
+        results = await store.job_insert_many(batch, T0)
+        alone = [(await store.job_insert_many([new], T0))[0][0] for new in batch]
         for (job, created), single, new in zip(results, alone, batch, strict=True):
-            assert created and store.job_get(job.id) == job
+            assert created and await store.job_get(job.id) == job
             assert replace(single, id=job.id) == job
             assert (job.type, job.priority, job.payload) == (new.type, new.priority, new.payload)
             assert (job.run_at, job.max_retries, job.principal) == (run_at, 5, "shop")
-            assert [e.event for e in store.job_events(job.id)] == [EventKind.ENQUEUED]
+            assert [e.event for e in await store.job_events(job.id)] == [EventKind.ENQUEUED]
     # The later ones are scheduled: a claim finds them only once their time has come.
-    assert len(claim(store, T0, limit=20)) == 6
-    assert len(claim(store, later, limit=20)) == 6
+    assert len(await claim(store, T0, limit=20)) == 6
+    assert len(await claim(store, later, limit=20)) == 6
 
 
-def test_a_job_inserted_alone_is_stored_as_the_same_job_in_a_batch(store: Storage) -> None:
+async def test_a_job_inserted_alone_is_stored_as_the_same_job_in_a_batch(store: Storage) -> None:
     """A single insert may take another statement than a batch's; it stores the same row."""
     later = datetime(2026, 1, 1, 3, tzinfo=timezone(timedelta(hours=2)))  # 01:00 UTC
     same = {"job_type": "send_email", "priority": Priority.HIGH, "run_at": later}
-    ((alone, created),) = store.job_insert_many([new_job(key="a", fingerprint="f", **same)], T0)
-    (_, (batched, _)) = store.job_insert_many(
+    ((alone, created),) = await store.job_insert_many(
+        [new_job(key="a", fingerprint="f", **same)], T0
+    )
+    (_, (batched, _)) = await store.job_insert_many(
         [new_job(), new_job(key="b", fingerprint="f", **same)], T0
     )
-    assert created and store.job_get(alone.id) == alone and store.job_get(batched.id) == batched
+    assert (
+        created
+        and await store.job_get(alone.id) == alone
+        and await store.job_get(batched.id) == batched
+    )
     assert replace(alone, id=0, idempotency_key="") == replace(batched, id=0, idempotency_key="")
     # Scheduled alike: neither is ready before its run_at.
-    assert [j.type for j in claim(store, T0, limit=5)] == ["noop"]
-    assert {j.id for j in claim(store, later, limit=5)} == {alone.id, batched.id}
+    assert [j.type for j in await claim(store, T0, limit=5)] == ["noop"]
+    assert {j.id for j in await claim(store, later, limit=5)} == {alone.id, batched.id}
     # A repeat of the key alone finds the job; another request with it is refused.
-    ((again, created_again),) = store.job_insert_many([new_job(key="a", fingerprint="f")], T0)
+    ((again, created_again),) = await store.job_insert_many([new_job(key="a", fingerprint="f")], T0)
     assert again.id == alone.id and not created_again
     with pytest.raises(IdempotencyKeyReused):
-        store.job_insert_many([new_job(key="a", fingerprint="other")], T0)
+        await store.job_insert_many([new_job(key="a", fingerprint="other")], T0)
 
 
-def test_the_same_key_twice_in_a_batch_with_other_requests_is_refused(store: Storage) -> None:
+async def test_the_same_key_twice_in_a_batch_with_other_requests_is_refused(store: Storage) -> None:
     batch = [new_job(), new_job(key="a", fingerprint="f"), new_job(key="a", fingerprint="g")]
     with pytest.raises(IdempotencyKeyReused) as raised:
-        store.job_insert_many(batch, T0)
+        await store.job_insert_many(batch, T0)
     assert raised.value.extra["index"] == 2
-    assert store.job_list(JobListParams(limit=10)) == []
+    assert await store.job_list(JobListParams(limit=10)) == []
 
 
-def test_idempotency_keys_are_scoped_per_principal(store: Storage) -> None:
-    ((mine, _),) = store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
-    ((theirs, created),) = store.job_insert_many(
+async def test_idempotency_keys_are_scoped_per_principal(store: Storage) -> None:
+    ((mine, _),) = await store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
+    ((theirs, created),) = await store.job_insert_many(
         [new_job(key="k", fingerprint="g", principal="other")], T0
     )
     assert created and theirs.id != mine.id
 
 
-def test_claim_orders_by_priority_then_age_then_id(store: Storage) -> None:
-    store.job_insert_many([new_job(priority=Priority.LOW)], T0)
-    store.job_insert_many([new_job(priority=Priority.HIGH)], T0 + timedelta(seconds=2))
-    store.job_insert_many(
+async def test_claim_orders_by_priority_then_age_then_id(store: Storage) -> None:
+    await store.job_insert_many([new_job(priority=Priority.LOW)], T0)
+    await store.job_insert_many([new_job(priority=Priority.HIGH)], T0 + timedelta(seconds=2))
+    await store.job_insert_many(
         [new_job(priority=Priority.HIGH), new_job(priority=Priority.CRITICAL)],
         T0 + timedelta(seconds=1),
     )
     now = T0 + timedelta(seconds=3)
-    order = [(j.priority, j.created_at) for j in claim(store, now, limit=10)]
+    order = [(j.priority, j.created_at) for j in await claim(store, now, limit=10)]
     assert order == [
         (Priority.CRITICAL, T0 + timedelta(seconds=1)),
         (Priority.HIGH, T0 + timedelta(seconds=1)),
@@ -191,31 +207,32 @@ def test_claim_orders_by_priority_then_age_then_id(store: Storage) -> None:
     ]
 
 
-def test_claim_sets_lease_and_worker(store: Storage) -> None:
-    store.job_insert_many([new_job()], T0)
-    (job,) = claim(store)
+async def test_claim_sets_lease_and_worker(store: Storage) -> None:
+    await store.job_insert_many([new_job()], T0)
+    (job,) = await claim(store)
     assert job.status == JobStatus.RUNNING and job.worker_id == "w/1" and job.claimed_by == "w"
     assert job.lease_expires_at == T0 + timedelta(seconds=30)
     assert job.lease_token and len(job.lease_token) >= 16
-    assert claim(store) == []
+    assert await claim(store) == []
 
 
-def test_claim_skips_jobs_not_yet_due_and_other_types(store: Storage) -> None:
-    store.job_insert_many([new_job(run_at=T0 + timedelta(seconds=60))], T0)
-    store.job_insert_many([new_job("send_email")], T0)
-    assert claim(store, types=["noop"]) == []
-    assert [j.type for j in claim(store, types=["send_email", "other"])] == ["send_email"]
-    assert claim(store, T0 + timedelta(seconds=59)) == []
-    assert len(claim(store, T0 + timedelta(seconds=60))) == 1
+async def test_claim_skips_jobs_not_yet_due_and_other_types(store: Storage) -> None:
+    await store.job_insert_many([new_job(run_at=T0 + timedelta(seconds=60))], T0)
+    await store.job_insert_many([new_job("send_email")], T0)
+    assert await claim(store, types=["noop"]) == []
+    assert [j.type for j in await claim(store, types=["send_email", "other"])] == ["send_email"]
+    assert await claim(store, T0 + timedelta(seconds=59)) == []
+    assert len(await claim(store, T0 + timedelta(seconds=60))) == 1
 
 
-def test_claim_from_many_threads_hands_each_job_out_once(store: Storage) -> None:
-    store.job_insert_many([new_job() for _ in range(200)], T0)
+async def test_claim_from_many_threads_hands_each_job_out_once(store: Storage) -> None:
+    await store.job_insert_many([new_job() for _ in range(200)], T0)
     seen: list[int] = []
     lock = threading.Lock()
 
     def drain() -> None:
-        while batch := claim(store, limit=3):
+        # Each thread claims on an event loop of its own: loops share the one store.
+        while batch := asyncio.run(claim(store, limit=3)):
             with lock:
                 seen.extend(j.id for j in batch)
 
@@ -227,24 +244,24 @@ def test_claim_from_many_threads_hands_each_job_out_once(store: Storage) -> None
     assert len(seen) == 200 and len(set(seen)) == 200
 
 
-def test_complete_is_guarded_by_lease_token_and_holder(store: Storage) -> None:
-    store.job_insert_many([new_job()], T0)
-    (job,) = claim(store)
+async def test_complete_is_guarded_by_lease_token_and_holder(store: Storage) -> None:
+    await store.job_insert_many([new_job()], T0)
+    (job,) = await claim(store)
     stale = FinishParams(job.id, "not-the-token", "w", T0)
     other = FinishParams(job.id, job.lease_token or "", "someone-else", T0)
     missing = FinishParams(9999, "x", "w", T0)
-    outcomes = store.job_finish_many([stale, other, missing])
+    outcomes = await store.job_finish_many([stale, other, missing])
     assert [type(o) for o in outcomes] == [NotLeaseHolder, NotLeaseHolder, NotFound]
-    done = finish(store, job, result={"ok": True})
+    done = await finish(store, job, result={"ok": True})
     assert done.status == JobStatus.COMPLETED and done.result == {"ok": True}
-    again = store.job_finish_many([FinishParams(job.id, job.lease_token or "", "w", T0)])
+    again = await store.job_finish_many([FinishParams(job.id, job.lease_token or "", "w", T0)])
     assert isinstance(again[0], InvalidState)
 
 
-def test_a_batch_of_completions_answers_each_under_its_own_guard(store: Storage) -> None:
-    store.job_insert_many([new_job() for _ in range(6)], T0)
-    held = claim(store, limit=5, lease_seconds=30)
-    done = finish(store, held[4])  # already completed
+async def test_a_batch_of_completions_answers_each_under_its_own_guard(store: Storage) -> None:
+    await store.job_insert_many([new_job() for _ in range(6)], T0)
+    held = await claim(store, limit=5, lease_seconds=30)
+    done = await finish(store, held[4])  # already completed
     late = T0 + timedelta(seconds=10)
     items = [
         FinishParams(held[0].id, held[0].lease_token or "", "w", late, result={"n": 0}),
@@ -254,7 +271,7 @@ def test_a_batch_of_completions_answers_each_under_its_own_guard(store: Storage)
         FinishParams(done.id, held[4].lease_token or "", "w", late),
         FinishParams(held[3].id, held[3].lease_token or "", "someone-else", late),
     ]
-    outcomes = store.job_finish_many(items)
+    outcomes = await store.job_finish_many(items)
     first, wrong_token, third, missing, finished, other = outcomes
     assert isinstance(first, Job) and first.status == JobStatus.COMPLETED
     assert first.result == {"n": 0} and first.lease_token is None
@@ -262,28 +279,28 @@ def test_a_batch_of_completions_answers_each_under_its_own_guard(store: Storage)
     assert isinstance(wrong_token, NotLeaseHolder) and isinstance(other, NotLeaseHolder)
     assert isinstance(missing, NotFound) and isinstance(finished, InvalidState)
     # What the batch answered is what a read finds; the refused jobs are still held.
-    assert store.job_get(first.id) == first and store.job_get(third.id) == third
-    assert store.job_get(held[1].id) == held[1] and store.job_get(held[3].id) == held[3]
-    kinds = [e.event for e in store.job_events(first.id)]
+    assert await store.job_get(first.id) == first and await store.job_get(third.id) == third
+    assert await store.job_get(held[1].id) == held[1] and await store.job_get(held[3].id) == held[3]
+    kinds = [e.event for e in await store.job_events(first.id)]
     assert kinds == [EventKind.ENQUEUED, EventKind.CLAIMED, EventKind.COMPLETED]
-    assert [e.event for e in store.job_events(held[1].id)][-1] == EventKind.CLAIMED
+    assert [e.event for e in await store.job_events(held[1].id)][-1] == EventKind.CLAIMED
     # Past the lease's deadline a batch completes nothing.
     expired = T0 + timedelta(seconds=31)
     stale = [FinishParams(j.id, j.lease_token or "", "w", expired) for j in (held[1], held[3])]
-    assert all(isinstance(o, NotLeaseHolder) for o in store.job_finish_many(stale))
+    assert all(isinstance(o, NotLeaseHolder) for o in await store.job_finish_many(stale))
 
 
-def test_one_worker_s_batch_completes_only_what_it_holds_and_stores_each_result(
+async def test_one_worker_s_batch_completes_only_what_it_holds_and_stores_each_result(
     store: Storage,
 ) -> None:
     """A batch from one worker, as the API sends it: another worker's job (with that
     worker's own token), a wrong token and a lease past its deadline are refused, each
     result is stored as given, and the refused jobs are left as they were."""
-    store.job_insert_many([new_job() for _ in range(6)], T0)
-    mine = claim(store, limit=4, lease_seconds=30)
+    await store.job_insert_many([new_job() for _ in range(6)], T0)
+    mine = await claim(store, limit=4, lease_seconds=30)
     params = ClaimParams(worker_name="v", worker_id="v/1", limit=1, now=T0, lease_seconds=30)
-    (theirs,) = store.job_claim(params)
-    (short,) = claim(store, limit=1, lease_seconds=5)
+    (theirs,) = await store.job_claim(params)
+    (short,) = await claim(store, limit=1, lease_seconds=5)
     at = T0 + timedelta(seconds=10)  # past the short lease only
     results = [{"n": 0, "text": 'caf\u00e9 "quoted"'}, None, {"nested": {"list": [1, 2.5, None]}}]
     items = [
@@ -294,34 +311,36 @@ def test_one_worker_s_batch_completes_only_what_it_holds_and_stores_each_result(
         FinishParams(short.id, short.lease_token or "", "w", at),
         FinishParams(mine[3].id, mine[3].lease_token or "", "w", at, result=results[2]),
     ]
-    outcomes = store.job_finish_many(items)
+    outcomes = await store.job_finish_many(items)
     done = [outcomes[0], outcomes[1], outcomes[5]]
     assert all(isinstance(o, Job) and o.status == JobStatus.COMPLETED for o in done)
     assert [o.result for o in done if isinstance(o, Job)] == results
     assert all(isinstance(outcomes[i], NotLeaseHolder) for i in (2, 3, 4))
     for job in done:
-        assert isinstance(job, Job) and store.job_get(job.id) == job and job.updated_at == at
+        assert isinstance(job, Job) and await store.job_get(job.id) == job and job.updated_at == at
     for job in (theirs, mine[2], short):
-        assert store.job_get(job.id) == job
-        assert [e.event for e in store.job_events(job.id)][-1] == EventKind.CLAIMED
+        assert await store.job_get(job.id) == job
+        assert [e.event for e in await store.job_events(job.id)][-1] == EventKind.CLAIMED
 
 
-def test_a_claim_and_a_worker_s_batch_completion_record_each_job_s_event(
+async def test_a_claim_and_a_worker_s_batch_completion_record_each_job_s_event(
     store: Storage,
 ) -> None:
     """Both are recorded in one statement for all their jobs (SQLite reads the ids of
     one JSON array); each job gets its own event, in full, and a refused item none."""
-    store.job_insert_many([new_job(priority=p) for p in (Priority.LOW, Priority.HIGH)] * 2, T0)
+    await store.job_insert_many(
+        [new_job(priority=p) for p in (Priority.LOW, Priority.HIGH)] * 2, T0
+    )
     later = T0 + timedelta(seconds=5)
-    held = claim(store, later, limit=4)
+    held = await claim(store, later, limit=4)
     assert [j.priority for j in held] == [Priority.HIGH, Priority.HIGH, Priority.LOW, Priority.LOW]
     done = T0 + timedelta(seconds=9)
     items = [FinishParams(j.id, j.lease_token or "", "w", done) for j in held[:3]]
     items[1] = FinishParams(held[1].id, "not-the-token", "w", done)
-    outcomes = store.job_finish_many(items)
+    outcomes = await store.job_finish_many(items)
     assert isinstance(outcomes[1], NotLeaseHolder)
     for index, job in enumerate(held):
-        events = store.job_events(job.id)
+        events = await store.job_events(job.id)
         claimed = JobEvent(
             job.id, later, EventKind.CLAIMED, JobStatus.PENDING, JobStatus.RUNNING, "w/1"
         )
@@ -332,18 +351,18 @@ def test_a_claim_and_a_worker_s_batch_completion_record_each_job_s_event(
         assert events[1:] == expected, index
 
 
-def test_the_same_job_twice_in_a_batch_is_completed_once(store: Storage) -> None:
-    store.job_insert_many([new_job()], T0)
-    (job,) = claim(store)
+async def test_the_same_job_twice_in_a_batch_is_completed_once(store: Storage) -> None:
+    await store.job_insert_many([new_job()], T0)
+    (job,) = await claim(store)
     item = FinishParams(job.id, job.lease_token or "", "w", T0)
-    first, second = store.job_finish_many([item, item])
+    first, second = await store.job_finish_many([item, item])
     assert isinstance(first, Job) and isinstance(second, InvalidState)
-    assert [e.event for e in store.job_events(job.id)].count(EventKind.COMPLETED) == 1
+    assert [e.event for e in await store.job_events(job.id)].count(EventKind.COMPLETED) == 1
 
 
-def test_completions_without_jobs_answer_each_by_id_and_status(store: Storage) -> None:
-    store.job_insert_many([new_job() for _ in range(5)], T0)
-    held = claim(store, limit=5)
+async def test_completions_without_jobs_answer_each_by_id_and_status(store: Storage) -> None:
+    await store.job_insert_many([new_job() for _ in range(5)], T0)
+    held = await claim(store, limit=5)
     tokens = [j.lease_token or "" for j in held]
     batch = [
         FinishParams(held[0].id, tokens[0], "w", T0, result={"n": 0}),
@@ -357,10 +376,10 @@ def test_completions_without_jobs_answer_each_by_id_and_status(store: Storage) -
     async def finish_all() -> list[list[Job | Finished | Exception]]:
         answers = []
         for items in (batch, [twice, twice], [alone]):
-            answers.append(await store.job_finish_many_async(items, with_jobs=False))
+            answers.append(await store.job_finish_many(items, with_jobs=False))
         return answers
 
-    outcomes, repeated, single = asyncio.run(finish_all())
+    outcomes, repeated, single = await finish_all()
     first, wrong_token, missing, third = outcomes
     assert first == Finished(held[0].id, JobStatus.COMPLETED)
     assert third == Finished(held[2].id, JobStatus.COMPLETED)
@@ -369,64 +388,64 @@ def test_completions_without_jobs_answer_each_by_id_and_status(store: Storage) -
     assert isinstance(repeated[1], InvalidState)
     assert single == [Finished(held[4].id, JobStatus.COMPLETED)]
     # Completed exactly as with the jobs answered: result, lease cleared, event written.
-    stored = store.job_get(held[0].id)
+    stored = await store.job_get(held[0].id)
     assert stored is not None and stored.status == JobStatus.COMPLETED
     assert stored.result == {"n": 0} and stored.lease_token is None
     for job in (held[0], held[2], held[3], held[4]):
-        assert [e.event for e in store.job_events(job.id)][-1] == EventKind.COMPLETED
-    assert store.job_get(held[1].id) == held[1]
+        assert [e.event for e in await store.job_events(job.id)][-1] == EventKind.COMPLETED
+    assert await store.job_get(held[1].id) == held[1]
 
 
-def test_text_beyond_ascii_is_stored_and_read_back_unchanged(store: Storage) -> None:
+async def test_text_beyond_ascii_is_stored_and_read_back_unchanged(store: Storage) -> None:
     text = 'é ü 漢字 😀 \u2028 \u2029 \\ " \x01'
     payload = {"text": text, text: [text]}
     jobs = [replace(new_job(), payload=payload) for _ in range(3)]
-    inserted = [job for job, _ in store.job_insert_many(jobs, T0)]
+    inserted = [job for job, _ in await store.job_insert_many(jobs, T0)]
     assert all(job.payload == payload for job in inserted)
-    assert all(store.job_get(job.id).payload == payload for job in inserted)  # type: ignore[union-attr]
-    held = claim(store, limit=3)
+    assert all([(await store.job_get(job.id)).payload == payload for job in inserted])  # type: ignore[union-attr]
+    held = await claim(store, limit=3)
     assert [job.payload for job in held] == [payload] * 3
     result = {"echo": text}
-    one = finish(store, held[0], result=result)  # alone
-    many = store.job_finish_many(
+    one = await finish(store, held[0], result=result)  # alone
+    many = await store.job_finish_many(
         [FinishParams(j.id, j.lease_token or "", "w", T0, result=result) for j in held[1:]]
     )
     assert one.result == result and all(isinstance(j, Job) and j.result == result for j in many)
-    assert all(store.job_get(j.id).result == result for j in held)  # type: ignore[union-attr]
+    assert all([(await store.job_get(j.id)).result == result for j in held])  # type: ignore[union-attr]
 
 
-def test_release_puts_a_held_job_back_unspent_under_its_guard(store: Storage) -> None:
-    store.job_insert_many([new_job(max_retries=0)], T0)
-    (job,) = claim(store)
+async def test_release_puts_a_held_job_back_unspent_under_its_guard(store: Storage) -> None:
+    await store.job_insert_many([new_job(max_retries=0)], T0)
+    (job,) = await claim(store)
     later = T0 + timedelta(seconds=3)
     assert job.lease_token is not None
     with pytest.raises(NotLeaseHolder):
-        store.job_release(job.id, "other", "w", later)
+        await store.job_release(HeldParams(job.id, "other", "w", later))
     with pytest.raises(NotFound):
-        store.job_release(10**12, job.lease_token, "w", later)
-    back = store.job_release(job.id, job.lease_token, "w", later)
+        await store.job_release(HeldParams(10**12, job.lease_token, "w", later))
+    back = await store.job_release(HeldParams(job.id, job.lease_token, "w", later))
     assert back.status == JobStatus.PENDING and back.retry_count == 0 and back.run_at == later
     assert back.lease_token is None and back.worker_id is None and back.claimed_at is None
-    assert store.job_get(job.id) == back
-    assert [e.event for e in store.job_events(job.id)][-1] == EventKind.RELEASED
+    assert await store.job_get(job.id) == back
+    assert [e.event for e in await store.job_events(job.id)][-1] == EventKind.RELEASED
     with pytest.raises(InvalidState):
-        store.job_release(job.id, job.lease_token, "w", later)
-    (again,) = claim(store, now=later)
+        await store.job_release(HeldParams(job.id, job.lease_token, "w", later))
+    (again,) = await claim(store, now=later)
     assert again.id == job.id
 
 
-def test_fail_retries_until_exhausted_then_fails(store: Storage) -> None:
-    store.job_insert_many([new_job(max_retries=1)], T0)
-    (job,) = claim(store)
+async def test_fail_retries_until_exhausted_then_fails(store: Storage) -> None:
+    await store.job_insert_many([new_job(max_retries=1)], T0)
+    (job,) = await claim(store)
     retry_at = T0 + timedelta(seconds=5)
-    retried = finish(store, job, error="boom", retry_at=retry_at)
+    retried = await finish(store, job, error="boom", retry_at=retry_at)
     assert retried.status == JobStatus.PENDING and retried.retry_count == 1
     assert retried.run_at == retry_at and retried.worker_id is None and retried.error == "boom"
-    assert claim(store, T0 + timedelta(seconds=4)) == []
-    (again,) = claim(store, retry_at)
-    failed = finish(store, again, retry_at, error="boom again", retry_at=retry_at)
+    assert await claim(store, T0 + timedelta(seconds=4)) == []
+    (again,) = await claim(store, retry_at)
+    failed = await finish(store, again, retry_at, error="boom again", retry_at=retry_at)
     assert failed.status == JobStatus.FAILED and failed.retry_count == 1
-    kinds = [e.event for e in store.job_events(job.id)]
+    kinds = [e.event for e in await store.job_events(job.id)]
     assert kinds == [
         EventKind.ENQUEUED,
         EventKind.CLAIMED,
@@ -436,131 +455,131 @@ def test_fail_retries_until_exhausted_then_fails(store: Storage) -> None:
     ]
 
 
-def test_fail_not_retryable_fails_at_once(store: Storage) -> None:
-    store.job_insert_many([new_job()], T0)
-    (job,) = claim(store)
-    failed = finish(store, job, error="bad input", retryable=False)
+async def test_fail_not_retryable_fails_at_once(store: Storage) -> None:
+    await store.job_insert_many([new_job()], T0)
+    (job,) = await claim(store)
+    failed = await finish(store, job, error="bad input", retryable=False)
     assert failed.status == JobStatus.FAILED and failed.retry_count == 0
 
 
-def test_heartbeat_extends_the_lease(store: Storage) -> None:
-    store.job_insert_many([new_job()], T0)
-    (job,) = claim(store)
+async def test_heartbeat_extends_the_lease(store: Storage) -> None:
+    await store.job_insert_many([new_job()], T0)
+    (job,) = await claim(store)
     later = T0 + timedelta(seconds=20)
-    beat = store.job_heartbeat(job.id, job.lease_token or "", "w", 100, later)
+    beat = await store.job_heartbeat(HeldParams(job.id, job.lease_token or "", "w", later, 100))
     assert beat.lease_expires_at == later + timedelta(seconds=100)
-    default = store.job_heartbeat(job.id, job.lease_token or "", "w", None, later)
+    default = await store.job_heartbeat(HeldParams(job.id, job.lease_token or "", "w", later, None))
     assert default.lease_expires_at == later + timedelta(seconds=30)
     with pytest.raises(NotLeaseHolder):
-        store.job_heartbeat(job.id, "stale", "w", None, later)
+        await store.job_heartbeat(HeldParams(job.id, "stale", "w", later, None))
 
 
-def test_expired_leases_are_rescued_as_failed_attempts(store: Storage) -> None:
-    store.job_insert_many([new_job(max_retries=1)], T0)
-    (job,) = claim(store)
+async def test_expired_leases_are_rescued_as_failed_attempts(store: Storage) -> None:
+    await store.job_insert_many([new_job(max_retries=1)], T0)
+    (job,) = await claim(store)
     just_before = T0 + timedelta(seconds=29, microseconds=999_999)
-    assert store.job_rescue_expired(just_before, lambda j: just_before) == []
+    assert await store.job_rescue_expired(just_before, lambda j: just_before) == []
     deadline = T0 + timedelta(seconds=30)
-    (rescued,) = store.job_rescue_expired(deadline, lambda j: deadline)
+    (rescued,) = await store.job_rescue_expired(deadline, lambda j: deadline)
     assert rescued.status == JobStatus.PENDING and rescued.retry_count == 1
     assert rescued.error == "lease expired"
-    (again,) = claim(store, deadline)
+    (again,) = await claim(store, deadline)
     # The next claim rescues the expired lease in its own transaction.
     late = deadline + timedelta(seconds=31)
-    assert claim(store, late, retry_at=lambda j: late) == []
-    final = store.job_get(again.id)
+    assert await claim(store, late, retry_at=lambda j: late) == []
+    final = await store.job_get(again.id)
     assert final is not None and final.status == JobStatus.FAILED
-    assert [e.event for e in store.job_events(job.id)].count(EventKind.LEASE_EXPIRED) == 2
+    assert [e.event for e in await store.job_events(job.id)].count(EventKind.LEASE_EXPIRED) == 2
 
 
-def test_cancel_and_requeue(store: Storage) -> None:
-    ((job, _),) = store.job_insert_many([new_job()], T0)
-    cancelled = store.job_cancel(job.id, "shop", T0)
+async def test_cancel_and_requeue(store: Storage) -> None:
+    ((job, _),) = await store.job_insert_many([new_job()], T0)
+    cancelled = await store.job_cancel(job.id, "shop", T0)
     assert cancelled.status == JobStatus.CANCELLED
     with pytest.raises(InvalidState):
-        store.job_cancel(job.id, "shop", T0)
+        await store.job_cancel(job.id, "shop", T0)
     with pytest.raises(NotFound):
-        store.job_cancel(12345, "shop", T0)
-    requeued = store.job_requeue(job.id, "root", T0 + timedelta(seconds=9))
+        await store.job_cancel(12345, "shop", T0)
+    requeued = await store.job_requeue(job.id, "root", T0 + timedelta(seconds=9))
     assert requeued.status == JobStatus.PENDING and requeued.retry_count == 0
     assert requeued.run_at == T0 + timedelta(seconds=9)
     with pytest.raises(InvalidState):
-        store.job_requeue(job.id, "root", T0)
-    assert [e.actor for e in store.job_events(job.id)][-2:] == ["shop", "root"]
+        await store.job_requeue(job.id, "root", T0)
+    assert [e.actor for e in await store.job_events(job.id)][-2:] == ["shop", "root"]
 
 
-def test_list_filters_and_pages_newest_first(store: Storage) -> None:
-    store.job_insert_many([new_job() for _ in range(3)], T0)
-    store.job_insert_many([new_job("send_email", principal="other")], T0)
-    ids = [j.id for j in store.job_list(JobListParams(limit=10))]
+async def test_list_filters_and_pages_newest_first(store: Storage) -> None:
+    await store.job_insert_many([new_job() for _ in range(3)], T0)
+    await store.job_insert_many([new_job("send_email", principal="other")], T0)
+    ids = [j.id for j in await store.job_list(JobListParams(limit=10))]
     assert ids == sorted(ids, reverse=True) and len(ids) == 4
-    mine = store.job_list(JobListParams(limit=10, principal="shop"))
+    mine = await store.job_list(JobListParams(limit=10, principal="shop"))
     assert {j.principal for j in mine} == {"shop"} and len(mine) == 3
-    page = store.job_list(JobListParams(limit=2, before_id=ids[1]))
+    page = await store.job_list(JobListParams(limit=2, before_id=ids[1]))
     assert [j.id for j in page] == ids[2:4]
-    assert [j.type for j in store.job_list(JobListParams(limit=10, type="send_email"))] == [
+    assert [j.type for j in await store.job_list(JobListParams(limit=10, type="send_email"))] == [
         "send_email"
     ]
-    claim(store, types=["noop"])
-    held = store.job_list(JobListParams(limit=10, holder="w"))
+    await claim(store, types=["noop"])
+    held = await store.job_list(JobListParams(limit=10, holder="w"))
     assert len(held) == 1 and held[0].status == JobStatus.RUNNING
-    running = store.job_list(JobListParams(limit=10, status=JobStatus.RUNNING))
+    running = await store.job_list(JobListParams(limit=10, status=JobStatus.RUNNING))
     assert [j.id for j in running] == [held[0].id]
 
 
-def test_prune_deletes_old_finished_jobs_and_their_events(store: Storage) -> None:
-    store.job_insert_many([new_job(key="k", fingerprint="f"), new_job()], T0)
-    (job,) = claim(store)
-    finish(store, job)
+async def test_prune_deletes_old_finished_jobs_and_their_events(store: Storage) -> None:
+    await store.job_insert_many([new_job(key="k", fingerprint="f"), new_job()], T0)
+    (job,) = await claim(store)
+    await finish(store, job)
     later = T0 + timedelta(days=8)
-    assert store.job_prune({JobStatus.COMPLETED: later - timedelta(days=7)}) == 1
-    assert store.job_get(job.id) is None and store.job_events(job.id) == []
+    assert await store.job_prune({JobStatus.COMPLETED: later - timedelta(days=7)}) == 1
+    assert await store.job_get(job.id) is None and await store.job_events(job.id) == []
     # The idempotency key is freed with its job.
-    ((fresh, created),) = store.job_insert_many([new_job(key="k", fingerprint="x")], later)
+    ((fresh, created),) = await store.job_insert_many([new_job(key="k", fingerprint="x")], later)
     assert created and fresh.id != job.id
 
 
-def test_stats_count_by_status_and_type(store: Storage) -> None:
-    store.job_insert_many([new_job(), new_job(), new_job("send_email")], T0)
-    claim(store, types=["send_email"])
-    stats = store.job_stats(T0 + timedelta(seconds=10))
+async def test_stats_count_by_status_and_type(store: Storage) -> None:
+    await store.job_insert_many([new_job(), new_job(), new_job("send_email")], T0)
+    await claim(store, types=["send_email"])
+    stats = await store.job_stats(T0 + timedelta(seconds=10))
     assert stats.counts == {("pending", "noop"): 2, ("running", "send_email"): 1}
     assert stats.oldest_ready_at == T0
 
 
-def test_keys_insert_lookup_revoke(store: Storage) -> None:
-    assert not store.key_has_active_admin()
-    key = store.key_insert(
+async def test_keys_insert_lookup_revoke(store: Storage) -> None:
+    assert not await store.key_has_active_admin()
+    key = await store.key_insert(
         NewKey("root", frozenset({Role.ADMIN}), Priority.CRITICAL, None, "h1", "ql_abc"), T0
     )
-    assert store.key_has_active_admin()
-    found = store.key_by_hash("h1")
+    assert await store.key_has_active_admin()
+    found = await store.key_by_hash("h1")
     assert found == key and found.roles == frozenset({Role.ADMIN})
-    assert store.key_by_hash("nope") is None
-    assert store.key_revoke(key.id, T0)
-    assert not store.key_revoke(key.id, T0)
-    assert not store.key_has_active_admin()
-    revoked = store.key_by_hash("h1")
+    assert await store.key_by_hash("nope") is None
+    assert await store.key_revoke(key.id, T0)
+    assert not await store.key_revoke(key.id, T0)
+    assert not await store.key_has_active_admin()
+    revoked = await store.key_by_hash("h1")
     assert revoked is not None and revoked.revoked_at == T0
-    assert [k.id for k in store.key_list()] == [key.id]
+    assert [k.id for k in await store.key_list()] == [key.id]
 
 
-def test_ping(store: Storage) -> None:
-    assert store.ping()
+async def test_ping(store: Storage) -> None:
+    assert await store.ping()
 
 
-def test_stats_count_the_ready_queue(store: Storage) -> None:
-    store.job_insert_many([new_job(), new_job(run_at=T0 + timedelta(seconds=60))], T0)
-    assert store.job_stats(T0).ready == 1
-    assert store.job_stats(T0 + timedelta(seconds=60)).ready == 2
+async def test_stats_count_the_ready_queue(store: Storage) -> None:
+    await store.job_insert_many([new_job(), new_job(run_at=T0 + timedelta(seconds=60))], T0)
+    assert (await store.job_stats(T0)).ready == 1
+    assert (await store.job_stats(T0 + timedelta(seconds=60))).ready == 2
 
 
-def test_event_counts_per_kind_and_bucket(store: Storage) -> None:
-    store.job_insert_many([new_job(), new_job()], T0)
-    first, second = claim(store, T0 + timedelta(seconds=30), limit=2, lease_seconds=300)
-    finish(store, first, T0 + timedelta(seconds=61))
-    finish(store, second, T0 + timedelta(seconds=119), error="boom", retryable=False)
-    counts = store.job_event_counts(T0, T0 + timedelta(seconds=120), 60)
+async def test_event_counts_per_kind_and_bucket(store: Storage) -> None:
+    await store.job_insert_many([new_job(), new_job()], T0)
+    first, second = await claim(store, T0 + timedelta(seconds=30), limit=2, lease_seconds=300)
+    await finish(store, first, T0 + timedelta(seconds=61))
+    await finish(store, second, T0 + timedelta(seconds=119), error="boom", retryable=False)
+    counts = await store.job_event_counts(T0, T0 + timedelta(seconds=120), 60)
     found = {(c.bucket_start, c.event): c.count for c in counts}
     minute = T0 + timedelta(seconds=60)
     assert found == {
@@ -570,63 +589,65 @@ def test_event_counts_per_kind_and_bucket(store: Storage) -> None:
         (minute, EventKind.FAILED): 1,
     }
     # The window is half-open: an event at ``until`` is left out.
-    later = store.job_event_counts(T0 + timedelta(seconds=60), T0 + timedelta(seconds=119), 60)
+    later = await store.job_event_counts(
+        T0 + timedelta(seconds=60), T0 + timedelta(seconds=119), 60
+    )
     assert [(c.event, c.count) for c in later] == [(EventKind.COMPLETED, 1)]
 
 
-def test_requeue_failed_moves_only_failed_jobs_of_the_type(store: Storage) -> None:
-    store.job_insert_many([new_job(), new_job(), new_job(), new_job("send_email")], T0)
-    jobs = claim(store, limit=4)
+async def test_requeue_failed_moves_only_failed_jobs_of_the_type(store: Storage) -> None:
+    await store.job_insert_many([new_job(), new_job(), new_job(), new_job("send_email")], T0)
+    jobs = await claim(store, limit=4)
     for job in jobs[:2]:
-        finish(store, job, error="boom", retryable=False)
-    finish(store, jobs[2])
-    finish(store, jobs[3], error="boom", retryable=False)
+        await finish(store, job, error="boom", retryable=False)
+    await finish(store, jobs[2])
+    await finish(store, jobs[3], error="boom", retryable=False)
     later = T0 + timedelta(seconds=5)
-    assert store.job_requeue_failed("noop", "root", later) == 2
+    assert await store.job_requeue_failed("noop", "root", later) == 2
     for job in jobs[:2]:
-        again = store.job_get(job.id)
+        again = await store.job_get(job.id)
         assert again is not None and again.status == JobStatus.PENDING
         assert again.retry_count == 0 and again.run_at == later and again.worker_id is None
-        last = store.job_events(job.id)[-1]
+        last = (await store.job_events(job.id))[-1]
         assert (last.event, last.actor, last.from_status) == (
             EventKind.REQUEUED,
             "root",
             JobStatus.FAILED,
         )
-    untouched = [store.job_get(j.id) for j in jobs[2:]]
+    untouched = [await store.job_get(j.id) for j in jobs[2:]]
     assert [j.status for j in untouched if j] == [JobStatus.COMPLETED, JobStatus.FAILED]
-    assert store.job_requeue_failed("noop", "root", later) == 0
+    assert await store.job_requeue_failed("noop", "root", later) == 0
 
 
-def test_a_lease_past_its_deadline_is_no_longer_held(store: Storage) -> None:
-    store.job_insert_many([new_job()], T0)
-    (job,) = claim(store)
+async def test_a_lease_past_its_deadline_is_no_longer_held(store: Storage) -> None:
+    await store.job_insert_many([new_job()], T0)
+    (job,) = await claim(store)
     deadline = T0 + timedelta(seconds=30)
     token = job.lease_token or ""
     with pytest.raises(NotLeaseHolder):
-        store.job_heartbeat(job.id, token, "w", None, deadline)
+        await store.job_heartbeat(HeldParams(job.id, token, "w", deadline, None))
     late = [
         FinishParams(job.id, token, "w", deadline),
         FinishParams(job.id, token, "w", deadline, error="late"),
     ]
-    assert [type(o) for o in store.job_finish_many(late)] == [NotLeaseHolder, NotLeaseHolder]
-    unchanged = store.job_get(job.id)
+    assert [type(o) for o in await store.job_finish_many(late)] == [NotLeaseHolder, NotLeaseHolder]
+    unchanged = await store.job_get(job.id)
     assert unchanged is not None and unchanged.status == JobStatus.RUNNING
     # Just before the deadline the lease still holds.
     before = deadline - timedelta(microseconds=1)
-    assert finish(store, job, before).status == JobStatus.COMPLETED
+    assert (await finish(store, job, before)).status == JobStatus.COMPLETED
 
 
-def test_list_for_a_producer_and_worker_is_the_union_newest_first(store: Storage) -> None:
-    store.job_insert_many([new_job(principal="other")], T0)
-    mine = [job.id for job, _ in store.job_insert_many([new_job(), new_job()], T0)]
-    claim(store, limit=1)  # worker "w" now holds the other principal's job
-    both = store.job_list(JobListParams(limit=10, principal="shop", holder="w"))
+async def test_list_for_a_producer_and_worker_is_the_union_newest_first(store: Storage) -> None:
+    await store.job_insert_many([new_job(principal="other")], T0)
+    mine = [job.id for job, _ in await store.job_insert_many([new_job(), new_job()], T0)]
+    await claim(store, limit=1)  # worker "w" now holds the other principal's job
+    both = await store.job_list(JobListParams(limit=10, principal="shop", holder="w"))
     assert [j.id for j in both] == sorted([*mine, mine[0] - 1], reverse=True)
-    assert len(store.job_list(JobListParams(limit=2, principal="shop", holder="w"))) == 2
+    assert len(await store.job_list(JobListParams(limit=2, principal="shop", holder="w"))) == 2
 
 
-def test_first_admin_is_created_once_however_many_try_at_once(store: Storage) -> None:
+async def test_first_admin_is_created_once_however_many_try_at_once(store: Storage) -> None:
     created: list[object] = []
     lock = threading.Lock()
     start = threading.Barrier(6)
@@ -634,7 +655,7 @@ def test_first_admin_is_created_once_however_many_try_at_once(store: Storage) ->
     def bootstrap(n: int) -> None:
         start.wait(timeout=30)
         key = NewKey("admin", frozenset({Role.ADMIN}), Priority.CRITICAL, None, f"h{n}", "ql_x")
-        outcome = store.key_insert_first_admin(key, T0)
+        outcome = asyncio.run(store.key_insert_first_admin(key, T0))
         with lock:
             created.append(outcome)
 
@@ -644,4 +665,4 @@ def test_first_admin_is_created_once_however_many_try_at_once(store: Storage) ->
     for thread in threads:
         thread.join(timeout=60)
     assert sum(c is not None for c in created) == 1 and len(created) == 6
-    assert len(store.key_list()) == 1
+    assert len(await store.key_list()) == 1

@@ -14,10 +14,11 @@ from queuelog.auth import KeyRing, display_prefix
 from queuelog.clock import SystemClock, to_micros
 from queuelog.errors import StorageUnavailable
 from queuelog.models import EventKind, JobStatus, Priority, Role
-from queuelog.storage.base import JobListParams, NewJob, ReadySubscriber
 from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.postgres.transactions import Q
+from queuelog.storage.protocol import JobListParams, NewJob, ReadySubscriber
 from queuelog.storage.sqlfile import load_migrations, load_queries
+from tests.conftest import run_blocking
 from tests.postgres import fresh_schema
 from tests.storage.test_conformance import T0, claim, finish, new_job
 
@@ -62,7 +63,7 @@ def test_nodes_migrating_at_once_all_succeed() -> None:
     with fresh_schema() as url:
         stores = all_at_once(4, lambda _: PostgresStorage(url, pool_size=1))
         try:
-            assert all(store.ping() for store in stores)
+            assert all(run_blocking(store.ping()) for store in stores)
         finally:
             for store in stores:
                 store.close()
@@ -71,11 +72,11 @@ def test_nodes_migrating_at_once_all_succeed() -> None:
 def test_claims_from_several_nodes_hand_each_job_out_once(
     nodes: list[PostgresStorage],
 ) -> None:
-    nodes[0].job_insert_many([new_job() for _ in range(300)], T0)
+    run_blocking(nodes[0].job_insert_many([new_job() for _ in range(300)], T0))
 
     def drain(i: int) -> list[int]:
         seen = []
-        while batch := claim(nodes[i % NODES], limit=7):
+        while batch := run_blocking(claim(nodes[i % NODES], limit=7)):
             seen += [j.id for j in batch]
         return seen
 
@@ -87,12 +88,12 @@ def test_scheduled_jobs_promoted_by_several_nodes_are_each_claimed_once(
     nodes: list[PostgresStorage],
 ) -> None:
     due = T0 + timedelta(seconds=10)
-    nodes[0].job_insert_many([new_job(run_at=due) for _ in range(200)], T0)
-    assert claim(nodes[1], T0, limit=10) == []
+    run_blocking(nodes[0].job_insert_many([new_job(run_at=due) for _ in range(200)], T0))
+    assert run_blocking(claim(nodes[1], T0, limit=10)) == []
 
     def drain(i: int) -> list[int]:
         seen = []
-        while batch := claim(nodes[i % NODES], due, limit=5):
+        while batch := run_blocking(claim(nodes[i % NODES], due, limit=5)):
             seen += [j.id for j in batch]
         return seen
 
@@ -107,7 +108,9 @@ def test_same_idempotency_key_on_two_nodes_at_once_makes_one_job(
         key = f"order-{round_}"
         outcomes = all_at_once(
             NODES,
-            lambda i, key=key: nodes[i].job_insert_many([new_job(key=key, fingerprint="f")], T0),
+            lambda i, key=key: run_blocking(
+                nodes[i].job_insert_many([new_job(key=key, fingerprint="f")], T0)
+            ),
         )
         jobs = [job for ((job, _),) in outcomes]
         created = [made for ((_, made),) in outcomes]
@@ -117,32 +120,32 @@ def test_same_idempotency_key_on_two_nodes_at_once_makes_one_job(
 def test_expired_leases_swept_by_every_node_are_rescued_once(
     nodes: list[PostgresStorage],
 ) -> None:
-    nodes[0].job_insert_many([new_job() for _ in range(60)], T0)
-    claimed = claim(nodes[0], limit=60)
+    run_blocking(nodes[0].job_insert_many([new_job() for _ in range(60)], T0))
+    claimed = run_blocking(claim(nodes[0], limit=60))
     later = T0 + timedelta(seconds=31)
     rescued = all_at_once(
-        NODES, lambda i: nodes[i].job_rescue_expired(later, lambda j: later, limit=20)
+        NODES, lambda i: run_blocking(nodes[i].job_rescue_expired(later, lambda j: later, limit=20))
     )
     ids = [job.id for batch in rescued for job in batch]
     assert len(ids) == len(set(ids))
-    while more := nodes[1].job_rescue_expired(later, lambda j: later, limit=20):
+    while more := run_blocking(nodes[1].job_rescue_expired(later, lambda j: later, limit=20)):
         ids += [job.id for job in more]
     assert sorted(ids) == sorted(j.id for j in claimed)
     for job in claimed:
-        kinds = [e.event for e in nodes[2].job_events(job.id)]
+        kinds = [e.event for e in run_blocking(nodes[2].job_events(job.id))]
         assert kinds.count(EventKind.LEASE_EXPIRED) == 1
 
 
 def test_pruners_on_every_node_delete_each_job_once(nodes: list[PostgresStorage]) -> None:
-    nodes[0].job_insert_many([new_job() for _ in range(50)], T0)
-    for job in claim(nodes[0], limit=50):
-        finish(nodes[0], job)
+    run_blocking(nodes[0].job_insert_many([new_job() for _ in range(50)], T0))
+    for job in run_blocking(claim(nodes[0], limit=50)):
+        run_blocking(finish(nodes[0], job))
     cutoffs = {JobStatus.COMPLETED: T0 + timedelta(days=1)}
-    pruned = all_at_once(NODES, lambda i: nodes[i].job_prune(cutoffs, limit=10))
-    while more := nodes[0].job_prune(cutoffs, limit=10):
+    pruned = all_at_once(NODES, lambda i: run_blocking(nodes[i].job_prune(cutoffs, limit=10)))
+    while more := run_blocking(nodes[0].job_prune(cutoffs, limit=10)):
         pruned.append(more)
     assert sum(pruned) == 50
-    assert nodes[1].job_list(JobListParams(limit=10)) == []
+    assert run_blocking(nodes[1].job_list(JobListParams(limit=10))) == []
 
 
 def test_a_job_made_ready_on_one_node_wakes_listeners_on_another(
@@ -154,11 +157,11 @@ def test_a_job_made_ready_on_one_node_wakes_listeners_on_another(
     listener = nodes[1]._listener
     assert listener is not None and listener.listening.wait(10)
     woken.clear()  # the (re)connection itself wakes once
-    ((job, _),) = nodes[0].job_insert_many([new_job()], T0)
+    ((job, _),) = run_blocking(nodes[0].job_insert_many([new_job()], T0))
     assert woken.wait(10), "enqueue on node 0 did not reach node 1"
-    nodes[0].job_cancel(job.id, "shop", T0)
+    run_blocking(nodes[0].job_cancel(job.id, "shop", T0))
     woken.clear()
-    nodes[2].job_requeue(job.id, "root", T0)
+    run_blocking(nodes[2].job_requeue(job.id, "root", T0))
     assert woken.wait(10), "redrive on node 2 did not reach node 1"
 
 
@@ -171,7 +174,7 @@ def test_notifications_of_another_schema_are_ignored(nodes: list[PostgresStorage
         other = PostgresStorage(other_url, pool_size=1)
         try:
             woken.clear()
-            other.job_insert_many([new_job()], T0)
+            run_blocking(other.job_insert_many([new_job()], T0))
             assert not woken.wait(1.0)
         finally:
             other.close()
@@ -182,7 +185,7 @@ def test_durability_sets_synchronous_commit(durability: str, expected: str) -> N
     with fresh_schema() as url:
         store = PostgresStorage(url, durability=durability, pool_size=1)
         try:
-            rows = store._read("current_schema", {})
+            rows = run_blocking(store._read("current_schema", {}))
             assert rows[0]["name"].startswith("ql_test_")
             with store._pool.connection() as conn:
                 row = conn.execute("SHOW synchronous_commit").fetchone()
@@ -203,8 +206,8 @@ def table_dump(store: PostgresStorage) -> str:
 
 def test_v01_keys_are_stored_only_as_hashes(nodes: list[PostgresStorage]) -> None:
     ring = KeyRing(nodes[0], SystemClock())
-    _, plaintext = ring.create("p", frozenset({Role.PRODUCER}))
-    assert ring.authenticate(plaintext).name == "p"
+    _, plaintext = run_blocking(ring.create("p", frozenset({Role.PRODUCER})))
+    assert run_blocking(ring.authenticate(plaintext)).name == "p"
     dump = table_dump(nodes[0])
     assert plaintext not in dump and plaintext[len(display_prefix(plaintext)) :] not in dump
 
@@ -222,26 +225,28 @@ def test_v08_sql_metacharacters_are_stored_as_text(nodes: list[PostgresStorage])
         idempotency_key=hostile,
         fingerprint="f",
     )
-    ((stored, _),) = nodes[0].job_insert_many([job], T0)
-    again = nodes[1].job_get(stored.id)
+    ((stored, _),) = run_blocking(nodes[0].job_insert_many([job], T0))
+    again = run_blocking(nodes[1].job_get(stored.id))
     assert again is not None and again.payload == {"q": "'; DROP TABLE jobs; --"}
     assert again.principal == hostile and again.idempotency_key == hostile
-    assert nodes[1].job_list(JobListParams(limit=10, type="noop")) == []
-    assert claim(nodes[2], types=["noop' OR '1'='1"])[0].id == stored.id
+    assert run_blocking(nodes[1].job_list(JobListParams(limit=10, type="noop"))) == []
+    assert run_blocking(claim(nodes[2], types=["noop' OR '1'='1"]))[0].id == stored.id
 
 
 def test_next_due_is_the_earliest_future_run_at_of_the_types(
     nodes: list[PostgresStorage],
 ) -> None:
     store = nodes[0]
-    assert store.job_next_due(T0) is None
+    assert run_blocking(store.job_next_due(T0)) is None
     soon, later = T0 + timedelta(seconds=5), T0 + timedelta(seconds=9)
-    store.job_insert_many([new_job(run_at=T0), new_job("send_email", run_at=soon)], T0)
-    store.job_insert_many([new_job(run_at=later)], T0)
-    assert store.job_next_due(T0) == soon
-    assert store.job_next_due(T0, ["noop"]) == later
-    assert store.job_next_due(T0, ["other"]) is None
-    assert store.job_next_due(later) is None
+    run_blocking(
+        store.job_insert_many([new_job(run_at=T0), new_job("send_email", run_at=soon)], T0)
+    )
+    run_blocking(store.job_insert_many([new_job(run_at=later)], T0))
+    assert run_blocking(store.job_next_due(T0)) == soon
+    assert run_blocking(store.job_next_due(T0, ["noop"])) == later
+    assert run_blocking(store.job_next_due(T0, ["other"])) is None
+    assert run_blocking(store.job_next_due(later)) is None
 
 
 @pytest.mark.parametrize("types", [None, ["noop"]])
@@ -249,9 +254,9 @@ def test_claim_walks_the_ready_index_without_sorting(
     nodes: list[PostgresStorage], types: list[str] | None
 ) -> None:
     store = nodes[0]
-    store.job_insert_many([new_job() for _ in range(500)], T0)
-    for job in claim(store, limit=100):
-        finish(store, job)
+    run_blocking(store.job_insert_many([new_job() for _ in range(500)], T0))
+    for job in run_blocking(claim(store, limit=100)):
+        run_blocking(finish(store, job))
     # Every pending job is due: the planner walks the ready index in claim order. (When
     # most pending jobs are scheduled later it may rather take jobs_due and sort the few.)
     args = {
@@ -305,7 +310,7 @@ def test_listener_reconnects_after_losing_its_connection(nodes: list[PostgresSto
     assert killed and all(row["done"] for row in killed)
     for _ in range(100):  # bounded: the listener notices, waits a second, reconnects
         woken.clear()
-        nodes[0].job_insert_many([new_job()], T0)
+        run_blocking(nodes[0].job_insert_many([new_job()], T0))
         if woken.wait(0.5):
             break
     assert woken.is_set() and listener.listening.is_set()
@@ -332,12 +337,12 @@ def test_connections_dropped_by_the_server_are_replaced_not_handed_out(
     nodes: list[PostgresStorage],
 ) -> None:
     victim, killer = nodes[0], nodes[1]
-    ((job, _),) = victim.job_insert_many([new_job()], T0)
+    ((job, _),) = run_blocking(victim.job_insert_many([new_job()], T0))
     assert _terminate_pooled_connection(victim, killer)
     # The dead connection is checked when taken from the pool and replaced: even a
     # write, which is never retried, goes through.
-    assert len(victim.job_insert_many([new_job()], T0)) == 1
-    assert victim.job_get(job.id) is not None
+    assert len(run_blocking(victim.job_insert_many([new_job()], T0))) == 1
+    assert run_blocking(victim.job_get(job.id)) is not None
 
 
 def test_an_unreachable_database_is_503_unavailable_not_500(
@@ -346,7 +351,7 @@ def test_an_unreachable_database_is_503_unavailable_not_500(
     store = nodes[0]
     store._pool.close()  # nothing can be had from it now
     with pytest.raises(StorageUnavailable):
-        store.job_get(1)
+        run_blocking(store.job_get(1))
     with pytest.raises(StorageUnavailable):
-        store.job_insert_many([new_job()], T0)
+        run_blocking(store.job_insert_many([new_job()], T0))
     assert StorageUnavailable.status == 503

@@ -18,15 +18,17 @@ from queuelog.errors import RateLimited, Unauthenticated
 from queuelog.models import ApiKey, Role
 from queuelog.storage.sqlite.store import SqliteStorage
 
+pytestmark = pytest.mark.anyio
 
-def test_keys_are_prefixed_random_and_checksummed() -> None:
+
+async def test_keys_are_prefixed_random_and_checksummed() -> None:
     keys = {generate_key() for _ in range(200)}
     assert len(keys) == 200
     for key in keys:
         assert key.startswith("ql_") and len(key) == 41 and looks_like_key(key)
 
 
-def test_a_changed_character_breaks_the_checksum() -> None:
+async def test_a_changed_character_breaks_the_checksum() -> None:
     key = generate_key()
     body = key[3:35]
     flipped = "ql_" + ("A" if body[0] != "A" else "B") + body[1:] + key[35:]
@@ -37,13 +39,13 @@ def test_a_changed_character_breaks_the_checksum() -> None:
     assert not looks_like_key(key[:-1] + "\u0663")  # a digit, but not an ASCII one
 
 
-def test_hash_is_stable_and_hides_the_key() -> None:
+async def test_hash_is_stable_and_hides_the_key() -> None:
     key = generate_key()
     assert hash_key(key) == hash_key(key) and key not in hash_key(key)
     assert display_prefix(key) == key[:9]
 
 
-def test_rate_limiter_refills_over_time() -> None:
+async def test_rate_limiter_refills_over_time() -> None:
     now = [0.0]
     limiter = RateLimiter(rate=2, burst=2, monotonic=lambda: now[0])
     limiter.check(1)
@@ -59,28 +61,28 @@ def test_rate_limiter_refills_over_time() -> None:
     limiter.check(1)
 
 
-def test_rate_zero_turns_the_limiter_off() -> None:
+async def test_rate_zero_turns_the_limiter_off() -> None:
     limiter = RateLimiter(rate=0, burst=1)
     for _ in range(100):
         limiter.check(1)
 
 
-def test_a_lookup_racing_a_revoke_is_not_cached(tmp_path: Path) -> None:
+async def test_a_lookup_racing_a_revoke_is_not_cached(tmp_path: Path) -> None:
     storage = SqliteStorage(tmp_path / "k.db")
     ring = KeyRing(storage, FakeClock(), ttl=60)
-    key, plaintext = ring.create("mallory", frozenset({Role.PRODUCER}))
+    key, plaintext = await ring.create("mallory", frozenset({Role.PRODUCER}))
     real_read = storage.key_by_hash
 
-    def read_then_revoke(digest: str) -> ApiKey | None:
-        found = real_read(digest)  # read while the key is still active...
-        ring.revoke(key.id)  # ...and the revoke lands before the read is cached
+    async def read_then_revoke(digest: str) -> ApiKey | None:
+        found = await real_read(digest)  # read while the key is still active...
+        await ring.revoke(key.id)  # ...and the revoke lands before the read is cached
         return found
 
     storage.key_by_hash = read_then_revoke  # type: ignore[method-assign]
-    ring.authenticate(plaintext)  # the request already in flight goes through
+    await ring.authenticate(plaintext)  # the request already in flight goes through
     storage.key_by_hash = real_read  # type: ignore[method-assign]
     with pytest.raises(Unauthenticated):
-        ring.authenticate(plaintext)
+        await ring.authenticate(plaintext)
     storage.close()
 
 
@@ -91,38 +93,38 @@ def keys(tmp_path: Path) -> Iterator[tuple[KeyRing, list[str]]]:
     reads: list[str] = []
     real_read = storage.key_by_hash
 
-    def counted(digest: str) -> ApiKey | None:
+    async def counted(digest: str) -> ApiKey | None:
         reads.append(digest)
-        return real_read(digest)
+        return await real_read(digest)
 
     storage.key_by_hash = counted  # type: ignore[method-assign]
     yield KeyRing(storage, FakeClock(), ttl=60), reads
     storage.close()
 
 
-def test_a_key_seen_within_the_ttl_is_answered_without_a_read(
+async def test_a_key_seen_within_the_ttl_is_answered_without_a_read(
     keys: tuple[KeyRing, list[str]],
 ) -> None:
     ring, reads = keys
-    key, plaintext = ring.create("p", frozenset({Role.PRODUCER}))
-    assert ring.authenticate(plaintext).id == key.id
-    assert ring.authenticate(plaintext).id == key.id
+    key, plaintext = await ring.create("p", frozenset({Role.PRODUCER}))
+    assert (await ring.authenticate(plaintext)).id == key.id
+    assert (await ring.authenticate(plaintext)).id == key.id
     assert reads == [hash_key(plaintext)]
     unknown = generate_key()  # well formed, never stored: the miss is cached too
     for _ in range(2):
         with pytest.raises(Unauthenticated):
-            ring.authenticate(unknown)
+            await ring.authenticate(unknown)
     assert reads == [hash_key(plaintext), hash_key(unknown)]
 
 
-def test_a_secret_that_is_not_a_key_is_refused_without_a_read(
+async def test_a_secret_that_is_not_a_key_is_refused_without_a_read(
     keys: tuple[KeyRing, list[str]],
 ) -> None:
     ring, reads = keys
-    _, plaintext = ring.create("p", frozenset({Role.PRODUCER}))
+    _, plaintext = await ring.create("p", frozenset({Role.PRODUCER}))
     broken = plaintext[:-1] + ("A" if plaintext[-1] != "A" else "B")  # checksum fails
     not_keys = [broken, plaintext[:-1], plaintext + "x", plaintext[:-1] + "\u0663", "", "\ud800"]
     for presented in not_keys * 2:
         with pytest.raises(Unauthenticated):
-            ring.authenticate(presented)
+            await ring.authenticate(presented)
     assert reads == []

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
-from starlette.types import ASGIApp
 
 from queuelog import __version__
 from queuelog.api.deps import AppState
 from queuelog.api.docs import mount_docs
-from queuelog.api.fastlane import FastLane
 from queuelog.api.metrics import Metrics, MetricsMiddleware
 from queuelog.api.middleware import BodyLimitMiddleware
 from queuelog.api.problems import install_handlers
@@ -25,7 +21,7 @@ from queuelog.dashboard import dashboard_router
 from queuelog.maintenance import Maintenance
 from queuelog.service import JobService
 from queuelog.storage import open_storage
-from queuelog.storage.base import LoopGroups, ReadySubscriber, Storage
+from queuelog.storage.protocol import ReadySubscriber, Storage
 from queuelog.wakeup import Wakeup
 
 DESCRIPTION = """
@@ -64,34 +60,17 @@ Choices where the contract is silent:
 """
 
 
-class App(FastAPI):
-    """FastAPI with the fast lanes (``api/fastlane.py``) in front of its middleware stack."""
-
-    front: Callable[[ASGIApp], ASGIApp] | None = None
-
-    def build_middleware_stack(self) -> ASGIApp:
-        stack = super().build_middleware_stack()
-        return stack if self.front is None else self.front(stack)
-
-
 def create_app(
     settings: Settings,
     storage: Storage | None = None,
     clock: Clock | None = None,
     run_maintenance: bool = True,
-    fast_lane: bool = True,
 ) -> FastAPI:
-    """Build the application; it owns (and closes) the storage it is given or opens.
-
-    ``fast_lane=False`` leaves the hottest routes (``api/fastlane.py``) to their
-    FastAPI routes alone (the tests compare both ways of serving them).
-    """
+    """Build the application; it owns (and closes) the storage it is given or opens."""
     clock = clock or SystemClock()
     storage = storage or open_storage(settings)
     wakeup = Wakeup()
-    # On SQLite a claimer woken before an enqueue's group runs claims in that group.
-    coming = wakeup.coming if isinstance(storage, LoopGroups) and storage.loop_groups else None
-    service = JobService(storage, settings, clock, on_ready=wakeup.notify, on_coming=coming)
+    service = JobService(storage, settings, clock, on_ready=wakeup.notify)
     if isinstance(storage, ReadySubscriber):
         # Jobs made ready on other nodes sharing the database wake this node's claimers.
         storage.subscribe(wakeup.notify)
@@ -110,10 +89,10 @@ def create_app(
         try:
             yield
         finally:
-            maintenance.stop()
+            await maintenance.stop()
             storage.close()
 
-    app = App(
+    app = FastAPI(
         title="queuelog",
         version=__version__,
         description=DESCRIPTION,
@@ -139,17 +118,4 @@ def create_app(
         BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
     )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
-    if fast_lane:
-        routes = {
-            r.path: r
-            for r in (*jobs.router.routes, *claims.router.routes)
-            if isinstance(r, APIRoute) and r.methods == {"POST"}
-        }
-        app.front = partial(
-            FastLane,
-            state=state,
-            routes=routes,
-            metrics=app.state.metrics,
-            max_bytes=settings.limits.max_request_bytes,
-        )
     return app

@@ -52,7 +52,7 @@ async def _current_key(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> ApiKey:
     state = state_of(request)
-    key = state.keys.authenticate(credentials.credentials if credentials else None)
+    key = await state.keys.authenticate(credentials.credentials if credentials else None)
     state.limiter.check(key.id)
     request.state.principal = key.name
     return key

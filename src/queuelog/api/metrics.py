@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from itertools import accumulate
 
 import prometheus_client.metrics
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -24,14 +24,17 @@ from queuelog.service import JobService
 
 
 class _JobsCollector:
-    def __init__(self, service: JobService) -> None:
-        self._service = service
+    """Jobs by status and type, as counted by the scrape that asked for them (the count
+    is a database read, awaited by the /metrics route before the registry is rendered)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
 
     def collect(self) -> Iterator[Metric]:
         gauge = GaugeMetricFamily(
             "queuelog_jobs", "Jobs by status and type", labels=["status", "type"]
         )
-        for (status, job_type), count in self._service.stats().counts.items():
+        for (status, job_type), count in self.counts.items():
             gauge.add_metric([status, job_type], count)
         yield gauge
 
@@ -112,9 +115,16 @@ class Metrics:
 
     def __init__(self, service: JobService) -> None:
         self.registry = CollectorRegistry()
+        self._service = service
         self._http = _HttpCollector()
+        self._jobs = _JobsCollector()
         self.registry.register(self._http)
-        self.registry.register(_JobsCollector(service))
+        self.registry.register(self._jobs)
+
+    async def exposition(self) -> bytes:
+        """The registry in Prometheus' text format, with the jobs counted now."""
+        self._jobs.counts = (await self._service.stats()).counts
+        return generate_latest(self.registry)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count one request and record its latency."""

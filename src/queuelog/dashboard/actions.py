@@ -25,29 +25,29 @@ def _see(url: str) -> Response:
 
 
 @router.post("/jobs/{job_id}/retry")
-def retry_job(request: Request, job_id: int, posted: Posted) -> Response:
-    state_of(request).service.retry(posted.admin, job_id)
+async def retry_job(request: Request, job_id: int, posted: Posted) -> Response:
+    await state_of(request).service.retry(posted.admin, job_id)
     return _see(f"/ui/jobs/{job_id}?notice=retried")
 
 
 @router.post("/jobs/{job_id}/cancel")
-def cancel_job(request: Request, job_id: int, posted: Posted) -> Response:
-    state_of(request).service.cancel(posted.admin, job_id)
+async def cancel_job(request: Request, job_id: int, posted: Posted) -> Response:
+    await state_of(request).service.cancel(posted.admin, job_id)
     return _see(f"/ui/jobs/{job_id}?notice=cancelled")
 
 
 @router.post("/retry-failed")
-def retry_failed(request: Request, posted: Posted) -> Response:
+async def retry_failed(request: Request, posted: Posted) -> Response:
     job_type = field_of(posted.form, "type")
     if not job_type:
         raise ValidationFailed("Name the job type whose failed jobs to retry")
-    count = state_of(request).service.retry_failed(posted.admin, job_type)
+    count = await state_of(request).service.retry_failed(posted.admin, job_type)
     query = urlencode({"type": job_type, "notice": "requeued", "count": count})
     return _see(f"/ui/jobs?{query}")
 
 
 @router.post("/keys")
-def create_key(request: Request, posted: Posted) -> Response:
+async def create_key(request: Request, posted: Posted) -> Response:
     """Create a key and show its plaintext on this one page, never again."""
     state = state_of(request)
     form = posted.form
@@ -59,11 +59,11 @@ def create_key(request: Request, posted: Posted) -> Response:
             [str(t) for t in form.getlist("types")],
             set(state.service.settings.types),
         )
-        key, plaintext = state.keys.create(name, roles, priority, types)
+        key, plaintext = await state.keys.create(name, roles, priority, types)
     except QueueError as exc:
-        page = key_page(request) | {"form_error": exc.detail}
+        page = (await key_page(request)) | {"form_error": exc.detail}
         return render(request, "keys.html", 422, **page, notice=None)
-    page = key_page(request) | {"created": key, "plaintext": plaintext}
+    page = (await key_page(request)) | {"created": key, "plaintext": plaintext}
     return render(request, "keys.html", 201, **page, notice=None)
 
 
@@ -87,6 +87,6 @@ def _key_fields(
 
 
 @router.post("/keys/{key_id}/revoke")
-def revoke_key(request: Request, key_id: int, posted: Posted) -> Response:
-    state_of(request).keys.revoke(key_id)
+async def revoke_key(request: Request, key_id: int, posted: Posted) -> Response:
+    await state_of(request).keys.revoke(key_id)
     return _see("/ui/keys?notice=key-revoked")

@@ -33,11 +33,11 @@ def _notice(code: str | None, count: int = 0) -> str | None:
 
 @router.get("")
 @router.get("/")
-def overview(request: Request, admin: Admin) -> Response:
+async def overview(request: Request, admin: Admin) -> Response:
     service = state_of(request).service
-    stats = service.stats()
+    stats = await service.stats()
     now = now_of(request)
-    leased, _ = service.list_jobs(admin.key, LEASED_SHOWN, status=JobStatus.RUNNING)
+    leased, _ = await service.list_jobs(admin.key, LEASED_SHOWN, status=JobStatus.RUNNING)
     oldest = stats.oldest_ready_at
     return render(
         request,
@@ -46,7 +46,7 @@ def overview(request: Request, admin: Admin) -> Response:
         by_type=views.by_type(stats.counts),
         ready=stats.ready,
         oldest_age=(now - oldest).total_seconds() if oldest else None,
-        chart=views.throughput_chart(service.throughput(60)),
+        chart=views.throughput_chart(await service.throughput(60)),
         leased=leased,
     )
 
@@ -61,7 +61,7 @@ def _status(value: str | None) -> JobStatus | None:
 
 
 @router.get("/jobs")
-def jobs(
+async def jobs(
     request: Request,
     admin: Admin,
     status: Annotated[str | None, Query(max_length=20)] = None,
@@ -72,7 +72,7 @@ def jobs(
     count: Annotated[int, Query(ge=0)] = 0,
 ) -> Response:
     service = state_of(request).service
-    found, next_cursor = service.list_jobs(
+    found, next_cursor = await service.list_jobs(
         admin.key,
         PAGE_SIZE,
         cursor=cursor or None,
@@ -99,45 +99,45 @@ def jobs(
 
 
 @router.get("/jobs/{job_id}")
-def job(
+async def job(
     request: Request,
     admin: Admin,
     job_id: int,
     notice: Annotated[str | None, Query(max_length=30)] = None,
 ) -> Response:
     service = state_of(request).service
-    found = service.get(admin.key, job_id)
+    found = await service.get(admin.key, job_id)
     return render(
         request,
         "job.html",
         job=found,
-        events=service.events(admin.key, job_id),
+        events=await service.events(admin.key, job_id),
         notice=_notice(notice),
     )
 
 
 @router.get("/retry-failed")
-def confirm_retry_failed(
+async def confirm_retry_failed(
     request: Request,
     admin: Admin,
     job_type: Annotated[str, Query(alias="type", min_length=1, max_length=100)],
 ) -> Response:
-    counts = state_of(request).service.stats().counts
+    counts = (await state_of(request).service.stats()).counts
     count = counts.get(("failed", job_type), 0)
     return render(request, "retry_failed.html", job_type=job_type, count=count)
 
 
 @router.get("/keys")
-def keys(
+async def keys(
     request: Request, admin: Admin, notice: Annotated[str | None, Query(max_length=30)] = None
 ) -> Response:
-    return render(request, "keys.html", 200, **key_page(request), notice=_notice(notice))
+    return render(request, "keys.html", 200, **(await key_page(request)), notice=_notice(notice))
 
 
-def key_page(request: Request) -> dict[str, object]:
+async def key_page(request: Request) -> dict[str, object]:
     state = state_of(request)
     return {
-        "keys": sorted(state.keys.list(), key=lambda k: (k.revoked_at is not None, -k.id)),
+        "keys": sorted(await state.keys.list(), key=lambda k: (k.revoked_at is not None, -k.id)),
         "types": sorted(state.service.settings.types),
         "roles": ["producer", "worker", "admin"],
         "priorities": ["low", "medium", "high", "critical"],

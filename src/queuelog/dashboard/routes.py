@@ -90,11 +90,11 @@ Form = Annotated[FormData, Depends(read_form)]
 
 
 @router.post("/login")
-def login(request: Request, form: Form) -> Response:
+async def login(request: Request, form: Form) -> Response:
     session = check_csrf(current_session(request), form)
     state = state_of(request)
     try:
-        key = state.keys.authenticate(field_of(form, "key"))
+        key = await state.keys.authenticate(field_of(form, "key"))
     except Unauthenticated:
         return _login_page(request, "This key is not valid, or it has been revoked.", 401)
     if not key.has(Role.ADMIN):

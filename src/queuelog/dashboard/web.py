@@ -141,13 +141,13 @@ def current_session(request: Request) -> Session | None:
     return session
 
 
-def _admin(request: Request) -> AdminSession:
+async def _admin(request: Request) -> AdminSession:
     """The logged-in admin; the key is looked up again on every request."""
     session = current_session(request)
     if session is None or session.key_id is None or session.key_hash is None:
         raise LoginRequired
     state: AppState = state_of(request)
-    key = state.service.storage.key_by_hash(session.key_hash)
+    key = await state.service.storage.key_by_hash(session.key_hash)
     if key is None or key.id != session.key_id or key.revoked_at or not key.has(Role.ADMIN):
         dashboard_of(request).sessions.end(session.id)
         raise LoginRequired

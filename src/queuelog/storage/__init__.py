@@ -1,9 +1,9 @@
-"""Storage backends behind one protocol (see base.py)."""
+"""Storage backends behind one protocol (see protocol.py)."""
 
 from __future__ import annotations
 
 from queuelog.config import Settings
-from queuelog.storage.base import Storage
+from queuelog.storage.protocol import Storage
 
 
 def open_storage(settings: Settings) -> Storage:

@@ -9,37 +9,33 @@ from typing import Any
 
 from queuelog.clock import from_micros, to_micros
 from queuelog.models import ApiKey, EventKind, Job, JobEvent, QueueStats
-from queuelog.storage.base import (
-    EventCount,
-    JobListParams,
-    Row,
-    event_from_row,
-    job_from_row,
-    key_from_row,
-)
+from queuelog.storage.protocol import EventCount, JobListParams
+from queuelog.storage.rows import Row, event_from_row, job_from_row, key_from_row
 
 
 class SqlReads(abc.ABC):
     """Reads by query name; a backend supplies ``_read`` on its own connections."""
 
     @abc.abstractmethod
-    def _read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+    async def _read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
         """Run the named query and return its rows."""
 
     @abc.abstractmethod
     def _types_param(self, types: Sequence[str] | None) -> Any:
         """A job-type filter as the backend's queries take it; None matches every type."""
 
-    def job_next_due(self, now: datetime, types: Sequence[str] | None = None) -> datetime | None:
+    async def job_next_due(
+        self, now: datetime, types: Sequence[str] | None = None
+    ) -> datetime | None:
         args = {"now": to_micros(now), "types": self._types_param(types)}
-        value = self._read("job_next_due", args)[0]["next_due"]
+        value = (await self._read("job_next_due", args))[0]["next_due"]
         return from_micros(value) if value is not None else None
 
-    def job_get(self, job_id: int) -> Job | None:
-        rows = self._read("job_get", {"id": job_id})
+    async def job_get(self, job_id: int) -> Job | None:
+        rows = await self._read("job_get", {"id": job_id})
         return job_from_row(rows[0]) if rows else None
 
-    def job_list(self, params: JobListParams) -> list[Job]:
+    async def job_list(self, params: JobListParams) -> list[Job]:
         args = {
             "before_id": params.before_id,
             "status": params.status.value if params.status else None,
@@ -50,7 +46,7 @@ class SqlReads(abc.ABC):
             "limit": params.limit,
         }
         if params.principal is None and params.holder is None:
-            return [job_from_row(r) for r in self._read("job_list", args)]
+            return [job_from_row(r) for r in await self._read("job_list", args)]
         # A key with both roles sees the union: each part newest first, merged.
         found: dict[int, Job] = {}
         for query, who in (
@@ -58,23 +54,24 @@ class SqlReads(abc.ABC):
             ("job_list_by_holder", "holder"),
         ):
             if args[who] is not None:
-                found.update((j.id, j) for j in map(job_from_row, self._read(query, args)))
+                rows = await self._read(query, args)
+                found.update((j.id, j) for j in map(job_from_row, rows))
         return sorted(found.values(), key=lambda j: j.id, reverse=True)[: params.limit]
 
-    def job_events(self, job_id: int) -> list[JobEvent]:
-        return [event_from_row(r) for r in self._read("job_events", {"job_id": job_id})]
+    async def job_events(self, job_id: int) -> list[JobEvent]:
+        return [event_from_row(r) for r in await self._read("job_events", {"job_id": job_id})]
 
-    def job_stats(self, now: datetime) -> QueueStats:
-        counts = {(r["status"], r["type"]): r["n"] for r in self._read("job_counts", {})}
+    async def job_stats(self, now: datetime) -> QueueStats:
+        counts = {(r["status"], r["type"]): r["n"] for r in await self._read("job_counts", {})}
         args = {"now": to_micros(now)}
-        oldest = self._read("job_oldest_ready", args)[0]["oldest"]
+        oldest = (await self._read("job_oldest_ready", args))[0]["oldest"]
         return QueueStats(
             counts=counts,
             oldest_ready_at=from_micros(oldest) if oldest is not None else None,
-            ready=self._read("job_ready_count", args)[0]["ready"],
+            ready=(await self._read("job_ready_count", args))[0]["ready"],
         )
 
-    def job_event_counts(
+    async def job_event_counts(
         self, since: datetime, until: datetime, bucket_seconds: int
     ) -> list[EventCount]:
         start = to_micros(since)
@@ -82,15 +79,15 @@ class SqlReads(abc.ABC):
         args = {"since": start, "until": to_micros(until), "bucket": bucket}
         return [
             EventCount(from_micros(start + r["bucket"] * bucket), EventKind(r["event"]), r["n"])
-            for r in self._read("job_event_counts", args)
+            for r in await self._read("job_event_counts", args)
         ]
 
-    def key_by_hash(self, key_hash: str) -> ApiKey | None:
-        rows = self._read("key_by_hash", {"key_hash": key_hash})
+    async def key_by_hash(self, key_hash: str) -> ApiKey | None:
+        rows = await self._read("key_by_hash", {"key_hash": key_hash})
         return key_from_row(rows[0]) if rows else None
 
-    def key_list(self) -> list[ApiKey]:
-        return [key_from_row(r) for r in self._read("key_list", {})]
+    async def key_list(self) -> list[ApiKey]:
+        return [key_from_row(r) for r in await self._read("key_list", {})]
 
-    def key_has_active_admin(self) -> bool:
-        return bool(self._read("key_active_admin", {}))
+    async def key_has_active_admin(self) -> bool:
+        return bool(await self._read("key_active_admin", {}))

@@ -9,7 +9,6 @@ from collections.abc import Iterable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from starlette.types import Receive
 
 from queuelog.api.deps import ServiceDep, Worker, state_of
@@ -91,8 +90,7 @@ async def claim_or_wait(
     or until the next scheduled job's ``run_at``; it does not poll in a loop. A
     client that has gone away (heard on ``receive``, the request's ASGI channel,
     watched from the start of a long poll) claims nothing; a server shutting down
-    stops waiting. A woken claim is made at once, on the same turn: an enqueue's
-    early wake-up (``Wakeup.coming``) then finds it in the insert's own group.
+    stops waiting.
     """
     types = service.claimable_types(caller, body.types)
     arrived = time.monotonic()
@@ -103,17 +101,17 @@ async def claim_or_wait(
         await asyncio.sleep(0)  # one step: a client gone already is heard at once
     try:
         while True:
-            with wakeup.waiter(types, since=arrived) as waiter:
+            with wakeup.waiter(types) as waiter:
                 if gone is not None and gone.done():
                     gone.result()  # a failure to read the channel is raised, not hidden
                     return []
-                jobs = await service.claim_async(
+                jobs = await service.claim(
                     caller, types, body.limit, body.lease_seconds, body.instance
                 )
                 remaining = deadline - time.monotonic()
                 if jobs or remaining <= 0 or wakeup.closed:
                     return jobs
-                next_due = await run_in_threadpool(service.next_due, types)
+                next_due = await service.next_due(types)
                 if next_due is not None:
                     until_due = (next_due - service.clock.now()).total_seconds()
                     remaining = min(remaining, max(until_due, 0.001))
@@ -210,7 +208,7 @@ async def complete_batch_answer(
     """Complete the batch; the answer, one result per item in order (without the jobs
     if ``minimal``)."""
     specs = [FinishSpec(i.id, i.lease_token, result=i.result) for i in body.items]
-    outcomes = await service.finish_many_async(caller, specs, with_jobs=not minimal)
+    outcomes = await service.finish_many(caller, specs, with_jobs=not minimal)
     admin = caller.has(Role.ADMIN)
     results = [_item(spec.job_id, out, admin) for spec, out in zip(specs, outcomes, strict=True)]
     headers = {"Preference-Applied": "return=minimal"} if minimal else None
@@ -235,7 +233,7 @@ def _item(job_id: IdPath, outcome: Job | Finished | QueueError, admin: bool) -> 
 async def heartbeat(
     job_id: IdPath, body: HeartbeatRequest, caller: Worker, service: ServiceDep
 ) -> Response:
-    job = await service.heartbeat_async(caller, job_id, body.lease_token, body.lease_seconds)
+    job = await service.heartbeat(caller, job_id, body.lease_token, body.lease_seconds)
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
 
 
@@ -253,7 +251,7 @@ async def heartbeat(
 async def release(
     job_id: IdPath, body: ReleaseRequest, caller: Worker, service: ServiceDep
 ) -> Response:
-    job = await service.release_async(caller, job_id, body.lease_token)
+    job = await service.release(caller, job_id, body.lease_token)
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
 
 
@@ -268,7 +266,7 @@ async def complete(
     job_id: IdPath, body: CompleteRequest, caller: Worker, service: ServiceDep
 ) -> Response:
     spec = FinishSpec(job_id, body.lease_token, result=body.result)
-    job = await service.finish_async(caller, spec)
+    job = await service.finish(caller, spec)
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
 
 
@@ -293,5 +291,5 @@ async def fail(job_id: IdPath, body: FailRequest, caller: Worker, service: Servi
         retryable=body.retryable,
         retry_in_seconds=body.retry_in_seconds,
     )
-    job = await service.finish_async(caller, spec)
+    job = await service.finish(caller, spec)
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))

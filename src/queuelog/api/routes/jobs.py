@@ -91,7 +91,7 @@ async def enqueue(
     service: ServiceDep,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> Response:
-    job, created = await service.enqueue_async(caller, enqueue_spec(body, idempotency_key))
+    job, created = await service.enqueue(caller, enqueue_spec(body, idempotency_key))
     status, headers, content = enqueue_answer(job, created, caller)
     return JSONResponse(content, status_code=status, headers=headers)
 
@@ -107,7 +107,7 @@ async def enqueue_batch(
     body: BatchEnqueueRequest, caller: Producer, service: ServiceDep
 ) -> Response:
     specs = [_spec(item) for item in body.jobs]
-    results = await service.enqueue_many_async(caller, specs, batch=True)
+    results = await service.enqueue_many(caller, specs, batch=True)
     admin = caller.has(Role.ADMIN)
     items = [{"job": job_json(job, admin), "created": created} for job, created in results]
     return JSONResponse({"jobs": items})
@@ -123,7 +123,7 @@ async def enqueue_batch(
     ),
     responses=problems(*AUTHED, 422),
 )
-def list_jobs(
+async def list_jobs(
     caller: Reader,
     service: ServiceDep,
     status: JobStatus | None = None,
@@ -131,7 +131,7 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=100)] = None,
 ) -> Response:
-    jobs, next_cursor = service.list_jobs(caller, limit, cursor, status, type)
+    jobs, next_cursor = await service.list_jobs(caller, limit, cursor, status, type)
     admin = caller.has(Role.ADMIN)
     return JSONResponse({"jobs": [job_json(j, admin) for j in jobs], "next_cursor": next_cursor})
 
@@ -142,8 +142,8 @@ def list_jobs(
     summary="Get one job",
     responses=problems(*AUTHED, 404),
 )
-def get_job(job_id: IdPath, caller: Reader, service: ServiceDep) -> Response:
-    job = service.get(caller, job_id)
+async def get_job(job_id: IdPath, caller: Reader, service: ServiceDep) -> Response:
+    job = await service.get(caller, job_id)
     return JSONResponse(job_json(job, show_error=caller.has(Role.ADMIN)))
 
 
@@ -153,8 +153,8 @@ def get_job(job_id: IdPath, caller: Reader, service: ServiceDep) -> Response:
     summary="A job's history, oldest first",
     responses=problems(*AUTHED, 404),
 )
-def job_events(job_id: IdPath, caller: Reader, service: ServiceDep) -> Response:
-    events = service.events(caller, job_id)
+async def job_events(job_id: IdPath, caller: Reader, service: ServiceDep) -> Response:
+    events = await service.events(caller, job_id)
     admin = caller.has(Role.ADMIN)
     return JSONResponse({"events": [event_json(e, admin) for e in events]})
 
@@ -165,8 +165,8 @@ def job_events(job_id: IdPath, caller: Reader, service: ServiceDep) -> Response:
     summary="Cancel a pending job (owning producer or admin)",
     responses=problems(*AUTHED, 404, 409),
 )
-def cancel_job(job_id: IdPath, caller: Canceller, service: ServiceDep) -> Response:
-    job = service.cancel(caller, job_id)
+async def cancel_job(job_id: IdPath, caller: Canceller, service: ServiceDep) -> Response:
+    job = await service.cancel(caller, job_id)
     return JSONResponse(job_json(job, show_error=caller.has(Role.ADMIN)))
 
 
@@ -177,6 +177,6 @@ def cancel_job(job_id: IdPath, caller: Canceller, service: ServiceDep) -> Respon
     description="`failed` or `cancelled` -> `pending` with `retry_count = 0` and `run_at = now`.",
     responses=problems(*AUTHED, 404, 409),
 )
-def retry_job(job_id: IdPath, caller: Admin, service: ServiceDep) -> Response:
-    job = service.retry(caller, job_id)
+async def retry_job(job_id: IdPath, caller: Admin, service: ServiceDep) -> Response:
+    job = await service.retry(caller, job_id)
     return JSONResponse(job_json(job, show_error=True))

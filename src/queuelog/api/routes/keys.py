@@ -44,11 +44,13 @@ def key_json(key: ApiKey) -> dict[str, Any]:
     description="The plaintext `key` is in this response only; the server keeps a hash.",
     responses=problems(*AUTHED, 413, 415, 422),
 )
-def create_key(body: KeyCreateRequest, _: Admin, keys: KeyRingDep, service: ServiceDep) -> Response:
+async def create_key(
+    body: KeyCreateRequest, _: Admin, keys: KeyRingDep, service: ServiceDep
+) -> Response:
     for name in body.types or ():
         if service.settings.job_type(name) is None:
             raise UnknownJobType(f"Job type {name!r} is not configured")
-    key, plaintext = keys.create(
+    key, plaintext = await keys.create(
         body.name,
         frozenset(body.roles),
         priority_of(body.max_priority),
@@ -60,8 +62,8 @@ def create_key(body: KeyCreateRequest, _: Admin, keys: KeyRingDep, service: Serv
 @router.get(
     "", response_model=KeyListOut, summary="List API keys (no secrets)", responses=problems(*AUTHED)
 )
-def list_keys(_: Admin, keys: KeyRingDep) -> Response:
-    return JSONResponse({"keys": [key_json(k) for k in keys.list()]})
+async def list_keys(_: Admin, keys: KeyRingDep) -> Response:
+    return JSONResponse({"keys": [key_json(k) for k in await keys.list()]})
 
 
 @router.delete(
@@ -71,6 +73,6 @@ def list_keys(_: Admin, keys: KeyRingDep) -> Response:
     description="The key stops working at once.",
     responses=problems(*AUTHED, 404),
 )
-def revoke_key(key_id: IdPath, _: Admin, keys: KeyRingDep) -> Response:
-    keys.revoke(key_id)
+async def revoke_key(key_id: IdPath, _: Admin, keys: KeyRingDep) -> Response:
+    await keys.revoke(key_id)
     return Response(status_code=204)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from queuelog.api.deps import Admin, ServiceDep
 from queuelog.api.openapi import AUTHED, problems
@@ -23,8 +23,8 @@ def healthz() -> dict[str, str]:
     summary="The database is reachable (no auth)",
     responses={503: {"description": "`unavailable`: the database cannot be reached."}},
 )
-def readyz(service: ServiceDep) -> Response:
-    if not service.storage.ping():
+async def readyz(service: ServiceDep) -> Response:
+    if not await service.storage.ping():
         return problem(503, "unavailable", "Database unavailable")
     return JSONResponse({"status": "ready"})
 
@@ -34,8 +34,8 @@ def readyz(service: ServiceDep) -> Response:
     summary="Counts by status and type, and the age of the oldest ready job (admin)",
     responses=problems(*AUTHED),
 )
-def stats(_: Admin, service: ServiceDep) -> Response:
-    snapshot = service.stats()
+async def stats(_: Admin, service: ServiceDep) -> Response:
+    snapshot = await service.stats()
     by_status: dict[str, int] = {}
     by_type: dict[str, dict[str, int]] = {}
     for (status, job_type), count in sorted(snapshot.counts.items()):
@@ -54,6 +54,6 @@ def stats(_: Admin, service: ServiceDep) -> Response:
     response_class=Response,
     responses=problems(*AUTHED) | {200: {"content": {"text/plain": {}}}},
 )
-def metrics(request: Request, _: Admin) -> Response:
-    registry = request.app.state.metrics.registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(request: Request, _: Admin) -> Response:
+    exposition = await request.app.state.metrics.exposition()
+    return Response(exposition, media_type=CONTENT_TYPE_LATEST)

@@ -28,15 +28,6 @@ SELECT pg_notify('queuelog_ready', current_schema());
 -- name: current_schema
 SELECT current_schema() AS name;
 
--- name: job_insert
-INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
-                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
-VALUES (%(type)s, %(payload)s, %(priority)s, %(max_retries)s, %(lease_seconds)s, %(principal)s,
-        %(idempotency_key)s::text, %(fingerprint)s::text, %(run_at)s,
-        %(run_at)s::bigint > %(now)s::bigint, %(now)s, %(now)s)
-ON CONFLICT (principal, idempotency_key) DO NOTHING
-RETURNING *;
-
 -- name: job_insert_batch
 -- Every job of the JSON array %(jobs)s, in its order, in one statement. A job whose
 -- (principal, idempotency_key) is taken is skipped. Ids rise in the array's order.

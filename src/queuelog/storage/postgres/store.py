@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+import anyio.to_thread
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import DictRow, dict_row
@@ -30,21 +31,13 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from queuelog.clock import to_micros
 from queuelog.errors import QueueError, StorageUnavailable
-from queuelog.models import ApiKey, Job, JobStatus
-from queuelog.storage.base import (
-    ClaimParams,
-    FinishParams,
-    NewJob,
-    NewKey,
-    ThreadedWrites,
-    held_params,
-    key_from_row,
-    key_params,
-)
+from queuelog.models import ApiKey, Finished, Job, JobStatus
 from queuelog.storage.postgres import transactions as tx
 from queuelog.storage.postgres.listener import ReadyListener
 from queuelog.storage.postgres.transactions import Conn, Q
+from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, NewKey
 from queuelog.storage.reads import SqlReads
+from queuelog.storage.rows import finished, held_params, key_from_row, key_params
 
 T = TypeVar("T")
 
@@ -55,7 +48,7 @@ _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 _UNREACHABLE = (psycopg.OperationalError, PoolTimeout)
 
 
-class PostgresStorage(SqlReads, ThreadedWrites):
+class PostgresStorage(SqlReads):
     def __init__(
         self,
         url: str,
@@ -90,7 +83,7 @@ class PostgresStorage(SqlReads, ThreadedWrites):
         self._listener_lock = threading.Lock()
         try:
             self._pool.open(wait=True, timeout=connect_timeout)
-            self.migrate()
+            self._write_now(tx.apply_migrations)
         except BaseException:  # unreachable or failed to migrate: stop the pool's threads
             self._pool.close()
             raise
@@ -100,7 +93,11 @@ class PostgresStorage(SqlReads, ThreadedWrites):
     def _configure(self, conn: Conn) -> None:
         conn.execute(Q["session_durability"], {"value": self._synchronous_commit})
 
-    def _read(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
+    async def _read(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
+        """Run a named query on a pool thread, so the event loop never waits for it."""
+        return await anyio.to_thread.run_sync(self._read_now, name, params)
+
+    def _read_now(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
         """Run a named query; a read is tried once more on a fresh connection."""
         for attempt in range(2):
             try:
@@ -111,7 +108,12 @@ class PostgresStorage(SqlReads, ThreadedWrites):
                     raise StorageUnavailable("The database cannot be reached") from exc
         raise AssertionError("unreachable")
 
-    def _write(self, operation: Callable[[Conn], T]) -> T:
+    async def _write(self, operation: Callable[[Conn], T]) -> T:
+        """Run ``operation`` in one transaction on a pool thread (psycopg's blocking
+        connections are kept off the event loop)."""
+        return await anyio.to_thread.run_sync(self._write_now, operation)
+
+    def _write_now(self, operation: Callable[[Conn], T]) -> T:
         """Run ``operation`` in one transaction; again if it lost a deadlock.
 
         A lost connection is not retried: the commit may have happened. The caller
@@ -128,9 +130,6 @@ class PostgresStorage(SqlReads, ThreadedWrites):
                 raise StorageUnavailable("The database cannot be reached") from exc
         raise AssertionError("unreachable")
 
-    def migrate(self) -> None:
-        self._write(tx.apply_migrations)
-
     def close(self) -> None:
         with self._listener_lock:
             if self._listener is not None:
@@ -138,7 +137,10 @@ class PostgresStorage(SqlReads, ThreadedWrites):
                 self._listener = None
         self._pool.close()
 
-    def ping(self) -> bool:
+    async def ping(self) -> bool:
+        return await anyio.to_thread.run_sync(self._ping_now)
+
+    def _ping_now(self) -> bool:
         try:
             with self._pool.connection(timeout=5.0) as conn:
                 conn.execute("SELECT 1").fetchone()
@@ -160,61 +162,61 @@ class PostgresStorage(SqlReads, ThreadedWrites):
 
     # -- jobs --------------------------------------------------------------
 
-    def job_insert_many(self, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
-        return self._write(lambda conn: tx.insert_many(conn, jobs, now))
+    async def job_insert_many(
+        self, jobs: Sequence[NewJob], now: datetime
+    ) -> list[tuple[Job, bool]]:
+        return await self._write(lambda conn: tx.insert_many(conn, jobs, now))
 
-    def job_claim(self, params: ClaimParams) -> list[Job]:
-        return self._write(lambda conn: tx.claim(conn, params))
+    async def job_claim(self, params: ClaimParams) -> list[Job]:
+        return await self._write(lambda conn: tx.claim(conn, params))
 
     def _types_param(self, types: Sequence[str] | None) -> list[str] | None:
         return list(types) if types is not None else None
 
-    def job_release(self, job_id: int, lease_token: str, worker_name: str, now: datetime) -> Job:
-        args = held_params(job_id, lease_token, worker_name, now)
-        return self._write(lambda conn: tx.release(conn, args, now))
+    async def job_release(self, held: HeldParams) -> Job:
+        args = held_params(held)
+        return await self._write(lambda conn: tx.release(conn, args, held.now))
 
-    def job_heartbeat(
-        self,
-        job_id: int,
-        lease_token: str,
-        worker_name: str,
-        lease_seconds: int | None,
-        now: datetime,
-    ) -> Job:
-        args = held_params(job_id, lease_token, worker_name, now, lease_seconds)
-        return self._write(lambda conn: tx.held(conn, "job_heartbeat", args))
+    async def job_heartbeat(self, held: HeldParams) -> Job:
+        args = held_params(held)
+        return await self._write(lambda conn: tx.held(conn, "job_heartbeat", args))
 
-    def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
-        return self._write(lambda conn: tx.finish_many(conn, items))
+    async def job_finish_many(
+        self, items: Sequence[FinishParams], with_jobs: bool = True
+    ) -> list[Job | Finished | QueueError]:
+        outcomes = await self._write(lambda conn: tx.finish_many(conn, items))
+        if with_jobs:
+            return list(outcomes)
+        return [o if isinstance(o, QueueError) else finished(o) for o in outcomes]
 
-    def job_rescue_expired(
+    async def job_rescue_expired(
         self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500
     ) -> list[Job]:
-        return self._write(lambda conn: tx.rescue(conn, now, retry_at, limit))
+        return await self._write(lambda conn: tx.rescue(conn, now, retry_at, limit))
 
-    def job_cancel(self, job_id: int, actor: str, now: datetime) -> Job:
-        return self._write(lambda conn: tx.cancel(conn, job_id, actor, now))
+    async def job_cancel(self, job_id: int, actor: str, now: datetime) -> Job:
+        return await self._write(lambda conn: tx.cancel(conn, job_id, actor, now))
 
-    def job_requeue(self, job_id: int, actor: str, now: datetime) -> Job:
-        return self._write(lambda conn: tx.requeue(conn, job_id, actor, now))
+    async def job_requeue(self, job_id: int, actor: str, now: datetime) -> Job:
+        return await self._write(lambda conn: tx.requeue(conn, job_id, actor, now))
 
-    def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int:
-        return self._write(lambda conn: tx.prune(conn, cutoffs, limit))
+    async def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int:
+        return await self._write(lambda conn: tx.prune(conn, cutoffs, limit))
 
-    def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
-        return self._write(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
+    async def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
+        return await self._write(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
 
     # -- keys --------------------------------------------------------------
 
-    def key_insert(self, key: NewKey, now: datetime) -> ApiKey:
+    async def key_insert(self, key: NewKey, now: datetime) -> ApiKey:
         args = key_params(key, now)
-        return self._write(lambda conn: key_from_row(tx.one(conn, "key_insert", args)))
+        return await self._write(lambda conn: key_from_row(tx.one(conn, "key_insert", args)))
 
-    def key_revoke(self, key_id: int, now: datetime) -> bool:
+    async def key_revoke(self, key_id: int, now: datetime) -> bool:
         args = {"id": key_id, "now": to_micros(now)}
-        return self._write(lambda conn: conn.execute(Q["key_revoke"], args).rowcount == 1)
+        return await self._write(lambda conn: conn.execute(Q["key_revoke"], args).rowcount == 1)
 
-    def key_insert_first_admin(self, key: NewKey, now: datetime) -> ApiKey | None:
+    async def key_insert_first_admin(self, key: NewKey, now: datetime) -> ApiKey | None:
         args = key_params(key, now)
 
         def insert_first(conn: Conn) -> ApiKey | None:
@@ -224,4 +226,4 @@ class PostgresStorage(SqlReads, ThreadedWrites):
                 return None
             return key_from_row(tx.one(conn, "key_insert", args))
 
-        return self._write(insert_first)
+        return await self._write(insert_first)

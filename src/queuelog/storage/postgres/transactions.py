@@ -18,11 +18,8 @@ from psycopg.rows import DictRow
 from queuelog.clock import to_micros
 from queuelog.errors import InvalidState, NotFound, QueueError
 from queuelog.models import EventKind, Job, JobStatus
-from queuelog.storage.base import (
-    ClaimParams,
-    FinishParams,
-    NewJob,
-    complete_batch_params,
+from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
+from queuelog.storage.rows import (
     event_params,
     expired_finish,
     finish_event,
@@ -30,9 +27,10 @@ from queuelog.storage.base import (
     guard_failure,
     insert_batch_params,
     job_from_row,
+    json_param,
     match_completed,
     match_inserted,
-    new_job_params,
+    result_text,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
 
@@ -82,9 +80,7 @@ def apply_migrations(conn: Conn) -> None:
 
 def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
     rows = conn.execute(Q["job_insert_batch"], insert_batch_params(jobs, now)).fetchall()
-    out = match_inserted(
-        jobs, now, rows, lambda new: _insert_or_existing(conn, new_job_params(new, now))
-    )
+    out = match_inserted(jobs, now, rows, lambda new: _insert_or_existing(conn, new, now))
     # Each inserted job's 'enqueued' event was written by the insert (the
     # jobs_enqueued trigger, migration 0004).
     if any(created for _, created in out):
@@ -92,18 +88,19 @@ def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple
     return out
 
 
-def _insert_or_existing(conn: Conn, args: Mapping[str, Any]) -> tuple[Job, bool]:
+def _insert_or_existing(conn: Conn, new: NewJob, now: datetime) -> tuple[Job, bool]:
     """Insert, or find the job holding ``(principal, idempotency_key)``.
 
     ON CONFLICT waits for a concurrent insert of the same key (on any node) to
     commit or roll back, so the SELECT after it sees the winner. If that job is
     pruned in between, the insert is simply tried again.
     """
+    key = {"principal": new.principal, "idempotency_key": new.idempotency_key}
     for _ in range(_INSERT_ATTEMPTS):
-        row = conn.execute(Q["job_insert"], args).fetchone()
+        row = conn.execute(Q["job_insert_batch"], insert_batch_params([new], now)).fetchone()
         if row is not None:
-            return job_from_row(row), True
-        existing = conn.execute(Q["job_by_idempotency_key"], args).fetchone()
+            return job_from_row(one(conn, "job_get", {"id": row["id"]})), True
+        existing = conn.execute(Q["job_by_idempotency_key"], key).fetchone()
         if existing is not None:
             return job_from_row(existing), False
     raise RuntimeError("idempotency key kept conflicting with a job that then vanished")
@@ -149,7 +146,7 @@ def held(conn: Conn, query: str, args: Mapping[str, Any]) -> Job:
     """Run a guarded statement on a held job (heartbeat, release); the job, or why not."""
     row = conn.execute(Q[query], args).fetchone()
     if row is None:
-        raise guard_failure(_get(conn, args["id"]), args["worker_name"], args["lease_token"])
+        raise guard_failure(_get(conn, args["id"]))
     return job_from_row(row)
 
 
@@ -171,7 +168,7 @@ def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueEr
         matched = match_completed(
             items,
             rows,
-            lambda item: guard_failure(_get(conn, item.job_id), item.worker_name, item.lease_token),
+            lambda item: guard_failure(_get(conn, item.job_id)),
         )
         outcomes = [o if isinstance(o, QueueError) else job_from_row(o) for o in matched]
         events = [
@@ -201,7 +198,7 @@ def _finish(
     query, args = finish_statement(item, expired=kind is EventKind.LEASE_EXPIRED)
     row = conn.execute(Q[query], args).fetchone()
     if row is None:
-        return guard_failure(_get(conn, item.job_id), item.worker_name, item.lease_token)
+        return guard_failure(_get(conn, item.job_id))
     job = job_from_row(row)
     events.append(finish_event(job, item, kind, actor))
     return job
@@ -251,3 +248,27 @@ def prune(conn: Conn, cutoffs: Mapping[JobStatus, datetime], limit: int) -> int:
         conn.execute(Q["job_events_delete"], {"ids": ids})
         conn.execute(Q["job_delete"], {"ids": ids})
     return len(ids)
+
+
+def complete_batch_params(items: Sequence[FinishParams]) -> dict[str, Any] | None:
+    """The bound parameters of ``job_complete_batch``, which completes many jobs in one
+    statement: for completions of distinct jobs at one time (a worker's batch
+    acknowledgement). None for anything else, which is finished item by item.
+    """
+    if len(items) < 2:
+        return None
+    now = items[0].now
+    if any(item.error is not None or item.now != now for item in items):
+        return None
+    if len({item.job_id for item in items}) != len(items):
+        return None
+    batch = [
+        {
+            "id": item.job_id,
+            "lease_token": item.lease_token,
+            "worker_name": item.worker_name,
+            "result": result_text(item),
+        }
+        for item in items
+    ]
+    return {"items": json_param(batch), "now": to_micros(now)}

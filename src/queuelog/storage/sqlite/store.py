@@ -1,4 +1,5 @@
-"""SQLite backend: WAL, one group-commit writer, a read connection per thread."""
+"""SQLite backend: WAL, one group-commit writer on the event loop, a read connection
+per thread."""
 
 from __future__ import annotations
 
@@ -12,28 +13,19 @@ from typing import Any
 from queuelog.clock import to_micros
 from queuelog.errors import QueueError
 from queuelog.models import ApiKey, EventKind, Finished, Job, JobStatus
-from queuelog.storage.base import (
-    ClaimParams,
-    FinishParams,
-    NewJob,
-    NewKey,
-    finished,
-    held_params,
-    job_from_row,
-    key_from_row,
-    key_params,
-)
+from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, NewKey
 from queuelog.storage.reads import SqlReads
+from queuelog.storage.rows import finished, held_params, job_from_row, key_from_row, key_params
 from queuelog.storage.sqlite import transactions as tx
 from queuelog.storage.sqlite.transactions import Q
 from queuelog.storage.sqlite.writer import GroupWriter
 
 __all__ = ["Q", "SqliteStorage"]
 
+_BUSY_TIMEOUT_SECONDS = 30.0
+
 
 class SqliteStorage(SqlReads):
-    loop_groups = True  # see storage.base.LoopGroups and writer.py
-
     def __init__(self, path: str | Path, durability: str = "full") -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -41,8 +33,8 @@ class SqliteStorage(SqlReads):
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self._writer = GroupWriter(self._connect)
-        self.migrate()
+        self._writer = GroupWriter(self._connect, busy_timeout=_BUSY_TIMEOUT_SECONDS)
+        self._writer.run_now(tx.apply_migrations)
 
     # -- connections -------------------------------------------------------
 
@@ -51,14 +43,12 @@ class SqliteStorage(SqlReads):
             self.path,
             isolation_level=None,
             check_same_thread=False,
-            timeout=30.0,
-            # The named queries, and job_insert_rows once per row count (up to 64).
-            cached_statements=256,
+            timeout=_BUSY_TIMEOUT_SECONDS,
         )
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-        conn.execute("PRAGMA busy_timeout = 30000")
+        conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_SECONDS * 1000)}")
         return conn
 
     def _reader(self) -> sqlite3.Connection:
@@ -70,11 +60,12 @@ class SqliteStorage(SqlReads):
                 self._readers.append(conn)
         return conn
 
-    def _read(self, name: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
+    async def _read(self, name: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
+        # A read in WAL mode never waits for the writer: it runs on the loop at once.
         return self._reader().execute(Q[name], params).fetchall()
 
-    def migrate(self) -> None:
-        self._writer.run(tx.apply_migrations)
+    def _types_param(self, types: Sequence[str] | None) -> str | None:
+        return tx.types_json(types)
 
     def close(self) -> None:
         self._writer.close()
@@ -83,7 +74,7 @@ class SqliteStorage(SqlReads):
                 conn.close()
             self._readers.clear()
 
-    def ping(self) -> bool:
+    async def ping(self) -> bool:
         if not self._writer.alive:
             return False
         try:
@@ -98,115 +89,69 @@ class SqliteStorage(SqlReads):
 
     # -- jobs --------------------------------------------------------------
 
-    # The hottest writes come in two forms: blocking (queued for the writer's
-    # thread) and awaited on an event loop (gathered there and run by the loop, one
-    # group per turn). Rows become Jobs after the group, outside the transaction.
+    # Rows become Jobs after the group, outside the transaction that holds the lock.
 
-    def job_insert_many(self, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
-        return self._writer.run(_insert(jobs, now))
-
-    async def job_insert_many_async(
+    async def job_insert_many(
         self, jobs: Sequence[NewJob], now: datetime
     ) -> list[tuple[Job, bool]]:
-        return await self._writer.wait(_insert(jobs, now))
+        return await self._writer.run(lambda conn: tx.insert_many(conn, jobs, now))
 
-    def job_claim(self, params: ClaimParams) -> list[Job]:
-        return [job_from_row(r) for r in self._writer.run(lambda conn: tx.claim(conn, params))]
-
-    async def job_claim_async(self, params: ClaimParams) -> list[Job]:
-        rows = await self._writer.wait(lambda conn: tx.claim(conn, params))
+    async def job_claim(self, params: ClaimParams) -> list[Job]:
+        rows = await self._writer.run(lambda conn: tx.claim(conn, params))
         return [job_from_row(r) for r in rows]
 
-    def _types_param(self, types: Sequence[str] | None) -> str | None:
-        return tx.types_json(types)
+    async def job_heartbeat(self, held: HeldParams) -> Job:
+        args = held_params(held)
+        return await self._writer.run(lambda conn: tx.held(conn, "job_heartbeat", args))
 
-    def job_heartbeat(
-        self,
-        job_id: int,
-        lease_token: str,
-        worker_name: str,
-        lease_seconds: int | None,
-        now: datetime,
-    ) -> Job:
-        args = held_params(job_id, lease_token, worker_name, now, lease_seconds)
-        return self._writer.run(lambda conn: tx.held(conn, "job_heartbeat", args))
+    async def job_release(self, held: HeldParams) -> Job:
+        args = held_params(held)
+        return await self._writer.run(lambda conn: tx.release(conn, args, held.now))
 
-    async def job_heartbeat_async(
-        self,
-        job_id: int,
-        lease_token: str,
-        worker_name: str,
-        lease_seconds: int | None,
-        now: datetime,
-    ) -> Job:
-        args = held_params(job_id, lease_token, worker_name, now, lease_seconds)
-        return await self._writer.wait(lambda conn: tx.held(conn, "job_heartbeat", args))
-
-    def job_release(self, job_id: int, lease_token: str, worker_name: str, now: datetime) -> Job:
-        args = held_params(job_id, lease_token, worker_name, now)
-        return self._writer.run(lambda conn: tx.release(conn, args, now))
-
-    async def job_release_async(
-        self, job_id: int, lease_token: str, worker_name: str, now: datetime
-    ) -> Job:
-        args = held_params(job_id, lease_token, worker_name, now)
-        return await self._writer.wait(lambda conn: tx.release(conn, args, now))
-
-    def job_finish_many(self, items: Sequence[FinishParams]) -> list[Job | QueueError]:
-        outcomes = self._writer.run(lambda conn: tx.finish_many(conn, items))
-        return [o if isinstance(o, QueueError) else job_from_row(o) for o in outcomes]
-
-    async def job_finish_many_async(
+    async def job_finish_many(
         self, items: Sequence[FinishParams], with_jobs: bool = True
     ) -> list[Job | Finished | QueueError]:
-        outcomes = await self._writer.wait(lambda conn: tx.finish_many(conn, items, with_jobs))
+        outcomes = await self._writer.run(lambda conn: tx.finish_many(conn, items, with_jobs))
         made = job_from_row if with_jobs else finished
         return [o if isinstance(o, QueueError) else made(o) for o in outcomes]
 
-    def job_rescue_expired(
+    async def job_rescue_expired(
         self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500
     ) -> list[Job]:
-        rows = self._writer.run(lambda conn: tx.rescue(conn, now, retry_at, limit))
+        rows = await self._writer.run(lambda conn: tx.rescue(conn, now, retry_at, limit))
         return [job_from_row(r) for r in rows]
 
-    def job_cancel(self, job_id: int, actor: str, now: datetime) -> Job:
-        return self._writer.run(
+    async def job_cancel(self, job_id: int, actor: str, now: datetime) -> Job:
+        return await self._writer.run(
             lambda conn: tx.transition(conn, "job_cancel", job_id, actor, now, EventKind.CANCELLED)
         )
 
-    def job_requeue(self, job_id: int, actor: str, now: datetime) -> Job:
-        return self._writer.run(
+    async def job_requeue(self, job_id: int, actor: str, now: datetime) -> Job:
+        return await self._writer.run(
             lambda conn: tx.transition(conn, "job_requeue", job_id, actor, now, EventKind.REQUEUED)
         )
 
-    def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int:
-        def prune(conn: sqlite3.Connection) -> int:
-            ids: list[dict[str, int]] = []
-            for status, cutoff in cutoffs.items():
-                args = {"status": status.value, "cutoff": to_micros(cutoff), "limit": limit}
-                ids += [{"id": r["id"]} for r in conn.execute(Q["job_prunable"], args)]
-            conn.executemany(Q["job_events_delete"], ids)
-            conn.executemany(Q["job_delete"], ids)
-            return len(ids)
+    async def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int:
+        return await self._writer.run(lambda conn: tx.prune(conn, cutoffs, limit))
 
-        return self._writer.run(prune)
-
-    def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
-        return self._writer.run(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
+    async def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
+        return await self._writer.run(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
 
     # -- keys --------------------------------------------------------------
 
-    def key_insert(self, key: NewKey, now: datetime) -> ApiKey:
+    async def key_insert(self, key: NewKey, now: datetime) -> ApiKey:
         args = key_params(key, now)
-        return self._writer.run(
+        return await self._writer.run(
             lambda conn: key_from_row(conn.execute(Q["key_insert"], args).fetchone())
         )
 
-    def key_revoke(self, key_id: int, now: datetime) -> bool:
+    async def key_revoke(self, key_id: int, now: datetime) -> bool:
         args = {"id": key_id, "now": to_micros(now)}
-        return self._writer.run(lambda conn: conn.execute(Q["key_revoke"], args).rowcount == 1)
+        return await self._writer.run(
+            lambda conn: conn.execute(Q["key_revoke"], args).rowcount == 1
+        )
 
-    def key_insert_first_admin(self, key: NewKey, now: datetime) -> ApiKey | None:
+    async def key_insert_first_admin(self, key: NewKey, now: datetime) -> ApiKey | None:
         args = key_params(key, now)
 
         def insert_first(conn: sqlite3.Connection) -> ApiKey | None:
@@ -215,13 +160,4 @@ class SqliteStorage(SqlReads):
                 return None
             return key_from_row(conn.execute(Q["key_insert"], args).fetchone())
 
-        return self._writer.run(insert_first)
-
-
-def _insert(
-    jobs: Sequence[NewJob], now: datetime
-) -> Callable[[sqlite3.Connection], list[tuple[Job, bool]]]:
-    """The writer's operation for an insert: a single job's joins the group's others."""
-    if len(jobs) == 1:
-        return tx.SingleInsert(jobs[0], now)
-    return lambda conn: tx.insert_many(conn, jobs, now)
+        return await self._writer.run(insert_first)

@@ -6,7 +6,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any
 
 import orjson
@@ -14,10 +14,8 @@ import orjson
 from queuelog.clock import to_micros
 from queuelog.errors import InvalidState, NotFound, QueueError
 from queuelog.models import EventKind, Job, JobStatus
-from queuelog.storage.base import (
-    ClaimParams,
-    FinishParams,
-    NewJob,
+from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
+from queuelog.storage.rows import (
     Row,
     event_params,
     expired_finish,
@@ -25,18 +23,13 @@ from queuelog.storage.base import (
     finish_statement,
     guard_failure,
     insert_batch_params,
-    inserted_job,
     job_from_row,
     json_param,
     match_completed,
     match_inserted,
-    new_job_params,
-    payload_text,
     result_text,
-    stored_time,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
-from queuelog.storage.sqlite.writer import Combinable
 
 PACKAGE = "queuelog.storage.sqlite"
 Q = load_queries(PACKAGE)
@@ -112,11 +105,7 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
 def insert_many(
     conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
 ) -> list[tuple[Job, bool]]:
-    if (uniform := uniform_batch_params(jobs, now)) is not None:
-        rows = conn.execute(Q["job_insert_batch_uniform"], uniform).fetchall()
-    else:
-        rows = conn.execute(Q["job_insert_batch"], insert_batch_params(jobs, now)).fetchall()
-
+    rows = conn.execute(Q["job_insert_batch"], insert_batch_params(jobs, now)).fetchall()
     # Each inserted job's 'enqueued' event was written by the insert (the
     # jobs_enqueued trigger, migration 0004).
     return match_inserted(jobs, now, rows, partial(_existing, conn))
@@ -127,103 +116,6 @@ def _existing(conn: sqlite3.Connection, new: NewJob) -> tuple[Job, bool]:
     # The writer's transaction holds the write lock: the job holding the key is there.
     args = {"principal": new.principal, "idempotency_key": new.idempotency_key}
     return job_from_row(conn.execute(Q["job_by_idempotency_key"], args).fetchone()), False
-
-
-class SingleInsert(Combinable):
-    """A single enqueue's insert, its values bound directly (reading a one-item JSON
-    array made it cost half as much again). The single enqueues of one group are
-    inserted by one statement (``job_insert_rows``): one insert of 14 rows took about
-    7 µs a job, 14 one-row inserts about 19."""
-
-    __slots__ = ("new", "now")
-
-    def __init__(self, new: NewJob, now: datetime) -> None:
-        self.new = new
-        self.now = now
-
-    def __call__(self, conn: sqlite3.Connection) -> list[tuple[Job, bool]]:
-        return insert_rows(conn, [self])[0]
-
-    @classmethod
-    def run_together(
-        cls, operations: Sequence[SingleInsert], conn: sqlite3.Connection
-    ) -> list[list[tuple[Job, bool]]]:
-        answers: list[list[tuple[Job, bool]]] = []
-        for start in range(0, len(operations), ROWS_PER_INSERT):
-            answers += insert_rows(conn, operations[start : start + ROWS_PER_INSERT])
-        return answers
-
-
-# Rows per job_insert_rows statement: each row count is its own statement text for
-# sqlite3's statement cache (see _connect's cached_statements).
-ROWS_PER_INSERT = 64
-_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ? > ?, ?, ?)"
-
-
-@lru_cache(maxsize=ROWS_PER_INSERT)
-def _insert_rows_sql(count: int) -> str:
-    head, row, tail = Q["job_insert_rows"].partition(_ROW)
-    assert row, "job_insert_rows must hold the row it repeats"
-    return head + ", ".join([row] * count) + tail
-
-
-def insert_rows(
-    conn: sqlite3.Connection, inserts: Sequence[SingleInsert]
-) -> list[list[tuple[Job, bool]]]:
-    """Each single insert's answer, as ``insert_many`` gives it, from one statement."""
-    values: list[Any] = []
-    for insert in inserts:
-        p = new_job_params(insert.new, insert.now)
-        values += (
-            p["type"], p["payload"], p["priority"], p["max_retries"], p["lease_seconds"],
-            p["principal"], p["idempotency_key"], p["fingerprint"],
-            p["run_at"], p["run_at"], p["now"], p["now"], p["now"],
-        )  # fmt: skip
-    rows = sorted(conn.execute(_insert_rows_sql(len(inserts)), values), key=lambda r: r[0])
-    # Ids rise in the rows' order. A repeated key inserts no row: the first job with
-    # that key in the statement (or an earlier one) holds it.
-    keyed = {(r[1], r[2]): r for r in rows if r[2] is not None}
-    plain = iter([r for r in rows if r[2] is None])
-    answers = []
-    for insert in inserts:
-        new = insert.new
-        if new.idempotency_key is None:
-            row = next(plain)
-        else:
-            row = keyed.pop((new.principal, new.idempotency_key), None)
-        if row is None:  # the key's holder, as insert_many finds it
-            answers.append(match_inserted([new], insert.now, [], partial(_existing, conn)))
-        else:
-            answers.append([(inserted_job(new, row[0], stored_time(insert.now)), True)])
-    return answers
-
-
-def uniform_batch_params(jobs: Sequence[NewJob], now: datetime) -> dict[str, Any] | None:
-    """The bound parameters of ``job_insert_batch_uniform``, for jobs that differ only in
-    type, payload and priority (a producer's usual batch); None for any other batch."""
-    first = jobs[0]
-    for new in jobs:
-        if (
-            new.idempotency_key is not None
-            or new.fingerprint is not None
-            or new.principal != first.principal
-            or new.max_retries != first.max_retries
-            or new.lease_seconds != first.lease_seconds
-            or new.run_at != first.run_at
-        ):
-            return None
-    varying = [
-        {"type": new.type, "payload": payload_text(new), "priority": int(new.priority)}
-        for new in jobs
-    ]
-    return {
-        "jobs": json_param(varying),
-        "principal": first.principal,
-        "max_retries": first.max_retries,
-        "lease_seconds": first.lease_seconds,
-        "run_at": to_micros(first.run_at),
-        "now": to_micros(now),
-    }
 
 
 def rescue(
@@ -300,7 +192,7 @@ def finish(
     query, args = finish_statement(item, expired=kind is EventKind.LEASE_EXPIRED)
     row: sqlite3.Row | None = conn.execute(Q[query], args).fetchone()
     if row is None:
-        return guard_failure(get(conn, item.job_id), item.worker_name, item.lease_token)
+        return guard_failure(get(conn, item.job_id))
     conn.execute(Q["event_insert"], finish_event(row, item, kind, actor))
     return row
 
@@ -344,7 +236,7 @@ def finish_many(
     return match_completed(
         items,
         completed,
-        lambda item: guard_failure(get(conn, item.job_id), item.worker_name, item.lease_token),
+        lambda item: guard_failure(get(conn, item.job_id)),
     )
 
 
@@ -397,7 +289,7 @@ def held(conn: sqlite3.Connection, query: str, args: Mapping[str, Any]) -> Job:
     """Run a guarded statement on a held job (heartbeat, release); the job, or why not."""
     row = conn.execute(Q[query], args).fetchone()
     if row is None:
-        raise guard_failure(get(conn, args["id"]), args["worker_name"], args["lease_token"])
+        raise guard_failure(get(conn, args["id"]))
     return job_from_row(row)
 
 
@@ -406,3 +298,15 @@ def release(conn: sqlite3.Connection, args: Mapping[str, Any], now: datetime) ->
     actor = args["worker_name"]
     record(conn, [event_params(job, now, EventKind.RELEASED, JobStatus.RUNNING, actor)])
     return job
+
+
+def prune(conn: sqlite3.Connection, cutoffs: Mapping[JobStatus, datetime], limit: int) -> int:
+    """Delete up to ``limit`` jobs of each status finished before its cutoff, with their
+    events; how many."""
+    ids: list[dict[str, int]] = []
+    for status, cutoff in cutoffs.items():
+        args = {"status": status.value, "cutoff": to_micros(cutoff), "limit": limit}
+        ids += [{"id": r["id"]} for r in conn.execute(Q["job_prunable"], args)]
+    conn.executemany(Q["job_events_delete"], ids)
+    conn.executemany(Q["job_delete"], ids)
+    return len(ids)

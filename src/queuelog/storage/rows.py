@@ -1,0 +1,352 @@
+"""Row codecs both SQL backends share: how a job, an event and a key are stored and
+read back, and the bound parameters of the statements both backends run alike."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from queuelog.clock import from_micros, to_micros
+from queuelog.errors import (
+    IdempotencyKeyReused,
+    InvalidState,
+    NotFound,
+    NotLeaseHolder,
+    QueueError,
+)
+from queuelog.models import ApiKey, EventKind, Finished, Job, JobEvent, JobStatus, Priority, Role
+from queuelog.specs import stored_json
+from queuelog.storage.protocol import FinishParams, HeldParams, NewJob, NewKey
+
+# A row maps column names to values: sqlite3.Row, or a psycopg dict row.
+Row = Any
+
+
+def _time(value: Any) -> datetime | None:
+    return None if value is None else from_micros(int(value))
+
+
+def _json(value: Any) -> Any:
+    if value is None or isinstance(value, dict):
+        return value
+    return json.loads(value)
+
+
+# Every row read turns two stored values into enums: dict lookups cost a tenth of Enum calls.
+_PRIORITIES = {p.value: p for p in Priority}
+
+
+_STATUSES = {s.value: s for s in JobStatus}
+
+
+def job_from_row(row: Row) -> Job:
+    """A Job from a ``jobs`` row; both backends store the same column types."""
+    return Job(
+        id=int(row["id"]),
+        type=row["type"],
+        payload=_json(row["payload"]),
+        priority=_PRIORITIES[row["priority"]],
+        status=_STATUSES[row["status"]],
+        retry_count=row["retry_count"],
+        max_retries=row["max_retries"],
+        principal=row["principal"],
+        idempotency_key=row["idempotency_key"],
+        run_at=from_micros(row["run_at"]),
+        created_at=from_micros(row["created_at"]),
+        updated_at=from_micros(row["updated_at"]),
+        claimed_at=_time(row["claimed_at"]),
+        lease_expires_at=_time(row["lease_expires_at"]),
+        lease_token=row["lease_token"],
+        worker_id=row["worker_id"],
+        error=row["error"],
+        result=_json(row["result"]),
+        fingerprint=row["fingerprint"],
+        claimed_by=row["claimed_by"],
+    )
+
+
+def event_from_row(row: Row) -> JobEvent:
+    return JobEvent(
+        job_id=int(row["job_id"]),
+        at=from_micros(row["at"]),
+        event=EventKind(row["event"]),
+        from_status=JobStatus(row["from_status"]) if row["from_status"] else None,
+        to_status=JobStatus(row["to_status"]),
+        actor=row["actor"],
+        detail=row["detail"],
+    )
+
+
+def key_from_row(row: Row) -> ApiKey:
+    types = _json(row["types"])
+    return ApiKey(
+        id=int(row["id"]),
+        name=row["name"],
+        roles=frozenset(Role(r) for r in _json(row["roles"])),
+        max_priority=Priority(row["max_priority"]),
+        types=tuple(types) if types is not None else None,
+        key_hash=row["key_hash"],
+        prefix=row["prefix"],
+        created_at=from_micros(row["created_at"]),
+        revoked_at=_time(row["revoked_at"]),
+    )
+
+
+def event_params(
+    job: Job | Row,
+    at: datetime,
+    kind: EventKind,
+    before: JobStatus | None,
+    actor: str,
+    detail: Any = None,
+) -> dict[str, Any]:
+    """The bound parameters of a ``job_events`` row recording ``job``'s transition.
+
+    ``job`` may be a ``jobs`` row not yet made a Job (SQLite's writer leaves that
+    to the request's thread).
+    """
+    job_id, status = _id_status(job)
+    return {
+        "job_id": job_id,
+        "at": to_micros(at),
+        "event": kind.value,
+        "from_status": before.value if before else None,
+        "to_status": status.value,
+        "actor": actor,
+        "detail": detail,
+    }
+
+
+def finished(job: Job | Row) -> Finished:
+    """What ``job_finish_many_async`` answers for a finished item without ``with_jobs``."""
+    return Finished(*_id_status(job))
+
+
+def _id_status(job: Job | Row) -> tuple[int, JobStatus]:
+    if isinstance(job, Job):
+        return job.id, job.status
+    return int(job["id"]), _STATUSES[job["status"]]
+
+
+def stored_columns(new: NewJob) -> dict[str, Any]:
+    """A new job's columns as both backends store them."""
+    return {
+        "type": new.type,
+        "payload": payload_text(new),
+        "priority": int(new.priority),
+        "max_retries": new.max_retries,
+        "lease_seconds": new.lease_seconds,
+        "principal": new.principal,
+        "idempotency_key": new.idempotency_key,
+        "fingerprint": new.fingerprint,
+        "run_at": to_micros(new.run_at),
+    }
+
+
+def insert_batch_params(jobs: Sequence[NewJob], now: datetime) -> dict[str, Any]:
+    """The bound parameters of ``job_insert_batch``: the jobs as one JSON array, in order.
+
+    Each payload travels as its stored text, so the database stores it as is.
+    """
+    return {"jobs": json_param([stored_columns(new) for new in jobs]), "now": to_micros(now)}
+
+
+def payload_text(new: NewJob) -> str:
+    """A new job's payload as stored: the text the service measured, when it did."""
+    return new.payload_text if new.payload_text is not None else stored_json(new.payload)
+
+
+def inserted_job(new: NewJob, job_id: int, stamp: datetime) -> Job:
+    """The job ``job_insert_batch`` stored for ``new`` at ``stamp`` (the insert's time
+    as stored, ``stored_time(now)``), without reading it back."""
+    # Most jobs run at once: their run_at is the insert's time, already converted.
+    run_at = stamp if new.run_at == stamp else stored_time(new.run_at)
+    return Job(
+        id=job_id,
+        type=new.type,
+        payload=new.payload,
+        priority=new.priority,
+        status=JobStatus.PENDING,
+        retry_count=0,
+        max_retries=new.max_retries,
+        principal=new.principal,
+        idempotency_key=new.idempotency_key,
+        run_at=run_at,
+        created_at=stamp,
+        updated_at=stamp,
+        fingerprint=new.fingerprint,
+    )
+
+
+def stored_time(at: datetime) -> datetime:
+    """``at`` as a read gives it back: UTC, to the microsecond."""
+    return from_micros(to_micros(at))
+
+
+def match_inserted(
+    jobs: Sequence[NewJob],
+    now: datetime,
+    rows: Iterable[Row],
+    existing: Callable[[NewJob], tuple[Job, bool]],
+) -> list[tuple[Job, bool]]:
+    """``(job, created)`` per job, from the ``id, principal, idempotency_key`` rows
+    that ``job_insert_batch`` returned.
+
+    Ids rise in the array's order, so sorted they follow the jobs that were
+    inserted. A job with an idempotency key and no row met a job holding that
+    key (perhaps an earlier one of the same batch): ``existing`` finds it, and a
+    different fingerprint is IdempotencyKeyReused naming the job's index.
+    """
+    ordered = sorted(rows, key=lambda r: int(r["id"]))
+    keyed = {
+        (r["principal"], r["idempotency_key"]): int(r["id"])
+        for r in ordered
+        if r["idempotency_key"] is not None
+    }
+    plain = iter([int(r["id"]) for r in ordered if r["idempotency_key"] is None])
+    stamp = stored_time(now)
+    out: list[tuple[Job, bool]] = []
+    for index, new in enumerate(jobs):
+        if new.idempotency_key is None:
+            out.append((inserted_job(new, next(plain), stamp), True))
+            continue
+        job_id = keyed.pop((new.principal, new.idempotency_key), None)
+        if job_id is not None:
+            out.append((inserted_job(new, job_id, stamp), True))
+            continue
+        job, created = existing(new)
+        if not created and job.fingerprint != new.fingerprint:
+            raise IdempotencyKeyReused(
+                "This idempotency key was used with a different request", index=index
+            )
+        out.append((job, created))
+    return out
+
+
+def held_params(held: HeldParams) -> dict[str, Any]:
+    """The bound parameters of a statement on a held job (``job_heartbeat``, ``job_release``)."""
+    return {
+        "id": held.job_id,
+        "lease_token": held.lease_token,
+        "worker_name": held.worker_name,
+        "lease_seconds": held.lease_seconds,
+        "now": to_micros(held.now),
+    }
+
+
+def json_param(value: list[Any] | dict[str, Any]) -> str:
+    """Rows (a JSON array) or a mapping (a JSON object) handed to one statement
+    (``json_each``, ``json_array_elements``).
+
+    orjson writes it several times faster than the standard encoder; a value it
+    refuses (a string with a lone surrogate, say) falls back to the standard one.
+    """
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"))
+
+
+def result_text(item: FinishParams) -> str | None:
+    """A completion's result as stored: the text the service measured, when it did."""
+    return item.result_text if item.result_text is not None else json_text(item.result)
+
+
+def json_text(value: Any) -> str | None:
+    """``stored_json``, with None (SQL NULL) for no value."""
+    return None if value is None else stored_json(value)
+
+
+def expired_finish(job: Job, now: datetime, retry_at: Callable[[Job], datetime]) -> FinishParams:
+    """How the rescue fails a job whose lease passed its deadline: as its holder would."""
+    assert job.lease_token is not None and job.claimed_by is not None
+    return FinishParams(
+        job_id=job.id,
+        lease_token=job.lease_token,
+        worker_name=job.claimed_by,
+        now=now,
+        error="lease expired",
+        retry_at=retry_at(job),
+    )
+
+
+def finish_statement(item: FinishParams, expired: bool = False) -> tuple[str, dict[str, Any]]:
+    """The guarded query that completes or fails ``item``, and its parameters.
+
+    ``expired`` is set only by the rescue of leases past their deadline.
+    """
+    args: dict[str, Any] = {
+        "id": item.job_id,
+        "lease_token": item.lease_token,
+        "worker_name": item.worker_name,
+        "now": to_micros(item.now),
+    }
+    if item.error is None:
+        args["result"] = result_text(item)
+        return "job_complete", args
+    args.update(
+        error=item.error,
+        retryable=item.retryable,
+        retry_at=to_micros(item.retry_at or item.now),
+        expired=expired,
+    )
+    return "job_fail", args
+
+
+_FINISHED_AS = {
+    JobStatus.COMPLETED: EventKind.COMPLETED,
+    JobStatus.PENDING: EventKind.RETRY_SCHEDULED,
+    JobStatus.FAILED: EventKind.FAILED,
+}
+
+
+def finish_event(
+    job: Job | Row, item: FinishParams, kind: EventKind | None, actor: str | None
+) -> dict[str, Any]:
+    """The event of a finished ``item``: named after where the job went, unless ``kind``."""
+    kind = kind or _FINISHED_AS[_id_status(job)[1]]
+    return event_params(
+        job, item.now, kind, JobStatus.RUNNING, actor or item.worker_name, item.error
+    )
+
+
+def match_completed(
+    items: Sequence[FinishParams],
+    rows: Iterable[Row],
+    refused: Callable[[FinishParams], QueueError],
+) -> list[Row | QueueError]:
+    """Each item's row from ``job_complete_batch``, or ``refused(item)`` for the
+    items whose guard held the job back."""
+    by_id = {int(row["id"]): row for row in rows}
+    outcomes: list[Row | QueueError] = []
+    for item in items:
+        row = by_id.get(item.job_id)
+        outcomes.append(refused(item) if row is None else row)
+    return outcomes
+
+
+def key_params(key: NewKey, now: datetime) -> dict[str, Any]:
+    """The bound parameters of ``key_insert``: both backends store keys alike."""
+    return {
+        "name": key.name,
+        "roles": json.dumps(sorted(r.value for r in key.roles)),
+        "max_priority": int(key.max_priority),
+        "types": json.dumps(list(key.types)) if key.types is not None else None,
+        "key_hash": key.key_hash,
+        "prefix": key.prefix,
+        "now": to_micros(now),
+    }
+
+
+def guard_failure(job: Job | None) -> QueueError:
+    """Why a guarded transition on a held job changed no row (the seed's rule)."""
+    if job is None:
+        return NotFound("No such job")
+    if job.status != JobStatus.RUNNING:
+        # A fixed text: a worker must not learn the state of a job it cannot see.
+        return InvalidState("The job is not running")
+    return NotLeaseHolder("The job is held by another worker or under a newer lease")
