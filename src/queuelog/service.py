@@ -6,9 +6,6 @@ import hmac
 import random
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
-
-import jsonschema
 
 from queuelog.clock import Clock
 from queuelog.config import JobTypeConfig, Settings
@@ -18,8 +15,8 @@ from queuelog.errors import (
     PayloadTooLarge,
     QueueError,
     UnknownJobType,
-    ValidationFailed,
 )
+from queuelog.intake import Intake
 from queuelog.models import (
     ApiKey,
     EventKind,
@@ -45,7 +42,6 @@ from queuelog.storage.protocol import (
     FinishParams,
     HeldParams,
     JobListParams,
-    NewJob,
     Storage,
 )
 from queuelog.storage.rows import guard_failure
@@ -104,11 +100,7 @@ class JobService:
         self.clock = clock
         self._rng = rng or random.Random()
         self._on_ready = on_ready or (lambda: None)
-        self._schemas = {
-            name: jsonschema.Draft202012Validator(cfg.payload_schema)
-            for name, cfg in settings.types.items()
-            if cfg.payload_schema is not None
-        }
+        self._intake = Intake(settings)
 
     # -- producers ---------------------------------------------------------
 
@@ -117,7 +109,10 @@ class JobService:
     ) -> list[tuple[Job, bool]]:
         """Enqueue all or nothing; ``(job, created)`` per spec, in order."""
         now = self.clock.now()
-        new_jobs = self._new_jobs(caller, specs, now, batch)
+        new_jobs = [
+            self._intake.new_job(caller, spec, now, index if batch else None)
+            for index, spec in enumerate(specs)
+        ]
         try:
             results = await self.storage.job_insert_many(new_jobs, now)
         except QueueError as exc:
@@ -131,63 +126,6 @@ class JobService:
         """``enqueue_many`` of one job."""
         ((job, created),) = await self.enqueue_many(caller, [spec])
         return job, created
-
-    def _new_jobs(
-        self, caller: ApiKey, specs: Sequence[EnqueueSpec], now: datetime, batch: bool
-    ) -> list[NewJob]:
-        return [
-            self._new_job(caller, spec, now, index if batch else None)
-            for index, spec in enumerate(specs)
-        ]
-
-    def _new_job(
-        self, caller: ApiKey, spec: EnqueueSpec, now: datetime, index: int | None
-    ) -> NewJob:
-        where = {"index": index} if index is not None else {}
-        cfg = self.settings.job_type(spec.type)
-        if cfg is None:
-            raise UnknownJobType(f"Job type {spec.type!r} is not configured", **where)
-        if caller.types is not None and spec.type not in caller.types:
-            raise Forbidden(f"This key may not enqueue jobs of type {spec.type!r}", **where)
-        if spec.priority > caller.max_priority:
-            raise Forbidden(f"This key may set priority up to {caller.max_priority.label}", **where)
-        limit = self.settings.limits.max_payload_bytes
-        payload_text = stored_json(spec.payload)
-        if len(payload_text.encode()) > limit:
-            raise PayloadTooLarge(f"The payload exceeds {limit} bytes", **where)
-        self._check_schema(spec, where)
-        if spec.run_at is not None:
-            run_at = max(spec.run_at, now)
-        elif spec.delay_seconds is not None and spec.delay_seconds > 0:
-            run_at = now + timedelta(seconds=spec.delay_seconds)
-        else:
-            run_at = now
-        max_retries = cfg.max_retries if spec.max_retries is None else spec.max_retries
-        return NewJob(
-            type=spec.type,
-            payload=spec.payload,
-            priority=spec.priority,
-            max_retries=max_retries,
-            lease_seconds=cfg.lease_seconds,
-            run_at=run_at,
-            principal=caller.name,
-            idempotency_key=spec.idempotency_key,
-            fingerprint=spec.fingerprint(max_retries) if spec.idempotency_key else None,
-            payload_text=payload_text,
-        )
-
-    def _check_schema(self, spec: EnqueueSpec, where: dict[str, Any]) -> None:
-        validator = self._schemas.get(spec.type)
-        if validator is None:
-            return
-        problems = sorted(validator.iter_errors(spec.payload), key=lambda e: list(e.path))
-        if problems:
-            prefix = ["body", "jobs", where["index"]] if where else ["body"]
-            errors = [
-                {"loc": [*prefix, "payload", *p.absolute_path], "msg": p.message}
-                for p in problems[:20]
-            ]
-            raise ValidationFailed("The payload does not match the type's schema", errors=errors)
 
     async def cancel(self, caller: ApiKey, job_id: int) -> Job:
         job = await self.get(caller, job_id)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,11 +13,11 @@ import pytest
 from queuelog.clock import to_micros
 from queuelog.errors import IdempotencyKeyReused
 from queuelog.models import EventKind, Priority
-from queuelog.storage.protocol import FinishParams, NewJob
+from queuelog.storage.protocol import NewJob
 from queuelog.storage.sqlfile import load_migrations
 from queuelog.storage.sqlite import transactions as tx
 from queuelog.storage.sqlite.store import Q, SqliteStorage
-from queuelog.storage.sqlite.transactions import _statements, held_batch_params
+from queuelog.storage.sqlite.transactions import _statements
 from tests.storage.test_conformance import T0, claim, new_job
 
 pytestmark = pytest.mark.anyio
@@ -58,7 +56,9 @@ async def test_claim_walks_the_ready_index_without_sorting(
     store = SqliteStorage(tmp_path / "p.db")
     try:
         plan = store._reader().execute(
-            "EXPLAIN QUERY PLAN " + Q["job_claim_pick"], {"now": 0, "types": types, "limit": 1}
+            "EXPLAIN QUERY PLAN " + Q["job_claim"],
+            {"now": 0, "types": types, "limit": 1, "worker_id": "w", "worker_name": "w"}
+            | {"lease_seconds": None},
         )
         details = " ".join(str(row[-1]) for row in plan)
         assert "USING INDEX jobs_ready" in details and "TEMP B-TREE" not in details
@@ -135,26 +135,6 @@ async def test_a_database_of_the_previous_schema_records_enqueued_events_once(
         assert [e.event for e in await store.job_events(old_id)] == [EventKind.ENQUEUED]
     finally:
         store.close()
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"worker_name": "v"},  # another worker's item
-        {"now": T0 + timedelta(seconds=1)},
-        {"error": "boom"},  # a failure
-        {"job_id": 1},  # the same job twice
-    ],
-)
-async def test_only_one_worker_s_completions_of_distinct_jobs_take_the_batch_statements(
-    change: dict[str, object],
-) -> None:
-    batch = [FinishParams(n, f"token-{n}", "w", T0) for n in (1, 2, 3)]
-    params = held_batch_params(batch)
-    assert params is not None and params["worker_name"] == "w"
-    assert json.loads(params["tokens"]) == {"1": "token-1", "2": "token-2", "3": "token-3"}
-    assert held_batch_params(batch[:1]) is None  # one item: finished alone
-    assert held_batch_params([*batch, replace(batch[1], **change)]) is None
 
 
 async def _inserted_together(store: SqliteStorage, jobs: list[NewJob]) -> list[Any]:

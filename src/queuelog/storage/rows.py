@@ -20,7 +20,7 @@ from queuelog.errors import (
 )
 from queuelog.models import ApiKey, EventKind, Finished, Job, JobEvent, JobStatus, Priority, Role
 from queuelog.specs import stored_json
-from queuelog.storage.protocol import FinishParams, HeldParams, NewJob, NewKey
+from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, NewKey
 
 # A row maps column names to values: sqlite3.Row, or a psycopg dict row.
 Row = Any
@@ -350,3 +350,52 @@ def guard_failure(job: Job | None) -> QueueError:
         # A fixed text: a worker must not learn the state of a job it cannot see.
         return InvalidState("The job is not running")
     return NotLeaseHolder("The job is held by another worker or under a newer lease")
+
+
+def complete_batch_params(items: Sequence[FinishParams]) -> dict[str, Any] | None:
+    """The bound parameters of ``job_complete_batch``, which completes many jobs in one
+    statement: for completions of distinct jobs at one time (a worker's batch
+    acknowledgement). None for anything else, which is finished item by item.
+    """
+    if len(items) < 2:
+        return None
+    now = items[0].now
+    if any(item.error is not None or item.now != now for item in items):
+        return None
+    if len({item.job_id for item in items}) != len(items):
+        return None
+    batch = [
+        {
+            "id": item.job_id,
+            "lease_token": item.lease_token,
+            "worker_name": item.worker_name,
+            "result": result_text(item),
+        }
+        for item in items
+    ]
+    return {"items": json_param(batch), "now": to_micros(now)}
+
+
+def claim_params(params: ClaimParams, types: Any) -> dict[str, Any]:
+    """The bound parameters of ``job_claim``; ``types`` as the backend's query takes it."""
+    return {
+        "worker_id": params.worker_id,
+        "worker_name": params.worker_name,
+        "now": to_micros(params.now),
+        "lease_seconds": params.lease_seconds,
+        "types": types,
+        "limit": params.limit,
+    }
+
+
+def claim_order(job: Job) -> tuple[int, datetime, int]:
+    """A claim hands out jobs highest priority first, then oldest first."""
+    return (-job.priority, job.created_at, job.id)
+
+
+def claimed_events(jobs: Sequence[Job], params: ClaimParams) -> list[dict[str, Any]]:
+    """The ``claimed`` event of each job a claim took, by the claiming worker instance."""
+    return [
+        event_params(job, params.now, EventKind.CLAIMED, JobStatus.PENDING, params.worker_id)
+        for job in jobs
+    ]

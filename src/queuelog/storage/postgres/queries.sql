@@ -89,11 +89,13 @@ INSERT INTO job_events (job_id, at, event, from_status, to_status, actor, detail
 VALUES (%(job_id)s, %(at)s, %(event)s, %(from_status)s, %(to_status)s, %(actor)s, %(detail)s);
 
 -- name: event_insert_many
--- Many events in one statement: one array per column.
+-- Many events in one statement: %(events)s is a JSON array of event_insert's rows.
 INSERT INTO job_events (job_id, at, event, from_status, to_status, actor, detail)
-SELECT * FROM unnest(%(job_id)s::bigint[], %(at)s::bigint[], %(event)s::text[],
-                     %(from_status)s::text[], %(to_status)s::text[], %(actor)s::text[],
-                     %(detail)s::text[]);
+SELECT (e.value ->> 'job_id')::bigint, (e.value ->> 'at')::bigint, e.value ->> 'event',
+       e.value ->> 'from_status', e.value ->> 'to_status', e.value ->> 'actor',
+       e.value ->> 'detail'
+FROM json_array_elements(%(events)s::json) WITH ORDINALITY AS e (value, n)
+ORDER BY e.n;
 
 -- name: job_claim
 -- One statement: the CTE locks the first ready rows in claim order, skipping rows

@@ -20,6 +20,10 @@ from queuelog.errors import InvalidState, NotFound, QueueError
 from queuelog.models import EventKind, Job, JobStatus
 from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
+    claim_order,
+    claim_params,
+    claimed_events,
+    complete_batch_params,
     event_params,
     expired_finish,
     finish_event,
@@ -30,7 +34,6 @@ from queuelog.storage.rows import (
     json_param,
     match_completed,
     match_inserted,
-    result_text,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
 
@@ -46,16 +49,12 @@ def one(conn: Conn, name: str, args: Mapping[str, Any]) -> DictRow:
     return row
 
 
-_EVENT_COLUMNS = ("job_id", "at", "event", "from_status", "to_status", "actor", "detail")
-
-
 def _record(conn: Conn, events: Sequence[dict[str, Any]]) -> None:
     """Insert events in one statement (executemany costs a round trip per row)."""
     if len(events) == 1:
         conn.execute(Q["event_insert"], events[0])
     elif events:
-        columns = {name: [e[name] for e in events] for name in _EVENT_COLUMNS}
-        conn.execute(Q["event_insert_many"], columns)
+        conn.execute(Q["event_insert_many"], {"events": json_param(list(events))})
 
 
 def _notify_ready(conn: Conn) -> None:
@@ -110,20 +109,10 @@ def claim(conn: Conn, params: ClaimParams) -> list[Job]:
     if params.retry_at is not None:
         rescue(conn, params.now, params.retry_at, limit=500)
     conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
-    args = {
-        "worker_id": params.worker_id,
-        "worker_name": params.worker_name,
-        "now": to_micros(params.now),
-        "lease_seconds": params.lease_seconds,
-        "types": list(params.types) if params.types is not None else None,
-        "limit": params.limit,
-    }
-    jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]
-    jobs.sort(key=lambda j: (-j.priority, j.created_at, j.id))
-    by = params.worker_id
-    _record(
-        conn, [event_params(j, params.now, EventKind.CLAIMED, JobStatus.PENDING, by) for j in jobs]
-    )
+    types = list(params.types) if params.types is not None else None
+    jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], claim_params(params, types))]
+    jobs.sort(key=claim_order)
+    _record(conn, claimed_events(jobs, params))
     return jobs
 
 
@@ -248,27 +237,3 @@ def prune(conn: Conn, cutoffs: Mapping[JobStatus, datetime], limit: int) -> int:
         conn.execute(Q["job_events_delete"], {"ids": ids})
         conn.execute(Q["job_delete"], {"ids": ids})
     return len(ids)
-
-
-def complete_batch_params(items: Sequence[FinishParams]) -> dict[str, Any] | None:
-    """The bound parameters of ``job_complete_batch``, which completes many jobs in one
-    statement: for completions of distinct jobs at one time (a worker's batch
-    acknowledgement). None for anything else, which is finished item by item.
-    """
-    if len(items) < 2:
-        return None
-    now = items[0].now
-    if any(item.error is not None or item.now != now for item in items):
-        return None
-    if len({item.job_id for item in items}) != len(items):
-        return None
-    batch = [
-        {
-            "id": item.job_id,
-            "lease_token": item.lease_token,
-            "worker_name": item.worker_name,
-            "result": result_text(item),
-        }
-        for item in items
-    ]
-    return {"items": json_param(batch), "now": to_micros(now)}

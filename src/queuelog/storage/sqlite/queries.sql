@@ -68,34 +68,12 @@ SELECT e.value ->> 'job_id', e.value ->> 'at', e.value ->> 'event', e.value ->> 
 FROM json_each(:events) AS e
 ORDER BY e.key;
 
--- name: event_insert_each
--- The same event for every job of the JSON array of ids :ids, in its order (a
--- claim's, a batch completion's): a list of numbers reads much faster than
--- event_insert_many's objects, whose every field is looked up by name.
-INSERT INTO job_events (job_id, at, event, from_status, to_status, actor)
-SELECT i.value, :at, :event, :from_status, :to_status, :actor
-FROM json_each(:ids) AS i
-ORDER BY i.key;
-
--- Result sets come back as one JSON value where they can: Python's sqlite3 takes
--- the GIL back for every row it steps to, and while the event loop holds the GIL
--- each of those waits. One value per statement keeps the writer off that queue.
-
--- name: job_claim_pick
--- The ids of the ready jobs a claim takes, in claim order, as one JSON array.
--- INDEXED BY keeps the planner on the index that is already in claim order (no
--- sort, whatever the size); the writer's transaction holds the write lock, so
--- nothing can take these jobs before job_claim does.
-SELECT json_group_array(id) FROM (
-    SELECT id FROM jobs INDEXED BY jobs_ready
-    WHERE status = 'pending' AND scheduled = 0 AND run_at <= :now
-      AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)))
-    ORDER BY priority DESC, created_at, id
-    LIMIT :limit);
-
 -- name: job_claim
--- Lease the picked jobs (:ids, a JSON array). The guard (status = 'pending') keeps
--- the hand-out atomic; NOT INDEXED makes the update find each row by its id.
+-- Lease the first ready jobs in claim order. INDEXED BY keeps the pick on the index
+-- that is already in claim order (no sort, whatever the size); the group's
+-- transaction holds the write lock, so nothing takes these jobs between the pick and
+-- the update. The guard (status = 'pending') keeps the hand-out atomic all the same.
+-- The lease token is 128 random bits, fresh per claim.
 UPDATE jobs NOT INDEXED
 SET status = 'running',
     worker_id = :worker_id,
@@ -104,21 +82,14 @@ SET status = 'running',
     lease_token = lower(hex(randomblob(16))),
     lease_expires_at = :now + COALESCE(:lease_seconds, lease_seconds) * 1000000,
     updated_at = :now
-WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending';
-
--- name: job_rows
--- The rows of the jobs whose ids are in the JSON array :ids, as one JSON array of
--- objects keyed by column (payload and result stay their stored text).
-SELECT json_group_array(json_object(
-    'id', id, 'type', type, 'payload', payload, 'priority', priority, 'status', status,
-    'retry_count', retry_count, 'max_retries', max_retries, 'lease_seconds', lease_seconds,
-    'principal', principal, 'idempotency_key', idempotency_key, 'fingerprint', fingerprint,
-    'run_at', run_at, 'scheduled', scheduled, 'claimed_at', claimed_at,
-    'lease_expires_at', lease_expires_at, 'lease_token', lease_token,
-    'worker_id', worker_id, 'claimed_by', claimed_by, 'error', error, 'result', result,
-    'created_at', created_at, 'updated_at', updated_at))
-FROM jobs NOT INDEXED
-WHERE id IN (SELECT value FROM json_each(:ids));
+WHERE id IN (
+    SELECT id FROM jobs INDEXED BY jobs_ready
+    WHERE status = 'pending' AND scheduled = 0 AND run_at <= :now
+      AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)))
+    ORDER BY priority DESC, created_at, id
+    LIMIT :limit)
+  AND status = 'pending'
+RETURNING *;
 
 -- name: job_promote_due
 -- Scheduled jobs whose run_at has come join the ready index.
@@ -157,31 +128,19 @@ WHERE id = :id AND status = 'running' AND lease_token = :lease_token
   AND claimed_by = :worker_name AND lease_expires_at > :now
 RETURNING *;
 
--- name: job_complete_batch_held
--- The ids of the jobs of :tokens (a JSON object: job id -> lease token) that
--- :worker_name holds under that token, as one JSON array: job_complete_batch
--- completes exactly these. The CROSS JOIN and the unary "+" keep the planner
--- walking the tokens and finding each job by its id (a status index would scan
--- every running job). An object's values are read as they are: no item object is
--- parsed again for each field.
-SELECT json_group_array(jobs.id)
-FROM json_each(:tokens) AS t CROSS JOIN jobs
-WHERE jobs.id = CAST(t.key AS INTEGER) AND +jobs.status = 'running'
-  AND jobs.lease_token = t.value AND jobs.claimed_by = :worker_name
-  AND +jobs.lease_expires_at > :now;
-
 -- name: job_complete_batch
--- Complete the jobs of :results (a JSON object: job id -> the result's stored JSON
--- text, or null), which job_complete_batch_held found held by :worker_name in
--- this transaction (the writer's write lock is held since; the status and holder
--- are checked again all the same): the results are walked and each job found by
--- its id.
+-- job_complete for every item of the JSON array :items ({id, lease_token,
+-- worker_name, result}), each under its own guard, in one statement. The unary "+"
+-- keeps the planner walking the items and finding each job by its id (a status
+-- index would scan every running job).
 UPDATE jobs
-SET status = 'completed', result = r.value, lease_token = NULL,
+SET status = 'completed', result = i.value ->> 'result', lease_token = NULL,
     lease_expires_at = NULL, updated_at = :now
-FROM json_each(:results) AS r
-WHERE jobs.id = CAST(r.key AS INTEGER) AND +jobs.status = 'running'
-  AND jobs.claimed_by = :worker_name;
+FROM json_each(:items) AS i
+WHERE jobs.id = i.value ->> 'id' AND +jobs.status = 'running'
+  AND jobs.lease_token = i.value ->> 'lease_token'
+  AND jobs.claimed_by = i.value ->> 'worker_name' AND +jobs.lease_expires_at > :now
+RETURNING *;
 
 -- name: job_fail
 -- Retry while attempts remain and the error is retryable; else fail for good,

@@ -15,7 +15,7 @@ from queuelog.errors import QueueError
 from queuelog.models import ApiKey, EventKind, Finished, Job, JobStatus
 from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, NewKey
 from queuelog.storage.reads import SqlReads
-from queuelog.storage.rows import finished, held_params, job_from_row, key_from_row, key_params
+from queuelog.storage.rows import finished, held_params, key_from_row, key_params
 from queuelog.storage.sqlite import transactions as tx
 from queuelog.storage.sqlite.transactions import Q
 from queuelog.storage.sqlite.writer import GroupWriter
@@ -89,16 +89,13 @@ class SqliteStorage(SqlReads):
 
     # -- jobs --------------------------------------------------------------
 
-    # Rows become Jobs after the group, outside the transaction that holds the lock.
-
     async def job_insert_many(
         self, jobs: Sequence[NewJob], now: datetime
     ) -> list[tuple[Job, bool]]:
         return await self._writer.run(lambda conn: tx.insert_many(conn, jobs, now))
 
     async def job_claim(self, params: ClaimParams) -> list[Job]:
-        rows = await self._writer.run(lambda conn: tx.claim(conn, params))
-        return [job_from_row(r) for r in rows]
+        return await self._writer.run(lambda conn: tx.claim(conn, params))
 
     async def job_heartbeat(self, held: HeldParams) -> Job:
         args = held_params(held)
@@ -111,15 +108,15 @@ class SqliteStorage(SqlReads):
     async def job_finish_many(
         self, items: Sequence[FinishParams], with_jobs: bool = True
     ) -> list[Job | Finished | QueueError]:
-        outcomes = await self._writer.run(lambda conn: tx.finish_many(conn, items, with_jobs))
-        made = job_from_row if with_jobs else finished
-        return [o if isinstance(o, QueueError) else made(o) for o in outcomes]
+        outcomes = await self._writer.run(lambda conn: tx.finish_many(conn, items))
+        if with_jobs:
+            return list(outcomes)
+        return [o if isinstance(o, QueueError) else finished(o) for o in outcomes]
 
     async def job_rescue_expired(
         self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500
     ) -> list[Job]:
-        rows = await self._writer.run(lambda conn: tx.rescue(conn, now, retry_at, limit))
-        return [job_from_row(r) for r in rows]
+        return await self._writer.run(lambda conn: tx.rescue(conn, now, retry_at, limit))
 
     async def job_cancel(self, job_id: int, actor: str, now: datetime) -> Job:
         return await self._writer.run(

@@ -9,14 +9,15 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-import orjson
-
 from queuelog.clock import to_micros
 from queuelog.errors import InvalidState, NotFound, QueueError
 from queuelog.models import EventKind, Job, JobStatus
 from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
-    Row,
+    claim_order,
+    claim_params,
+    claimed_events,
+    complete_batch_params,
     event_params,
     expired_finish,
     finish_event,
@@ -27,7 +28,6 @@ from queuelog.storage.rows import (
     json_param,
     match_completed,
     match_inserted,
-    result_text,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
 
@@ -76,27 +76,6 @@ def record(conn: sqlite3.Connection, events: Sequence[dict[str, Any]]) -> None:
         conn.execute(Q["event_insert_many"], {"events": json_param(list(events))})
 
 
-def record_each(
-    conn: sqlite3.Connection,
-    ids: str,
-    at: datetime,
-    kind: EventKind,
-    before: JobStatus,
-    after: JobStatus,
-    actor: str,
-) -> None:
-    """Insert the same event (but for its job) for each job of the JSON array ``ids``."""
-    args = {
-        "ids": ids,
-        "at": to_micros(at),
-        "event": kind.value,
-        "from_status": before.value,
-        "to_status": after.value,
-        "actor": actor,
-    }
-    conn.execute(Q["event_insert_each"], args)
-
-
 def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
     row = conn.execute(Q["job_get"], {"id": job_id}).fetchone()
     return job_from_row(row) if row else None
@@ -120,8 +99,8 @@ def _existing(conn: sqlite3.Connection, new: NewJob) -> tuple[Job, bool]:
 
 def rescue(
     conn: sqlite3.Connection, now: datetime, retry_at: Callable[[Job], datetime], limit: int
-) -> list[sqlite3.Row]:
-    """Fail (or retry) the leases past their deadline; the rows of the jobs rescued."""
+) -> list[Job]:
+    """Fail (or retry) the leases past their deadline; the jobs rescued."""
     expired = [
         job_from_row(r)
         for r in conn.execute(Q["job_expired_leases"], {"now": to_micros(now), "limit": limit})
@@ -135,51 +114,16 @@ def rescue(
     return rescued
 
 
-# The writer runs one group at a time, so the hottest operations (claim, finish)
-# hand back rows and leave making Jobs of them to the requests' threads. Their
-# statements return one JSON value each, not a row per job: sqlite3 takes the GIL
-# back for every row it steps to, and each of those waits while the event loop
-# holds it (a claim of 96 rows took ~2.5x longer under load that way).
-
-
-def rows(conn: sqlite3.Connection, ids: str) -> list[Row]:
-    """The ``jobs`` rows (as dicts) of the JSON array of ids ``ids``, in no set order."""
-    text = conn.execute(Q["job_rows"], {"ids": ids}).fetchone()[0]
-    found: list[Row] = orjson.loads(text)
-    return found
-
-
-def claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Row]:
-    """Claim up to ``params.limit`` ready jobs; their rows, in claim order."""
+def claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Job]:
+    """Claim up to ``params.limit`` ready jobs, in claim order."""
     if params.retry_at is not None:
         rescue(conn, params.now, params.retry_at, limit=500)
-    now = to_micros(params.now)
-    conn.execute(Q["job_promote_due"], {"now": now})
-    pick = {"now": now, "types": types_json(params.types), "limit": params.limit}
-    ids = conn.execute(Q["job_claim_pick"], pick).fetchone()[0]
-    if ids == "[]":
-        return []
-    lease = {
-        "ids": ids,
-        "worker_id": params.worker_id,
-        "worker_name": params.worker_name,
-        "now": now,
-        "lease_seconds": params.lease_seconds,
-    }
-    conn.execute(Q["job_claim"], lease)
-    claimed = rows(conn, ids)
-    claimed.sort(key=lambda r: (-r["priority"], r["created_at"], r["id"]))
-    # The write lock is held since the pick: every picked job was claimed.
-    record_each(
-        conn,
-        ids,
-        params.now,
-        EventKind.CLAIMED,
-        JobStatus.PENDING,
-        JobStatus.RUNNING,
-        params.worker_id,
-    )
-    return claimed
+    conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
+    args = claim_params(params, types_json(params.types))
+    jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]
+    jobs.sort(key=claim_order)
+    record(conn, claimed_events(jobs, params))
+    return jobs
 
 
 def finish(
@@ -187,80 +131,34 @@ def finish(
     item: FinishParams,
     kind: EventKind | None = None,
     actor: str | None = None,
-) -> sqlite3.Row | QueueError:
-    """Complete or fail ``item`` if its lease holds; the job's row, or why not."""
+) -> Job | QueueError:
+    """Complete or fail ``item`` if its lease holds; the job, or why not."""
     query, args = finish_statement(item, expired=kind is EventKind.LEASE_EXPIRED)
     row: sqlite3.Row | None = conn.execute(Q[query], args).fetchone()
     if row is None:
         return guard_failure(get(conn, item.job_id))
-    conn.execute(Q["event_insert"], finish_event(row, item, kind, actor))
-    return row
+    job = job_from_row(row)
+    conn.execute(Q["event_insert"], finish_event(job, item, kind, actor))
+    return job
 
 
-def finish_many(
-    conn: sqlite3.Connection, items: Sequence[FinishParams], with_rows: bool = True
-) -> list[Row | QueueError]:
-    """Finish every item under its own guard: a worker's batch of completions in two
-    statements (which of its jobs it holds, then their completion).
-
-    Without ``with_rows``, a batch's completed jobs are answered by id and status
-    alone, and their rows are not read back.
-    """
-    params = held_batch_params(items)
+def finish_many(conn: sqlite3.Connection, items: Sequence[FinishParams]) -> list[Job | QueueError]:
+    """Finish every item under its own guard: a batch of completions in one statement."""
+    params = complete_batch_params(items)
     if params is None:
         return [finish(conn, item) for item in items]
-    held = conn.execute(Q["job_complete_batch_held"], params).fetchone()[0]
-    completed: list[Row] = []
-    if held != "[]":
-        ids = set(orjson.loads(held))
-        results = {str(i.job_id): result_text(i) for i in items if i.job_id in ids}
-        args = {
-            "results": json_param(results),
-            "worker_name": params["worker_name"],
-            "now": params["now"],
-        }
-        conn.execute(Q["job_complete_batch"], args)
-        if with_rows:
-            completed = rows(conn, held)
-        else:
-            completed = [{"id": i, "status": "completed"} for i in ids]
-        record_each(
-            conn,
-            held,
-            items[0].now,
-            EventKind.COMPLETED,
-            JobStatus.RUNNING,
-            JobStatus.COMPLETED,
-            params["worker_name"],
-        )
-    return match_completed(
-        items,
-        completed,
-        lambda item: guard_failure(get(conn, item.job_id)),
+    rows = conn.execute(Q["job_complete_batch"], params).fetchall()
+    matched = match_completed(items, rows, lambda item: guard_failure(get(conn, item.job_id)))
+    outcomes = [o if isinstance(o, QueueError) else job_from_row(o) for o in matched]
+    record(
+        conn,
+        [
+            finish_event(outcome, item, None, None)
+            for outcome, item in zip(outcomes, items, strict=True)
+            if isinstance(outcome, Job)
+        ],
     )
-
-
-def held_batch_params(items: Sequence[FinishParams]) -> dict[str, Any] | None:
-    """The parameters of ``job_complete_batch_held`` for a batch acknowledgement: the
-    completions of distinct jobs, at one time, by one worker (what the API sends).
-    None for anything else, which is finished item by item.
-    """
-    if len(items) < 2:
-        return None
-    first = items[0]
-    if any(
-        item.error is not None or item.now != first.now or item.worker_name != first.worker_name
-        for item in items
-    ):
-        return None
-    tokens = {str(item.job_id): item.lease_token for item in items}
-    if len(tokens) != len(items):
-        return None
-    return {
-        "tokens": json_param(tokens),
-        "worker_name": first.worker_name,
-        "now": to_micros(first.now),
-    }
+    return outcomes
 
 
 def transition(

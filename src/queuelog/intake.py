@@ -1,0 +1,78 @@
+"""Intake: what a producer may enqueue, checked and turned into the storage's new jobs.
+
+The checks run in the contract's order: the type is configured, the key may use
+it and the priority, the payload fits the limit and the type's JSON Schema.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import jsonschema
+
+from queuelog.config import Settings
+from queuelog.errors import Forbidden, PayloadTooLarge, UnknownJobType, ValidationFailed
+from queuelog.models import ApiKey
+from queuelog.specs import EnqueueSpec, stored_json
+from queuelog.storage.protocol import NewJob
+
+
+class Intake:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._schemas = {
+            name: jsonschema.Draft202012Validator(cfg.payload_schema)
+            for name, cfg in settings.types.items()
+            if cfg.payload_schema is not None
+        }
+
+    def new_job(
+        self, caller: ApiKey, spec: EnqueueSpec, now: datetime, index: int | None
+    ) -> NewJob:
+        """``spec`` as the job to store, or the refusal (naming ``index`` in a batch)."""
+        where = {"index": index} if index is not None else {}
+        cfg = self.settings.job_type(spec.type)
+        if cfg is None:
+            raise UnknownJobType(f"Job type {spec.type!r} is not configured", **where)
+        if caller.types is not None and spec.type not in caller.types:
+            raise Forbidden(f"This key may not enqueue jobs of type {spec.type!r}", **where)
+        if spec.priority > caller.max_priority:
+            raise Forbidden(f"This key may set priority up to {caller.max_priority.label}", **where)
+        limit = self.settings.limits.max_payload_bytes
+        payload_text = stored_json(spec.payload)
+        if len(payload_text.encode()) > limit:
+            raise PayloadTooLarge(f"The payload exceeds {limit} bytes", **where)
+        self._check_schema(spec, where)
+        if spec.run_at is not None:
+            run_at = max(spec.run_at, now)
+        elif spec.delay_seconds is not None and spec.delay_seconds > 0:
+            run_at = now + timedelta(seconds=spec.delay_seconds)
+        else:
+            run_at = now
+        max_retries = cfg.max_retries if spec.max_retries is None else spec.max_retries
+        return NewJob(
+            type=spec.type,
+            payload=spec.payload,
+            priority=spec.priority,
+            max_retries=max_retries,
+            lease_seconds=cfg.lease_seconds,
+            run_at=run_at,
+            principal=caller.name,
+            idempotency_key=spec.idempotency_key,
+            fingerprint=spec.fingerprint(max_retries) if spec.idempotency_key else None,
+            payload_text=payload_text,
+        )
+
+    def _check_schema(self, spec: EnqueueSpec, where: dict[str, Any]) -> None:
+        validator = self._schemas.get(spec.type)
+        if validator is None:
+            return
+        problems = sorted(validator.iter_errors(spec.payload), key=lambda e: list(e.path))
+        if problems:
+            prefix = ["body", "jobs", where["index"]] if where else ["body"]
+            errors = [
+                {"loc": [*prefix, "payload", *p.absolute_path], "msg": p.message}
+                for p in problems[:20]
+            ]
+            raise ValidationFailed("The payload does not match the type's schema", errors=errors)
