@@ -27,6 +27,7 @@ logged for operators.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from queuelog.api.deps import AppState
 from queuelog.api.metrics import Metrics
 from queuelog.api.middleware import first_headers, is_json_media
-from queuelog.api.problems import from_error, internal_problem
+from queuelog.api.problems import from_error, internal_problem, log_internal_error
 from queuelog.api.responses import JSONResponse
 from queuelog.api.routes.claims import (
     claim_answer,
@@ -230,7 +231,9 @@ class FastLane:
 def _internal_error(scope: Scope) -> Response:
     """The app's answer to an unexpected failure: its cause is logged for operators, the
     client learns nothing of it."""
-    log.exception("internal error on POST %s", scope["path"])
+    exc = sys.exception()
+    assert exc is not None  # called from an except block
+    log_internal_error(log, exc, "POST", scope["path"])
     return internal_problem()
 
 

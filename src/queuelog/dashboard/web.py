@@ -18,6 +18,7 @@ from fastapi.routing import APIRoute
 from starlette.datastructures import FormData, UploadFile
 
 from queuelog.api.deps import AppState, state_of
+from queuelog.api.problems import log_internal_error
 from queuelog.dashboard import views
 from queuelog.dashboard.sessions import Session, SessionStore
 from queuelog.errors import NotFound, QueueError
@@ -125,8 +126,8 @@ class DashboardRoute(APIRoute):
                 response = error_page(request, 404, "Not found", "There is nothing here.")
             except QueueError as exc:
                 response = error_page(request, exc.status, exc.title, exc.detail)
-            except Exception:
-                log.exception("dashboard error on %s %s", request.method, request.url.path)
+            except Exception as exc:
+                log_internal_error(log, exc, request.method, request.url.path)
                 response = error_page(request, 500, "Server error", "Something went wrong.")
             for name, value in SECURITY_HEADERS.items():
                 response.headers.setdefault(name, value)
