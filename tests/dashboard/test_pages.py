@@ -188,3 +188,11 @@ def test_hardening_02_the_page_of_a_big_payload_stays_bounded(
     assert "cut here: only the first 64 KiB of the indented JSON are shown" in page.text
     small = enqueue(producer, payload={"n": 1})
     assert "cut here" not in browser.get(f"/ui/jobs/{small['id']}").text
+
+
+def test_hardening_09_ids_beyond_the_api_s_bounds_are_404(browser: Browser) -> None:
+    for job_id in ("9223372036854775808", "0", "-1", "1" * 40):
+        assert browser.get(f"/ui/jobs/{job_id}").status_code == 404, job_id
+        for action in ("retry", "cancel"):
+            assert browser.post(f"/ui/jobs/{job_id}/{action}").status_code == 404, job_id
+    assert browser.post("/ui/keys/9223372036854775808/revoke").status_code == 404
