@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
+import stat
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -298,3 +300,20 @@ def test_a_group_of_more_single_enqueues_than_one_statement_takes_answers_each(
         assert all(store.job_get(job.id) == job for job in made)
     finally:
         store.close()
+
+
+def test_hardening_08_the_data_folder_and_files_are_owner_only_under_umask_022(
+    tmp_path: Path,
+) -> None:
+    previous = os.umask(0o022)
+    try:
+        store = SqliteStorage(tmp_path / "data" / "q.db")  # migrating writes -wal and -shm
+        modes = {
+            name: stat.S_IMODE((tmp_path / "data" / name).stat().st_mode)
+            for name in ("q.db", "q.db-wal", "q.db-shm")
+        }
+        store.close()
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
+    assert modes == {"q.db": 0o600, "q.db-wal": 0o600, "q.db-shm": 0o600}
