@@ -85,7 +85,7 @@ def sanitize_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     if cut:
         cleaned = _without_last_word(cleaned) + CUT
     cleaned = _PRIVATE_KEY_BLOCK.sub(REDACTED, cleaned)
-    cleaned = redact_url_passwords(cleaned, open_end=cut)
+    cleaned = _redact_url_passwords(cleaned, open_end=cut)
     cleaned = _BEARER.sub(rf"\1 {REDACTED}", cleaned)
     for pattern in _TOKEN_SHAPES:
         cleaned = pattern.sub(REDACTED, cleaned)
@@ -96,7 +96,7 @@ def sanitize_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     return cleaned[:limit]
 
 
-def redact_url_passwords(text: str, open_end: bool = False) -> str:
+def _redact_url_passwords(text: str, open_end: bool = False) -> str:
     """``scheme://user:password@host`` becomes ``scheme://[redacted]@host``.
 
     The password may hold ``/``, spaces or ``@``: it runs to the last ``@`` before
