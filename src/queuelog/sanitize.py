@@ -1,4 +1,10 @@
-"""Redaction of worker error text before it is stored (V-10)."""
+"""Redaction of worker error text before it is stored (V-10).
+
+The text is cut to the stored limit before any rule runs, and every rule reads it
+in one pass: a pattern starts only where its token starts (a lookbehind on the
+token's own characters) and its repeats are possessive, so no rule reads the same
+characters again and again, whatever a worker sends.
+"""
 
 from __future__ import annotations
 
@@ -7,55 +13,55 @@ import re
 MAX_ERROR_CHARS = 2000
 REDACTED = "[redacted]"
 PATH = "[path]"
+CUT = "[cut]"
 
-# Words that name a secret; a key containing one (DB_PASSWORD, client_secret,
-# refresh_token, aws_secret_access_key...) has its value redacted.
-_SECRET_WORDS = "|".join(
-    (
-        "password",
-        "passwd",
-        "pwd",
-        "secret",
-        "token",
-        "api[_-]?key",
-        "access[_-]?key",
-        "credential",
-        "authorization",
-    )
+# Parts of a key's name that say its value is a secret (separators ignored):
+# DB_PASSWORD, client_secret, refresh_token, aws_secret_access_key, privateKey, X-Api-Key...
+_SECRET_PARTS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "pwd",
+    "secret",
+    "token",
+    "apikey",
+    "accesskey",
+    "privatekey",
+    "credential",
+    "authorization",
+    "cookie",
 )
+# A header whose whole value is one credential, spaces and all (``Digest username=...,
+# response=...``, ``Token abc def``, a cookie list): redacted to the end of the line.
+_WHOLE_LINE_KEYS = ("authorization", "cookie")
 
-_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (
-        re.compile(
-            r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:.*?-----END [A-Z ]*PRIVATE KEY-----|.*)", re.S
-        ),
-        REDACTED,
-    ),
-    # scheme://user:password@host -> scheme://[redacted]@host (up to the last @).
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,30}://)[^/\s:@]*:[^/\s]*@"), rf"\1{REDACTED}@"),
-    (re.compile(r"(?i)\b(bearer|basic)\s+[a-z0-9._~+/=-]{6,}"), rf"\1 {REDACTED}"),
-    (re.compile(r"\beyJ[\w-]{4,}\.[\w-]{4,}\.[\w-]*"), REDACTED),  # JWT
-    (re.compile(r"\bql_[A-Za-z0-9]{16,}\b"), REDACTED),
-    (re.compile(r"\b(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{8,}\b"), REDACTED),
-    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"), REDACTED),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), REDACTED),
-    (
-        re.compile(
-            rf"(?i)([a-z0-9_.-]{{0,40}}(?:{_SECRET_WORDS})[a-z0-9_.-]{{0,40}})"
-            r"([\"']?\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&}\]]+)"
-        ),
-        rf"\1\2{REDACTED}",
-    ),
-    # Absolute paths: file: URLs, UNC (\\server\share), Windows (C:\x or C:/x, spaces
-    # allowed inside a folder name) and POSIX (/x/y).
-    (re.compile(r"(?i)\bfile:/+[^\s\"'<>]+"), PATH),
-    (re.compile(r"\\\\[\w.$-]+\\[^\s\"'<>]+"), PATH),
-    (
-        re.compile(r"\b[A-Za-z]:[\\/](?:[^\\/\n\r\t\"'<>|:*?]{1,255}[\\/])*[^\\/\s\"'<>|:*?]*"),
-        PATH,
-    ),
-    (re.compile(r"(?<![\w.:/-])/(?:[\w.@+-]+/)*[\w.@+-]+"), PATH),
+_PRIVATE_KEY_BLOCK = re.compile(
+    r"-----BEGIN (?:[A-Z0-9]++ ){0,3}PRIVATE KEY(?: BLOCK)?-----(?:.*?-----END [^\n]*+|.*+)",
+    re.S,
+)
+# scheme://user: -- the password runs to the last @ before the line's end or the next URL.
+_URL_USER = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*+://)[^\s/:@]*+:")
+_BEARER = re.compile(r"(?i)(?<![\w-])(bearer|basic)[ \t]++[a-z0-9._~+/=-]{6,}+")
+_TOKEN_SHAPES = (
+    re.compile(r"\beyJ[\w-]{4,}+\.[\w-]{4,}+\.[\w-]*+"),  # JWT
+    re.compile(r"\bql_[A-Za-z0-9]{16,}+\b"),
+    re.compile(r"\b(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{8,}+\b"),
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}+\b"),
+    re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}+"),
+)
+# key= key: "key": 'key' = -- a key is a whole token; what follows is its value.
+_KEY = re.compile(r"(?<![\w.-])([\w.-]++)[\"']?[ \t]*+[=:][ \t]*+")
+_VALUE = re.compile(r"\"(?:[^\"\\\n]|\\.)*+\"?|'(?:[^'\\\n]|\\.)*+'?|[^\s,;&}\]]++")
+_REST_OF_LINE = re.compile(r"[^\n]*+")
+_WORDS = re.compile(r"[A-Z]?[a-z0-9]++|[A-Z0-9]++")
+# Absolute paths: file: URLs, UNC (\\server\share), Windows (C:\x or C:/x, spaces
+# allowed inside a folder name) and POSIX (/x/y).
+_PATHS = (
+    re.compile(r"(?i)\bfile:/[^\s\"'<>]*+"),
+    re.compile(r"\\\\[\w.$-]++\\[^\s\"'<>]++"),
+    re.compile(r"\b[A-Za-z]:[\\/](?:[^\\/\n\r\t\"'<>|:*?]{1,255}+[\\/])*+[^\\/\s\"'<>|:*?]*+"),
+    re.compile(r"(?<![\w.:/-])/[\w.@+-]++(?:/[\w.@+-]++)*+"),
 )
 # C0/C1 controls other than tab and newline, and invisible format characters
 # (bidirectional overrides, zero-width characters) that can disguise text.
@@ -69,11 +75,79 @@ def sanitize_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """Return ``text`` with credentials, tokens and absolute paths redacted.
 
     Control and format characters other than newline and tab are removed, lone
-    surrogates become U+FFFD, and the result is cut to ``limit`` characters.
-    The text is cut before any rule runs, so the work done is bounded whatever
-    a caller sends.
+    surrogates become U+FFFD, and the result is at most ``limit`` characters.
+    The text is cut to ``limit`` before any rule runs, so the work done is bounded
+    whatever a caller sends; a word the cut went through becomes ``[cut]``, since
+    what is left of a secret may no longer look like one.
     """
-    cleaned = _SURROGATE.sub("\ufffd", _CONTROL.sub("", text[: limit * 4]))
-    for pattern, replacement in _RULES:
-        cleaned = pattern.sub(replacement, cleaned)
+    cut = len(text) > limit and not text[limit].isspace()
+    cleaned = _SURROGATE.sub("\ufffd", _CONTROL.sub("", text[:limit]))
+    if cut:
+        cleaned = _without_last_word(cleaned) + CUT
+    cleaned = _PRIVATE_KEY_BLOCK.sub(REDACTED, cleaned)
+    cleaned = _redact_url_passwords(cleaned, open_end=cut)
+    cleaned = _BEARER.sub(rf"\1 {REDACTED}", cleaned)
+    for pattern in _TOKEN_SHAPES:
+        cleaned = pattern.sub(REDACTED, cleaned)
+    cleaned = _redact_secret_values(cleaned)
+    for pattern in _PATHS:
+        cleaned = pattern.sub(PATH, cleaned)
+    # A redaction can be longer than what it replaced.
     return cleaned[:limit]
+
+
+def _redact_url_passwords(text: str, open_end: bool = False) -> str:
+    """``scheme://user:password@host`` becomes ``scheme://[redacted]@host``.
+
+    The password may hold ``/``, spaces or ``@``: it runs to the last ``@`` before
+    the end of the line or the next URL. With ``open_end`` (the text was cut) a
+    password that reaches the end of the text with no ``@`` is redacted to the end.
+    """
+    found = list(_URL_USER.finditer(text))
+    parts, done = [], 0
+    for index, match in enumerate(found):
+        after = match.end()
+        end = found[index + 1].start() if index + 1 < len(found) else len(text)
+        newline = text.find("\n", after, end)
+        end = end if newline < 0 else newline
+        at = text.rfind("@", after, end)
+        if at >= 0:
+            parts += [text[done : match.start()], match[1], REDACTED]
+            done = at
+        elif open_end and end == len(text):
+            parts += [text[done : match.start()], match[1], REDACTED]
+            done = end
+    parts.append(text[done:])
+    return "".join(parts)
+
+
+def _redact_secret_values(text: str) -> str:
+    """The value of every key that names a secret (see ``_SECRET_PARTS``)."""
+    parts, done = [], 0
+    for match in _KEY.finditer(text):
+        if match.start() < done or not _names_secret(match[1]):
+            continue
+        whole_line = match[1].lower().endswith(_WHOLE_LINE_KEYS)
+        value = (_REST_OF_LINE if whole_line else _VALUE).match(text, match.end())
+        if value is None or value.end() == match.end():
+            continue
+        parts += [text[done : match.end()], REDACTED]
+        done = value.end()
+    parts.append(text[done:])
+    return "".join(parts)
+
+
+def _names_secret(key: str) -> bool:
+    squeezed = "".join(ch for ch in key.lower() if ch.isalnum())
+    if any(part in squeezed for part in _SECRET_PARTS):
+        return True
+    # "pass" names a secret only as a word of its own (DB_PASS, dbPass, pass), so
+    # that bypass= or passed= keep their values.
+    return any(word.lower() == "pass" for word in _WORDS.findall(key))
+
+
+def _without_last_word(text: str) -> str:
+    end = len(text)
+    while end and not text[end - 1].isspace():
+        end -= 1
+    return text[:end]

@@ -172,3 +172,27 @@ def test_user_text_is_escaped(browser: Browser, producer: Api, worker: Api) -> N
     page = browser.get(f"/ui/jobs/{job['id']}").text
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(2)&gt;" in page
+
+
+def test_hardening_02_the_page_of_a_big_payload_stays_bounded(
+    browser: Browser, producer: Api
+) -> None:
+    # About 60 KB stored, megabytes once every element sits on an indented line.
+    payload: object = [1] * 29_000
+    for _ in range(60):
+        payload = [payload]
+    job = enqueue(producer, payload={"deep": payload})
+    page = browser.get(f"/ui/jobs/{job['id']}")
+    assert page.status_code == 200
+    assert len(page.content) < 100 * 1024
+    assert "cut here: only the first 64 KiB of the indented JSON are shown" in page.text
+    small = enqueue(producer, payload={"n": 1})
+    assert "cut here" not in browser.get(f"/ui/jobs/{small['id']}").text
+
+
+def test_hardening_09_ids_beyond_the_api_s_bounds_are_404(browser: Browser) -> None:
+    for job_id in ("9223372036854775808", "0", "-1", "1" * 40):
+        assert browser.get(f"/ui/jobs/{job_id}").status_code == 404, job_id
+        for action in ("retry", "cancel"):
+            assert browser.post(f"/ui/jobs/{job_id}/{action}").status_code == 404, job_id
+    assert browser.post("/ui/keys/9223372036854775808/revoke").status_code == 404

@@ -137,14 +137,58 @@ def test_session_expires_after_its_lifetime(browser: Browser, clock: FakeClock) 
     assert browser.get("/ui").headers["location"] == "/ui/login"
 
 
-def test_logging_in_replaces_the_anonymous_session_id(
+def test_logging_in_again_replaces_the_session_id(client: TestClient, make_key: KeyMaker) -> None:
+    _, key = make_key("root", "admin")
+    assert log_in(client, key).status_code == 303
+    first = client.cookies.get("queuelog_session")
+    token = csrf_of(TestClient(client.app).get("/ui/login").text)
+    client.cookies.set("queuelog_login", token)
+    data = {"csrf_token": token, "key": key}
+    assert client.post("/ui/login", data=data, follow_redirects=False).status_code == 303
+    assert client.cookies.get("queuelog_session") not in (None, first)
+    with_first = TestClient(client.app, cookies={"queuelog_session": first or ""})
+    assert with_first.get("/ui", follow_redirects=False).status_code == 303
+
+
+def test_hardening_04_anonymous_login_pages_neither_evict_a_form_nor_make_sessions(
     client: TestClient, make_key: KeyMaker
 ) -> None:
     _, key = make_key("root", "admin")
+    victim = TestClient(client.app)
+    form = victim.get("/ui/login")
+    attacker = TestClient(client.app)
+    for _ in range(2000):
+        page = attacker.get("/ui/login")
+        assert page.status_code == 200
+        # The only cookie is the form's token, scoped to the form: no session id.
+        (cookie,) = page.headers.get_list("set-cookie")
+        assert cookie.startswith("queuelog_login=") and "Path=/ui/login" in cookie
+    assert "queuelog_session" not in attacker.cookies
+    data = {"csrf_token": csrf_of(form.text), "key": key}
+    response = victim.post("/ui/login", data=data, follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == "/ui"
+    assert victim.get("/ui", follow_redirects=False).status_code == 200
+
+
+def test_hardening_04_a_login_token_from_another_browser_is_refused(
+    client: TestClient, make_key: KeyMaker
+) -> None:
+    _, key = make_key("root", "admin")
+    mine, theirs = TestClient(client.app), TestClient(client.app)
+    mine.get("/ui/login")
+    their_token = csrf_of(theirs.get("/ui/login").text)
+    refused = mine.post("/ui/login", data={"csrf_token": their_token, "key": key})
+    assert refused.status_code == 403 and "Form refused" in refused.text
+
+
+def test_hardening_04_a_login_form_expires_after_an_hour(
+    client: TestClient, make_key: KeyMaker, clock: FakeClock
+) -> None:
+    _, key = make_key("root", "admin")
     form = client.get("/ui/login")
-    anonymous = client.cookies.get("queuelog_session")
-    client.post("/ui/login", data={"csrf_token": csrf_of(form.text), "key": key})
-    assert client.cookies.get("queuelog_session") not in (None, anonymous)
+    clock.advance(3600)
+    data = {"csrf_token": csrf_of(form.text), "key": key}
+    assert client.post("/ui/login", data=data).status_code == 403
 
 
 def test_dashboard_is_not_in_the_openapi_schema(client: TestClient) -> None:

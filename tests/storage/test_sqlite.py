@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import stat
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -159,3 +161,20 @@ async def test_a_failing_single_enqueue_in_a_group_fails_alone(tmp_path: Path) -
         assert len(list(store._reader().execute("SELECT id FROM jobs"))) == 3
     finally:
         store.close()
+
+
+def test_hardening_08_the_data_folder_and_files_are_owner_only_under_umask_022(
+    tmp_path: Path,
+) -> None:
+    previous = os.umask(0o022)
+    try:
+        store = SqliteStorage(tmp_path / "data" / "q.db")  # migrating writes -wal and -shm
+        modes = {
+            name: stat.S_IMODE((tmp_path / "data" / name).stat().st_mode)
+            for name in ("q.db", "q.db-wal", "q.db-shm")
+        }
+        store.close()
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
+    assert modes == {"q.db": 0o600, "q.db-wal": 0o600, "q.db-shm": 0o600}

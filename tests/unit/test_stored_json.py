@@ -9,10 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queuelog import specs
-from queuelog.service import JobService
-from queuelog.specs import EnqueueSpec, FinishSpec, stored_json
-from tests.conftest import KeyMaker
+from queuelog.specs import EnqueueSpec, stored_json
 
 pytestmark = pytest.mark.anyio
 
@@ -56,37 +53,23 @@ async def test_a_value_json_cannot_hold_is_refused_with_the_standard_error() -> 
     assert stored_json({"a": [1]}) == '{"a":[1]}'
 
 
-async def test_a_payload_and_a_result_are_each_encoded_once_on_their_way_to_storage(
-    service: JobService, make_key: KeyMaker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    producer, _ = make_key("shop", "producer")
-    worker, _ = make_key("mailer", "worker")
-    encoded: list[Any] = []
-    real = specs._STORED
-
-    def counted(value: Any, level: int) -> Any:
-        encoded.append(value)
-        return real(value, level)
-
-    monkeypatch.setattr(specs, "_STORED", counted)
-    payload, results = {"to": "a@b.c"}, [{"sent": 1}, {"sent": 2}]
-    await service.enqueue_many(producer, [EnqueueSpec("noop", payload=payload)] * 2)
-    assert encoded == [payload, payload]
-    encoded.clear()
-    held = await service.claim(worker, limit=2)
-    await service.finish(
-        worker, FinishSpec(held[0].id, held[0].lease_token or "", result=results[0])
-    )
-    await service.finish_many(
-        worker, [FinishSpec(held[1].id, held[1].lease_token or "", result=results[1])]
-    )
-    assert encoded == results
-    assert [(await service.get(producer, job.id)).result for job in held] == results
-
-
-async def test_a_value_that_refers_to_itself_gets_the_standard_encoder_s_error() -> None:
+def test_a_value_that_refers_to_itself_gets_the_standard_encoder_s_error() -> None:
     looped: dict[str, Any] = {"a": [1]}
     looped["a"].append(looped)
     with pytest.raises(ValueError, match="Circular reference detected"):
         stored_json(looped)
     assert stored_json({"a": [1]}) == '{"a":[1]}'
+
+
+def test_hardening_02_the_fingerprint_reads_a_deep_payload_without_recursing() -> None:
+    # Deeper than the interpreter's stack allows a recursive walk (two frames a level).
+    def nested(leaf: Any) -> Any:
+        value = leaf
+        for _ in range(400):
+            value = {"a": [value]}
+        return value
+
+    spelled_as_float = EnqueueSpec("noop", payload=nested(1.0), idempotency_key="k")
+    spelled_as_int = EnqueueSpec("noop", payload=nested(1), idempotency_key="k")
+    assert spelled_as_float.fingerprint(3) == spelled_as_int.fingerprint(3)
+    assert spelled_as_float.fingerprint(3) != EnqueueSpec("noop", payload=nested(2)).fingerprint(3)

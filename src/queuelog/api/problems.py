@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import traceback
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -86,8 +87,29 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
         # The cause is logged for operators; the client learns nothing of it.
-        log.exception("internal error on %s %s", request.method, request.url.path)
+        log_internal_error(log, exc, request.method, request.url.path)
         return internal_problem()
+
+
+# The innermost frames say where a failure happened; a failure deep in a recursion
+# has a thousand frames, and one request must not write megabytes of log.
+TRACEBACK_FRAMES = 20
+TRACEBACK_CHARS = 16 * 1024
+_LOGGED_PATH_CHARS = 200
+
+
+def log_internal_error(logger: logging.Logger, exc: BaseException, method: str, path: str) -> None:
+    """Log an unexpected failure as one line naming the request and the exception,
+    followed by a bounded traceback (its innermost frames)."""
+    lines = traceback.format_exception(exc, limit=-TRACEBACK_FRAMES)
+    text = "".join(lines)[-TRACEBACK_CHARS:]
+    logger.error(
+        "internal error on %s %s: %s\n%s",
+        method,
+        path[:_LOGGED_PATH_CHARS],
+        type(exc).__name__,
+        text.rstrip("\n"),
+    )
 
 
 def internal_problem() -> JSONResponse:

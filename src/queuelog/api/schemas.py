@@ -53,21 +53,29 @@ RowId = Annotated[StrictInt, Field(ge=1, le=MAX_ID)]
 IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
+# Deeper JSON than any job needs; a limit keeps every later step (the fingerprint, the
+# encoders, the dashboard) far from the interpreter's recursion limit.
+MAX_JSON_DEPTH = 64
+
+
 def _plain_json(value: dict[str, Any]) -> dict[str, Any]:
-    """Refuse what JSON cannot carry back out: NaN/Infinity and lone surrogates."""
-    stack: list[Any] = [value]
+    """Refuse what JSON cannot carry back out (NaN/Infinity, lone surrogates) and
+    nesting deeper than ``MAX_JSON_DEPTH`` objects and arrays."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
             raise ValueError("numbers must be finite (no NaN or Infinity)")
         if isinstance(item, str):
             _utf8(item)
-        elif isinstance(item, dict):
-            for key in item:
-                _utf8(key)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+        elif isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"must not nest deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(item, dict):
+                for key in item:
+                    _utf8(key)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
     return value
 
 
@@ -134,10 +142,26 @@ class CompleteRequest(_Request):
     result: JsonObject | None = None
 
 
+# An error text is cut to 2,000 characters when stored; a longer one is refused
+# before any work is spent on it.
+MAX_ERROR_REQUEST_CHARS = 16 * 1024
+
+
+def _bounded_error(value: str) -> str:
+    # Checked here, not with max_length: pydantic's length check refuses a lone
+    # surrogate, which the stored text replaces instead.
+    if len(value) > MAX_ERROR_REQUEST_CHARS:
+        raise ValueError(f"must be at most {MAX_ERROR_REQUEST_CHARS} characters")
+    return value
+
+
 class FailRequest(_Request):
     lease_token: LeaseToken
-    # Any length within the body limit; it is cut to 2,000 characters when stored.
-    error: StrictStr
+    error: Annotated[
+        StrictStr,
+        AfterValidator(_bounded_error),
+        Field(json_schema_extra={"maxLength": MAX_ERROR_REQUEST_CHARS}),
+    ]
     retryable: StrictBool = True
     retry_in_seconds: Number | None = Field(None, ge=0, le=366 * 86_400)
 

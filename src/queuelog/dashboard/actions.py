@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
 from queuelog.api.deps import state_of
+from queuelog.api.schemas import IdPath
 from queuelog.dashboard.pages import key_page
 from queuelog.dashboard.web import DashboardRoute, Posted, field_of, render
 from queuelog.errors import QueueError, ValidationFailed
@@ -25,13 +26,13 @@ def _see(url: str) -> Response:
 
 
 @router.post("/jobs/{job_id}/retry")
-async def retry_job(request: Request, job_id: int, posted: Posted) -> Response:
+async def retry_job(request: Request, job_id: IdPath, posted: Posted) -> Response:
     await state_of(request).service.retry(posted.admin, job_id)
     return _see(f"/ui/jobs/{job_id}?notice=retried")
 
 
 @router.post("/jobs/{job_id}/cancel")
-async def cancel_job(request: Request, job_id: int, posted: Posted) -> Response:
+async def cancel_job(request: Request, job_id: IdPath, posted: Posted) -> Response:
     await state_of(request).service.cancel(posted.admin, job_id)
     return _see(f"/ui/jobs/{job_id}?notice=cancelled")
 
@@ -87,6 +88,6 @@ def _key_fields(
 
 
 @router.post("/keys/{key_id}/revoke")
-async def revoke_key(request: Request, key_id: int, posted: Posted) -> Response:
+async def revoke_key(request: Request, key_id: IdPath, posted: Posted) -> Response:
     await state_of(request).keys.revoke(key_id)
     return _see("/ui/keys?notice=key-revoked")

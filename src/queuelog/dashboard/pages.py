@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from queuelog.api.deps import state_of
+from queuelog.api.schemas import IdPath
 from queuelog.dashboard import views
 from queuelog.dashboard.web import Admin, DashboardRoute, now_of, render
 from queuelog.errors import NotFound, ValidationFailed
@@ -102,7 +103,7 @@ async def jobs(
 async def job(
     request: Request,
     admin: Admin,
-    job_id: int,
+    job_id: IdPath,
     notice: Annotated[str | None, Query(max_length=30)] = None,
 ) -> Response:
     service = state_of(request).service

@@ -16,6 +16,7 @@ from queuelog.dashboard.web import (
     Dashboard,
     DashboardRoute,
     check_csrf,
+    check_login_token,
     clear_session_cookie,
     current_session,
     dashboard_of,
@@ -23,6 +24,7 @@ from queuelog.dashboard.web import (
     now_of,
     read_form,
     render,
+    set_login_cookie,
     set_session_cookie,
 )
 from queuelog.errors import Unauthenticated
@@ -67,22 +69,17 @@ def static(request: Request, name: str) -> Response:
 
 @router.get("/login")
 def login_form(request: Request) -> Response:
-    session = current_session(request)
-    if session is not None and session.key_id is not None:
+    if current_session(request) is not None:
         return RedirectResponse("/ui", status_code=303)
     return _login_page(request, None, 200)
 
 
 def _login_page(request: Request, message: str | None, status: int) -> Response:
-    """The form, under a fresh anonymous session whose token the form carries."""
-    sessions = dashboard_of(request).sessions
-    old = current_session(request)
-    if old is not None:
-        sessions.end(old.id)
-    session = sessions.start_anonymous(now_of(request))
-    request.state.ui_session = session
-    response = render(request, "login.html", status, message=message)
-    set_session_cookie(request, response, session)
+    """The form with a fresh login token, in its field and in the login cookie; no
+    session is made for it."""
+    token = dashboard_of(request).login_tokens.issue(now_of(request))
+    response = render(request, "login.html", status, message=message, csrf_token=token)
+    set_login_cookie(request, response, token)
     return response
 
 
@@ -91,7 +88,7 @@ Form = Annotated[FormData, Depends(read_form)]
 
 @router.post("/login")
 async def login(request: Request, form: Form) -> Response:
-    session = check_csrf(current_session(request), form)
+    check_login_token(request, form)
     state = state_of(request)
     try:
         key = await state.keys.authenticate(field_of(form, "key"))
@@ -99,8 +96,11 @@ async def login(request: Request, form: Form) -> Response:
         return _login_page(request, "This key is not valid, or it has been revoked.", 401)
     if not key.has(Role.ADMIN):
         return _login_page(request, "This key does not have the admin role.", 403)
-    dashboard = dashboard_of(request)
-    admin = dashboard.sessions.log_in(session.id, key.id, key.key_hash, now_of(request))
+    sessions = dashboard_of(request).sessions
+    earlier = current_session(request)
+    if earlier is not None:  # a new login never keeps an old session id
+        sessions.end(earlier.id)
+    admin = sessions.log_in(key.id, key.key_hash, now_of(request))
     response = RedirectResponse("/ui", status_code=303)
     set_session_cookie(request, response, admin)
     return response

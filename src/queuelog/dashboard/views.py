@@ -31,8 +31,27 @@ def duration(seconds: float | None) -> str:
     return f"{secs} s"
 
 
+# Indenting multiplies the size of deep or wide JSON (a 60 KB payload can print as
+# megabytes): a page shows this much of it.
+PRETTY_CHARS = 64 * 1024
+CUT_NOTE = "\n… cut here: only the first 64 KiB of the indented JSON are shown."
+_PRETTY = json.JSONEncoder(indent=2, sort_keys=True, ensure_ascii=False)
+
+
 def pretty_json(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    """Indented JSON, at most ``PRETTY_CHARS`` of it, then a note that it was cut.
+
+    The indenting encoder writes its text piece by piece, so what is not shown is
+    never built.
+    """
+    parts: list[str] = []
+    size = 0
+    for part in _PRETTY.iterencode(value):
+        parts.append(part)
+        size += len(part)
+        if size > PRETTY_CHARS:
+            return "".join(parts)[:PRETTY_CHARS] + CUT_NOTE
+    return "".join(parts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,9 @@ from fastapi.routing import APIRoute
 from starlette.datastructures import FormData, UploadFile
 
 from queuelog.api.deps import AppState, state_of
+from queuelog.api.problems import log_internal_error
 from queuelog.dashboard import views
+from queuelog.dashboard.login_tokens import LoginTokens
 from queuelog.dashboard.sessions import Session, SessionStore
 from queuelog.errors import NotFound, QueueError
 from queuelog.models import ApiKey, Role
@@ -27,6 +29,8 @@ log = logging.getLogger("queuelog.dashboard")
 
 COOKIE = "queuelog_session"
 COOKIE_PATH = "/ui"
+LOGIN_COOKIE = "queuelog_login"
+LOGIN_PATH = "/ui/login"
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
@@ -42,9 +46,10 @@ SECURITY_HEADERS = {
 
 @dataclass
 class Dashboard:
-    """Built once per app by ``dashboard_router``: templates and the session store."""
+    """Built once per app by ``dashboard_router``: templates, sessions, login tokens."""
 
     sessions: SessionStore
+    login_tokens: LoginTokens = field(default_factory=LoginTokens)
     templates: jinja2.Environment = field(default_factory=lambda: _environment())
 
     def static(self, name: str) -> bytes:
@@ -87,17 +92,18 @@ def now_of(request: Request) -> datetime:
 
 
 def render(request: Request, template: str, status: int = 200, **context: object) -> HTMLResponse:
-    """A page, with the session's CSRF token and the admin's name available to every form."""
+    """A page, with the session's CSRF token (unless ``context`` gives one) and the
+    admin's name available to every form."""
     session: Session | None = getattr(request.state, "ui_session", None)
     admin: ApiKey | None = getattr(request.state, "ui_admin", None)
     page = dashboard_of(request).templates.get_template(template)
-    values: dict[str, object] = {"notice": None, "page": None, **context}
-    html = page.render(
-        csrf_token=session.csrf_token if session else "",
-        admin=admin,
-        now=now_of(request),
-        **values,
-    )
+    values: dict[str, object] = {
+        "notice": None,
+        "page": None,
+        "csrf_token": session.csrf_token if session else "",
+        **context,
+    }
+    html = page.render(admin=admin, now=now_of(request), **values)
     return HTMLResponse(html, status_code=status)
 
 
@@ -125,8 +131,8 @@ class DashboardRoute(APIRoute):
                 response = error_page(request, 404, "Not found", "There is nothing here.")
             except QueueError as exc:
                 response = error_page(request, exc.status, exc.title, exc.detail)
-            except Exception:
-                log.exception("dashboard error on %s %s", request.method, request.url.path)
+            except Exception as exc:
+                log_internal_error(log, exc, request.method, request.url.path)
                 response = error_page(request, 500, "Server error", "Something went wrong.")
             for name, value in SECURITY_HEADERS.items():
                 response.headers.setdefault(name, value)
@@ -144,7 +150,7 @@ def current_session(request: Request) -> Session | None:
 async def _admin(request: Request) -> AdminSession:
     """The logged-in admin; the key is looked up again on every request."""
     session = current_session(request)
-    if session is None or session.key_id is None or session.key_hash is None:
+    if session is None:
         raise LoginRequired
     state: AppState = state_of(request)
     key = await state.service.storage.key_by_hash(session.key_hash)
@@ -179,6 +185,15 @@ def check_csrf(session: Session | None, form: FormData) -> Session:
     return session
 
 
+def check_login_token(request: Request, form: FormData) -> None:
+    """The login form's token must match its cookie's (see login_tokens.py), or CsrfRejected."""
+    token = form.get("csrf_token")
+    tokens = dashboard_of(request).login_tokens
+    cookie = request.cookies.get(LOGIN_COOKIE)
+    if not isinstance(token, str) or not tokens.valid(cookie, token, now_of(request)):
+        raise CsrfRejected
+
+
 @dataclass(frozen=True, slots=True)
 class AdminPost:
     admin: ApiKey
@@ -210,6 +225,20 @@ def set_session_cookie(request: Request, response: Response, session: Session) -
         max_age=max(seconds, 0),
         expires=max(seconds, 0),
         path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def set_login_cookie(request: Request, response: Response, token: str) -> None:
+    seconds = int(dashboard_of(request).login_tokens.lifetime.total_seconds())
+    response.set_cookie(
+        LOGIN_COOKIE,
+        token,
+        max_age=seconds,
+        expires=seconds,
+        path=LOGIN_PATH,
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",

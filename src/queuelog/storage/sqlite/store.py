@@ -3,6 +3,8 @@ per thread."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +30,11 @@ _BUSY_TIMEOUT_SECONDS = 30.0
 class SqliteStorage(SqlReads):
     def __init__(self, path: str | Path, durability: str = "full") -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Owner-only: the files hold payloads, results, errors and key hashes. SQLite
+        # gives the -wal and -shm files the database file's own mode.
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         self._synchronous = "FULL" if durability == "full" else "NORMAL"
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
