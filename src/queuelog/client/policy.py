@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from queuelog import __version__
+from queuelog._version import __version__
 from queuelog.client.calls import Call
 from queuelog.client.errors import ServerError, ServerUnavailable
 from queuelog.errors import QueueError, RateLimited
