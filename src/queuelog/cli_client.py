@@ -93,6 +93,13 @@ def literal(value: object) -> Text:
     return Text(shown(value))
 
 
+class ShownFormatter(logging.Formatter):
+    """Log lines whose server values (an error's detail, say) are ``shown``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return shown(super().format(record))
+
+
 @contextmanager
 def reported(what: str) -> Iterator[None]:
     """Turn a client error into a one-line message and its documented exit code."""
@@ -191,7 +198,9 @@ def worker(
     if prefetch is not None:
         runtime.configure(prefetch=prefetch)
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        log_lines = logging.StreamHandler()
+        log_lines.setFormatter(ShownFormatter("%(asctime)s %(levelname)s %(message)s"))
+        logging.basicConfig(level=logging.INFO, handlers=[log_lines])
         logging.getLogger("httpx").setLevel(logging.WARNING)  # the worker logs each job
     with reported("worker stopped"):
         runtime.run(url=url, api_key=api_key)

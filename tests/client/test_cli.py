@@ -231,6 +231,8 @@ class Hostile(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.path == "/jobs":
             self.answer(201, hostile_job(1))
+        elif self.path == "/jobs/claim":  # refused: the worker logs it, then stops
+            self.answer(422, {"type": "validation", "detail": NASTY})
         else:
             self.answer(409, {"type": f"invalid-state{NASTY}", "detail": NASTY})
 
@@ -260,18 +262,23 @@ def hostile_url() -> Iterator[str]:
 
 
 def test_hardening_05_cli_strips_control_characters_from_server_values(
-    hostile_url: str,
+    hostile_url: str, tmp_path: Path
 ) -> None:
-    env = {**clean_environ(QUEUELOG_URL=hostile_url, QUEUELOG_API_KEY="ql_x"), "COLUMNS": "300"}
+    (tmp_path / "quiet.py").write_text(  # a worker module that leaves logging to the command
+        "from queuelog import Worker\nworker = Worker()\nworker.handler('noop')(print)\n"
+    )
+    env = clean_environ(QUEUELOG_URL=hostile_url, QUEUELOG_API_KEY="ql_x", COLUMNS="300")
     commands = [
         ("jobs", "list"), ("jobs", "show", "1"), ("jobs", "events", "1"), ("enqueue", "noop"),
         ("jobs", "show", "2"), ("jobs", "retry", "1"),  # refused, with the detail shown
+        ("worker", "quiet:worker"),  # the log the command sets up, and its last line
     ]  # fmt: skip
     for args in commands:
-        done = subprocess.run(
-            [QUEUELOG, *args], capture_output=True, text=True, env=env, timeout=120, check=False
+        done = subprocess.run(  # bytes: text mode would turn a carriage return into "\n"
+            [QUEUELOG, *args], capture_output=True, env=env, cwd=tmp_path, timeout=120, check=False
         )
-        assert "Traceback" not in done.stderr, (args, done.stderr)
-        assert "]8;;https://evil.example/" in done.stdout + done.stderr, args  # shown, inert
+        printed = (done.stdout + done.stderr).decode()
+        assert "Traceback" not in printed, (args, printed)
+        assert "]8;;https://evil.example/" in printed, args  # shown, inert
         for control in CONTROLS:
-            assert control not in done.stdout + done.stderr, (args, control)
+            assert control not in printed, (args, control)
