@@ -272,9 +272,10 @@ def test_hardening_07_sdk_repr_hides_the_api_key(real_server: RealServer) -> Non
     )
     with pytest.raises(ServerUnavailable) as refused:
         unreachable.get(1)
+    async_client = AsyncClient(real_server.url, secret)
     objects: list[object] = [
         mailer, mailer.connection, mailer.retry_policy, unreachable, unreachable.connection,
-        AsyncClient(real_server.url, secret), AsyncClient(real_server.url, secret).connection,
+        async_client, async_client.connection,
         worker, worker.options, run, run.claimer, run.leases, run.acknowledger, run.handlers,
         Running(job, 30.0), job, made, refused.value,
     ]  # fmt: skip
@@ -288,4 +289,5 @@ def test_hardening_07_sdk_repr_hides_the_api_key(real_server: RealServer) -> Non
         mailer.release(job)
         mailer.close()
         unreachable.close()
+        loop.run_until_complete(async_client.aclose())
         loop.close()
