@@ -1,8 +1,10 @@
-"""queuelog: a durable background job queue served over HTTP."""
+"""queuelog: a durable background job queue served over HTTP.
 
-__version__ = "0.1.0"
+The package root holds the SDK's public names only; the server lives in ``queuelog.api``
+and is imported by ``queuelog serve``, never by ``import queuelog``.
+"""
 
-# The SDK: imported after __version__, which the client sends as its User-Agent.
+from queuelog._version import __version__
 from queuelog.client import (
     AsyncClient,
     Client,

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from queuelog.auth import KEY_NAME, KEY_NAME_CHARS, KeyRing
-from queuelog.cli_client import EXIT_CODES, enqueue, worker
+from queuelog.cli_client import EXIT_CODES, enqueue, one_line, worker
 from queuelog.cli_jobs import jobs
 from queuelog.clock import SystemClock, rfc3339
 from queuelog.config import PRIORITY_LABELS, Settings, load_settings
@@ -162,7 +162,7 @@ def keys_list(config_path: str | None) -> None:
             key.prefix + "...",
             "revoked " + rfc3339(key.revoked_at) if key.revoked_at else "active",
         ]
-        click.echo("\t".join(str(f) for f in fields))
+        click.echo("\t".join(one_line(str(f)) for f in fields))
 
 
 @keys.command("revoke")

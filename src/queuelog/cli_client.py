@@ -7,6 +7,7 @@ import enum
 import importlib
 import json
 import logging
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from queuelog.client import Client, Job, Worker
 from queuelog.client.errors import ServerError, ServerUnavailable
@@ -70,13 +72,42 @@ def failure_for(error: QueueError) -> type[click.ClickException]:
     return Refused
 
 
+# What a terminal would act on rather than show: C0 controls but newline (ESC starts
+# colours, cursor moves and hyperlinks), DEL, C1 controls (a lone CSI), and the format
+# characters that reorder or hide text (bidirectional overrides, zero-width characters).
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+
+
+def shown(value: object) -> str:
+    """A value from the server as text safe to print: control characters removed."""
+    return _CONTROL.sub("", str(value))
+
+
+def one_line(text: str) -> str:
+    """``shown`` on one line: for messages and the lines the commands print."""
+    return shown(text).replace("\n", " ")
+
+
+def literal(value: object) -> Text:
+    """A table cell from a server value: shown as it is, never read as rich markup."""
+    return Text(shown(value))
+
+
+class ShownFormatter(logging.Formatter):
+    """Log lines whose server values (an error's detail, say) are ``shown``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return shown(super().format(record))
+
+
 @contextmanager
 def reported(what: str) -> Iterator[None]:
     """Turn a client error into a one-line message and its documented exit code."""
     try:
         yield
     except QueueError as error:
-        raise failure_for(error)(f"{what}: {error.detail} ({error.slug})") from error
+        message = one_line(f"{what}: {error.detail} ({error.slug})")
+        raise failure_for(error)(message) from error
 
 
 def to_json(value: Any) -> Any:
@@ -110,8 +141,8 @@ def _when(at: datetime | None) -> str:
 def print_jobs(jobs: list[Job]) -> None:
     table = Table("id", "type", "status", "priority", "tries", "run at (UTC)", "worker")
     for job in jobs:
-        table.add_row(
-            str(job.id),
+        cells = (
+            job.id,
             job.type,
             job.status.value,
             job.priority.label,
@@ -119,6 +150,7 @@ def print_jobs(jobs: list[Job]) -> None:
             _when(job.run_at),
             job.worker_id or "",
         )
+        table.add_row(*(literal(c) for c in cells))
     console().print(table)
 
 
@@ -166,7 +198,9 @@ def worker(
     if prefetch is not None:
         runtime.configure(prefetch=prefetch)
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        log_lines = logging.StreamHandler()
+        log_lines.setFormatter(ShownFormatter("%(asctime)s %(levelname)s %(message)s"))
+        logging.basicConfig(level=logging.INFO, handlers=[log_lines])
         logging.getLogger("httpx").setLevel(logging.WARNING)  # the worker logs each job
     with reported("worker stopped"):
         runtime.run(url=url, api_key=api_key)
@@ -281,4 +315,4 @@ def enqueue(
     if as_json:
         print_json(job)
     else:
-        click.echo(f"job {job.id} {job.status.value} ({job.type}, {job.priority.label})")
+        click.echo(one_line(f"job {job.id} {job.status.value} ({job.type}, {job.priority.label})"))

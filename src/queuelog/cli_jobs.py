@@ -13,6 +13,8 @@ from queuelog.cli_client import (
     console,
     json_option,
     key_option,
+    literal,
+    one_line,
     print_jobs,
     print_json,
     reported,
@@ -67,7 +69,7 @@ def show(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> No
         return
     table = Table("field", "value", show_header=False)
     for name, value in _fields(job):
-        table.add_row(name, value)
+        table.add_row(name, literal(value))
     console().print(table)
 
 
@@ -97,7 +99,7 @@ def events(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> 
         return
     table = Table("at (UTC)", "event", "from", "to", "actor", "detail")
     for event in history:
-        table.add_row(
+        cells = (
             event.at.strftime("%Y-%m-%d %H:%M:%S.%f"),
             event.event,
             event.from_status.value if event.from_status else "",
@@ -105,6 +107,7 @@ def events(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> 
             event.actor,
             event.detail or "",
         )
+        table.add_row(*(literal(c) for c in cells))
     console().print(table)
 
 
@@ -136,4 +139,4 @@ def _done(job: Job, as_json: bool) -> None:
     if as_json:
         print_json(job)
     else:
-        click.echo(f"job {job.id} {job.status.value}")
+        click.echo(one_line(f"job {job.id} {job.status.value}"))

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from queuelog.cli_client import batches
-from tests.realserver import QUEUELOG, RealServer, free_port
+from queuelog.client import Client
+from tests.realserver import QUEUELOG, RealServer, clean_environ, free_port
 
 
 def cli(server: RealServer, key: str | None, *args: str) -> subprocess.CompletedProcess[str]:
@@ -156,3 +163,122 @@ def test_batches_stay_under_the_request_limit_whatever_the_batch_size() -> None:
     assert [len(b) for b in cut] == [5, 5, 2]
     assert [j for b in cut for j in b] == jobs
     assert [len(b) for b in batches([{"type": "noop"}] * 7, 3)] == [3, 3, 1]
+
+
+LINK = "[link=https://evil.example/x]see[/link]"
+ERROR = "[bold]boom[/] [/] [link=mailto:x@evil.example]see[/]"  # no path for the sanitiser
+
+
+def on_a_terminal(server: RealServer, key: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``cli`` with rich told it writes to a colour terminal: styles and hyperlinks on."""
+    env = {**server.client_env(server.keys[key]), "FORCE_COLOR": "1", "COLUMNS": "300"}
+    return subprocess.run(
+        [QUEUELOG, *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def test_hardening_05_cli_shows_rich_markup_from_job_data_as_literal_text(
+    real_server: RealServer,
+) -> None:
+    made = cli(real_server, "shop", "enqueue", "noop", '{"x": "[/]"}', "--idempotency-key", LINK)
+    assert made.returncode == 0, made.stderr
+    job_id = made.stdout.split()[1]
+    shown = on_a_terminal(real_server, "shop", "jobs", "show", job_id)
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    assert '{"x": "[/]"}' in shown.stdout and LINK in shown.stdout
+    assert "\x1b]8;" not in shown.stdout  # no terminal hyperlink
+    with Client(real_server.url, real_server.keys["mailer"]) as mailer:
+        (claimed,) = mailer.claim(types=["noop"], limit=1)
+        mailer.fail(claimed, ERROR, retryable=False)
+    for args in (("jobs", "show"), ("jobs", "events")):
+        done = on_a_terminal(real_server, "root", *args, str(claimed.id))
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert ERROR in done.stdout
+        assert "\x1b]8;" not in done.stdout
+
+
+# ESC opening a hyperlink and clearing the screen, BEL, a C1 CSI, backspace, a
+# right-to-left override and a zero-width space: each is acted on by a terminal, not shown.
+CONTROLS = ("\x1b", "\x07", "\x9b", "\x08", "\u202e", "\u200b", "\r")
+NASTY = "a\x1b]8;;https://evil.example/\x07b\x1b[2J\x9bc\x08d\u202ee\u200bf\rg"
+
+
+def hostile_job(job_id: int) -> dict[str, Any]:
+    when = "2026-01-01T00:00:00Z"
+    return {
+        "id": job_id, "type": f"noop{NASTY}", "payload": {"k": NASTY}, "priority": "medium",
+        "status": "failed", "retry_count": 1, "max_retries": 3, "idempotency_key": NASTY,
+        "run_at": when, "created_at": when, "updated_at": when, "worker_id": NASTY,
+        "error": NASTY, "result": {"k": NASTY},
+    }  # fmt: skip
+
+
+class Hostile(BaseHTTPRequestHandler):
+    """A server (or a proxy in front of one) that puts terminal controls in every value."""
+
+    def do_GET(self) -> None:
+        event = {"at": "2026-01-01T00:00:00Z", "event": NASTY, "from_status": "pending"}
+        event |= {"to_status": "running", "actor": NASTY, "detail": NASTY}
+        answers: dict[str, tuple[int, Any]] = {
+            "/jobs": (200, {"jobs": [hostile_job(1)], "next_cursor": None}),
+            "/jobs/1": (200, hostile_job(1)),
+            "/jobs/1/events": (200, {"events": [event]}),
+        }
+        path = self.path.partition("?")[0]
+        self.answer(*answers.get(path, (404, {"type": "not-found", "detail": NASTY})))
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path == "/jobs":
+            self.answer(201, hostile_job(1))
+        elif self.path == "/jobs/claim":  # refused: the worker logs it, then stops
+            self.answer(422, {"type": "validation", "detail": NASTY})
+        else:
+            self.answer(409, {"type": f"invalid-state{NASTY}", "detail": NASTY})
+
+    def answer(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def hostile_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_hardening_05_cli_strips_control_characters_from_server_values(
+    hostile_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "quiet.py").write_text(  # a worker module that leaves logging to the command
+        "from queuelog import Worker\nworker = Worker()\nworker.handler('noop')(print)\n"
+    )
+    env = clean_environ(QUEUELOG_URL=hostile_url, QUEUELOG_API_KEY="ql_x", COLUMNS="300")
+    commands = [
+        ("jobs", "list"), ("jobs", "show", "1"), ("jobs", "events", "1"), ("enqueue", "noop"),
+        ("jobs", "show", "2"), ("jobs", "retry", "1"),  # refused, with the detail shown
+        ("worker", "quiet:worker"),  # the log the command sets up, and its last line
+    ]  # fmt: skip
+    for args in commands:
+        done = subprocess.run(  # bytes: text mode would turn a carriage return into "\n"
+            [QUEUELOG, *args], capture_output=True, env=env, cwd=tmp_path, timeout=120, check=False
+        )
+        printed = (done.stdout + done.stderr).decode()
+        assert "Traceback" not in printed, (args, printed)
+        assert "]8;;https://evil.example/" in printed, args  # shown, inert
+        for control in CONTROLS:
+            assert control not in printed, (args, control)

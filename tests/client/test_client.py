@@ -15,8 +15,11 @@ from queuelog.client import (
     RetryPolicy,
     ServerError,
     ServerUnavailable,
+    Worker,
 )
 from queuelog.client.errors import BodyTooLarge
+from queuelog.client.running import Running
+from queuelog.client.worker import Run
 from queuelog.errors import (
     Forbidden,
     IdempotencyKeyReused,
@@ -244,3 +247,47 @@ def test_unreachable_server_raises_server_unavailable_after_retries() -> None:
     with nowhere, pytest.raises(ServerUnavailable) as raised:
         nowhere.claim()
     assert "cannot reach" in raised.value.detail
+
+
+def test_hardening_07_sdk_repr_hides_the_api_key(real_server: RealServer) -> None:
+    """No repr or str of a client object shows a key, a lease token or a URL's password:
+    tracebacks with locals, debuggers and error trackers print them."""
+    secret = real_server.keys["mailer"]
+    with Client(real_server.url, real_server.keys["shop"]) as shop:
+        shop.enqueue("noop")
+    with Client(real_server.url, real_server.keys["root"]) as root:
+        made = root.create_key("repr-probe", ["worker"])
+    assert made.key is not None
+    mailer = Client(real_server.url, secret)
+    (job,) = mailer.claim(types=["noop"], limit=1)
+    assert job.lease_token is not None
+    worker = Worker(concurrency=1)
+    worker.handler("noop")(lambda job: None)
+    loop = asyncio.new_event_loop()
+    run = Run(mailer, worker.handlers, worker.options, loop)
+    unreachable = Client(
+        f"http://probe:pw-{secret}@127.0.0.1:{free_port()}",
+        secret,
+        retry_policy=RetryPolicy(attempts=1),
+    )
+    with pytest.raises(ServerUnavailable) as refused:
+        unreachable.get(1)
+    async_client = AsyncClient(real_server.url, secret)
+    objects: list[object] = [
+        mailer, mailer.connection, mailer.retry_policy, unreachable, unreachable.connection,
+        async_client, async_client.connection,
+        worker, worker.options, run, run.claimer, run.leases, run.acknowledger, run.handlers,
+        Running(job, 30.0), job, made, refused.value,
+    ]  # fmt: skip
+    try:
+        for thing in objects:
+            for shown in (repr(thing), str(thing)):
+                for hidden in (secret, made.key, job.lease_token):
+                    assert hidden not in shown, (type(thing).__name__, shown)
+                assert "pw-" not in shown, (type(thing).__name__, shown)
+    finally:
+        mailer.release(job)
+        mailer.close()
+        unreachable.close()
+        loop.run_until_complete(async_client.aclose())
+        loop.close()

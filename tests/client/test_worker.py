@@ -16,8 +16,7 @@ import httpx
 import pytest
 
 from queuelog.client import Client, Fail, Job, Retry, Worker
-from queuelog.client.outcome import Outcome
-from queuelog.client.runtime import Options, Run, Running, _by_size
+from queuelog.client.acknowledger import ACK_BYTES
 from queuelog.models import JobStatus
 from tests.client.conftest import CONFIG, TYPES
 from tests.realserver import RealServer, closing
@@ -361,13 +360,6 @@ def gated(worker: Worker, server: RealServer, jobs: int) -> Iterator[tuple[_Clai
         assert not thread.is_alive(), "the worker did not stop"
 
 
-@pytest.fixture
-def woken_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The claimer must be woken when a claim falls due, not find it on its recheck."""
-    monkeypatch.setattr(Run, "RECHECK_SECONDS", 600.0)
-
-
-@pytest.mark.usefixtures("woken_only")
 def test_a_prefetching_worker_claims_again_once_half_its_room_is_free(server: RealServer) -> None:
     # Room for 10 jobs: one running, nine waiting for the handler.
     worker = Worker(concurrency=1, prefetch=9, wait_seconds=1)
@@ -382,7 +374,6 @@ def test_a_prefetching_worker_claims_again_once_half_its_room_is_free(server: Re
         assert client.limits == [10, 5]
 
 
-@pytest.mark.usefixtures("woken_only")
 def test_a_worker_claims_at_once_when_no_claimed_job_is_waiting(server: RealServer) -> None:
     # Room for 6: four handlers and two jobs waiting. Once those two start, two slots are
     # free (less than half the room) and nothing waits for a handler: claim them now
@@ -438,38 +429,83 @@ def test_worker_with_a_bad_key_stops_with_the_error(server: RealServer) -> None:
         worker.run(url=server.url, api_key="ql_not_a_key")
 
 
+class HoldingFirstAck(httpx.HTTPTransport):
+    """A real transport that holds the first acknowledgement until ``release`` is set, so
+    the completions after it queue up behind it; notes each one's size and status."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.acks: list[tuple[int, int]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/jobs/batch/complete":
+            return super().handle_request(request)
+        if not self.holding.is_set():
+            self.holding.set()
+            self.release.wait(DEADLINE)
+        response = super().handle_request(request)
+        self.acks.append((len(request.content), response.status_code))
+        return response
+
+
+def acknowledge_together(
+    server: RealServer, worker_key: str, size: int, jobs: int
+) -> HoldingFirstAck:
+    """Runs a worker whose ``jobs`` handlers each return a result of ``size`` characters,
+    with the first acknowledgement held until every handler has returned: the rest are
+    then sent in one batch or more. Returns the transport once every job has settled."""
+    worker = Worker(concurrency=jobs, wait_seconds=1)
+    returned: list[int] = []
+
+    @worker.handler("noop")
+    def handle(job: Job) -> dict[str, Any]:
+        returned.append(job.id)
+        return {"blob": "x" * size}
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        ids = [m.job.id for m in shop.enqueue_many([{"type": "noop"}] * jobs)]
+    transport = HoldingFirstAck()
+    client = Client(server.url, worker_key, transport=transport)
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: transport.holding.is_set() and len(returned) == jobs, "the handlers")
+        time.sleep(0.5)  # the last handlers' completions reach the acknowledger's queue
+        transport.release.set()
+        wait_until(settled(server, *ids), "every job to settle")
+    finally:
+        transport.release.set()
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+        client.close()
+    with admin(server) as root:
+        finished = [root.get(i) for i in ids]
+    assert all(j.status is JobStatus.COMPLETED and j.retry_count == 0 for j in finished)
+    return transport
+
+
 def test_acknowledgements_too_large_for_one_request_are_split(tmp_path: Path) -> None:
-    # A server that takes at most 64 KiB a request, and six 30 KB results to report at once.
+    # A server that takes at most 64 KiB a request, and six 30 KB results to report: three
+    # or more of them in one acknowledgement are refused as too large, then split.
     limits = {**CONFIG["limits"], "max_request_bytes": 65_536}
     server = RealServer(tmp_path, types=TYPES, config={**CONFIG, "limits": limits})
     server.create_key("root", "admin")
     with closing(server):
         server.start()
-        shop_key = server.create_key_over_http("shop", "producer")
+        server.create_key_over_http("shop", "producer")
         mailer_key = server.create_key_over_http("mailer", "worker")
-        with Client(server.url, shop_key) as shop:
-            shop.enqueue_many([{"type": "noop"}] * 6)
-        with Client(server.url, mailer_key) as mailer:
-            jobs = mailer.claim(limit=6, lease_seconds=300)
-            run = Run(mailer, {}, Options(6, 0, 1, None, None, 1.0, 1.0))
-            batch = [(Running(job, 300.0), Outcome(True, {"blob": "x" * 30_000})) for job in jobs]
-            run._complete(batch)  # one request would be 413: it is split until each fits
-        with Client(server.url, server.create_key_over_http("root2", "admin")) as root:
-            finished = [root.get(job.id) for job in jobs]
-    assert len(jobs) == 6
-    assert all(j.status is JobStatus.COMPLETED and j.retry_count == 0 for j in finished)
+        transport = acknowledge_together(server, mailer_key, size=30_000, jobs=6)
+    assert 413 in [status for _, status in transport.acks]
 
 
-def test_acknowledgements_are_cut_by_size_before_sending() -> None:
-    def item(size: int) -> tuple[Running, Outcome]:
-        return (Running(cast(Job, None), 30.0), Outcome(True, {"b": "x" * size}))
-
-    parts = _by_size([item(200_000) for _ in range(7)])
-    assert [len(p) for p in parts] == [2, 2, 2, 1]
-    one = [item(10)]
-    assert _by_size(one) == [one]
-    huge, small = item(600_000), item(10)  # one result over the cap still goes, alone
-    assert _by_size([huge, small]) == [[huge], [small]]
+def test_acknowledgements_are_cut_by_size_before_sending(server: RealServer) -> None:
+    # Twenty 60 KB results, ten or more of them waiting at once: more than one
+    # acknowledgement should carry, though the server would take them in one.
+    transport = acknowledge_together(server, server.keys["mailer"], size=60_000, jobs=20)
+    assert all(status == 200 for _, status in transport.acks)
+    assert max(size for size, _ in transport.acks) <= ACK_BYTES
 
 
 def test_a_result_that_cannot_travel_fails_only_its_own_job(server: RealServer) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from queuelog import __version__
+from queuelog._version import __version__
 from queuelog.client.calls import Call
 from queuelog.client.errors import ServerError, ServerUnavailable
 from queuelog.errors import QueueError, RateLimited
@@ -35,6 +35,20 @@ class Connection:
         url = url or os.environ.get("QUEUELOG_URL") or DEFAULT_URL
         api_key = api_key or os.environ.get("QUEUELOG_API_KEY") or None
         return cls(url.rstrip("/"), api_key, timeout)
+
+    def __repr__(self) -> str:
+        # Tracebacks with locals, debuggers and error trackers print reprs: no secret in it.
+        key = "'***'" if self.api_key else None
+        return f"Connection(url={self.shown_url!r}, api_key={key}, timeout={self.timeout!r})"
+
+    @property
+    def shown_url(self) -> str:
+        """``url`` with any password in it redacted, for messages and reprs."""
+        parsed = httpx.URL(self.url)
+        if not parsed.password:
+            return self.url
+        user = parsed.userinfo.partition(b":")[0]
+        return str(parsed.copy_with(userinfo=user + b":***"))
 
     def headers(self) -> dict[str, str]:
         headers = {"User-Agent": f"queuelog-python/{__version__}"}
@@ -84,5 +98,5 @@ class RetryPolicy:
             raise error
         reason = type(error).__name__
         raise ServerUnavailable(
-            f"cannot reach the queuelog server at {conn.url} ({reason}: {error})"
+            f"cannot reach the queuelog server at {conn.shown_url} ({reason}: {error})"
         ) from error

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -53,7 +53,7 @@ class Job:
     worker_id: str | None = None
     error: str | None = None
     result: JsonObject | None = None
-    lease_token: str | None = None
+    lease_token: str | None = field(default=None, repr=False)  # a secret of its worker
 
     @classmethod
     def from_json(cls, data: JsonObject) -> Job:
@@ -143,7 +143,7 @@ class Key:
     prefix: str
     created_at: datetime
     revoked_at: datetime | None
-    key: str | None = None
+    key: str | None = field(default=None, repr=False)  # never in a repr: it is the secret
 
     @classmethod
     def from_json(cls, data: JsonObject) -> Key:

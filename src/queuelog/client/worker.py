@@ -18,12 +18,17 @@ import re
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any, TypeVar
 
-from queuelog.client.runtime import Handler, Options, Run
+from queuelog.client.acknowledger import Acknowledger
+from queuelog.client.claimer import Claimer
+from queuelog.client.handlers import Handlers
+from queuelog.client.heartbeater import Heartbeater
+from queuelog.client.running import LATE_SECONDS, Handler, Options
 from queuelog.client.sync import Client
 
 H = TypeVar("H", bound=Handler)
@@ -34,6 +39,55 @@ def default_instance() -> str:
     host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()) or "host"
     pid = str(os.getpid())
     return f"{host[: 63 - len(pid)]}-{pid}"
+
+
+class Run:
+    """One ``Worker.run``: the claimer, the handler threads, the acknowledger and the
+    heartbeater, started together and wound down in order; ``stop`` ends it gracefully."""
+
+    def __init__(
+        self,
+        client: Client,
+        handlers: dict[str, Handler],
+        options: Options,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.options = options
+        self.deadline: float | None = None  # once stopping: when running jobs are handed back
+        self.leases = Heartbeater(client)
+        self.acknowledger = Acknowledger(client, self.leases)
+        self.claimer = Claimer(client, sorted(handlers), options, self.leases)
+        self.handlers = Handlers(handlers, self.claimer, self.acknowledger, self.leases, loop)
+
+    def stop(self, force: bool = False) -> None:
+        """Stop claiming; in-flight jobs get ``shutdown_seconds`` (none if ``force``)."""
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.options.shutdown_seconds
+        if force:
+            self.deadline = time.monotonic()
+        self.claimer.stop()
+
+    def run(self) -> None:
+        """Claim and run jobs until stopped; then wind down. Raises a fatal claim error."""
+        self.handlers.start(self.options.concurrency)
+        self.acknowledger.start()
+        self.leases.start()
+        self.claimer.run()
+        self.stop()  # the claimer also stops by itself, when it cannot claim at all
+        self._wind_down()
+        if self.claimer.fatal is not None:
+            raise self.claimer.fatal
+
+    def _wind_down(self) -> None:
+        assert self.deadline is not None
+        while (left := self.deadline - time.monotonic()) > 0:
+            if self.claimer.wait_idle(min(0.5, max(0.01, left))):
+                break
+        self.acknowledger.hand_back(self.leases.unreported())
+        self.claimer.close()
+        self.acknowledger.finish(timeout=LATE_SECONDS)
+        self.leases.finish(timeout=LATE_SECONDS)
+        self.handlers.finish()
 
 
 class Worker:

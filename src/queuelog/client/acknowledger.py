@@ -1,0 +1,182 @@
+"""The acknowledger: reports every outcome to the server. Completions go in batches from a
+thread of its own, failures at once from the handler's thread, and at the shutdown
+deadline the jobs still running are handed back."""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+
+from queuelog.client.errors import BodyTooLarge
+from queuelog.client.heartbeater import Heartbeater
+from queuelog.client.outcome import Outcome
+from queuelog.client.policy import RetryPolicy
+from queuelog.client.running import LATE_SECONDS, LOST, Running, log, log_outcome
+from queuelog.client.sync import Client
+from queuelog.client.types import Acknowledged
+from queuelog.errors import QueueError
+
+ACK_BATCH = 100
+# Results in one acknowledgement stay well under the server's 1 MiB request limit; a
+# batch refused as too large anyway (a server configured lower) is split and sent again.
+ACK_BYTES = 512 * 1024
+Done = tuple[Running, Outcome]
+
+
+class Acknowledger:
+    """Sends outcomes; a job is released from ``leases`` once the server has its own."""
+
+    def __init__(self, client: Client, leases: Heartbeater) -> None:
+        self._client = client
+        self._leases = leases
+        self._acks: queue.SimpleQueue[Done | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._acknowledge, name="queuelog-ack", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def finish(self, timeout: float) -> None:
+        """Send the completions still waiting; wait up to ``timeout`` for them to go."""
+        self._acks.put(None)
+        self._thread.join(timeout=timeout)
+
+    def report(self, running: Running, outcome: Outcome) -> None:
+        """A completion joins the next batch; a failure is sent now."""
+        if outcome.completed:
+            self._acks.put((running, outcome))
+            return
+        try:
+            self._client.fail(
+                running.job,
+                outcome.error or "failed",
+                retryable=outcome.retryable,
+                retry_in_seconds=outcome.retry_in_seconds,
+            )
+            log_outcome(running, outcome.label)
+        except LOST as error:
+            log_outcome(running, f"lost ({error.slug})", logging.WARNING)
+        except QueueError as error:
+            log_outcome(running, f"unreported ({error.detail})", logging.ERROR)
+        self._leases.release(running)
+
+    # -- completions ------------------------------------------------------------
+
+    def _acknowledge(self) -> None:
+        done = False
+        while not done:
+            batch, done = self._next_batch()
+            try:
+                for part in _by_size(batch):
+                    self._complete(part)
+            except Exception:  # keep acknowledging; these jobs run again when their leases end
+                log.exception("completions could not be reported")
+                for running, _ in batch:
+                    self._leases.release(running)
+
+    def _next_batch(self) -> tuple[list[Done], bool]:
+        """The next completion (waited for) and whatever else is already waiting; and
+        whether the run is over."""
+        first = self._acks.get()
+        if first is None:
+            return [], True
+        batch = [first]
+        while len(batch) < ACK_BATCH:
+            try:
+                item = self._acks.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _complete(self, batch: list[Done]) -> None:
+        try:
+            items = [(r.job, o.result) for r, o in batch]
+            answers = self._client.complete_many(items, return_jobs=False)
+        except BodyTooLarge:
+            if len(batch) > 1:  # completing is guarded by the lease token: safe to resend
+                half = len(batch) // 2
+                self._complete(batch[:half])
+                self._complete(batch[half:])
+            else:
+                self._too_large(batch[0][0])
+            return
+        except QueueError as error:
+            for running, _ in batch:
+                log_outcome(running, f"unreported ({error.detail})", logging.ERROR)
+                self._leases.release(running)
+            return
+        for (running, _), ack in zip(batch, answers, strict=True):
+            self._settle(running, ack)
+
+    def _settle(self, running: Running, ack: Acknowledged) -> None:
+        if ack.ok:
+            log_outcome(running, "completed")
+        elif ack.error is not None and ack.error.slug == "payload-too-large":
+            self._too_large(running)
+            return
+        else:
+            slug = ack.error.slug if ack.error else "?"
+            log_outcome(running, f"lost ({slug})", logging.WARNING)
+        self._leases.release(running)
+
+    def _too_large(self, running: Running) -> None:
+        self.report(running, Outcome(False, error="result too large", retryable=False))
+
+    # -- at the shutdown deadline -------------------------------------------------
+
+    def hand_back(self, late: list[Running]) -> None:
+        """Hand back the jobs still running at the deadline, all at once and briefly."""
+        abandoned = [r for r in late if r.abandon()]
+        if not abandoned:
+            return
+        connection = self._client.connection
+        reporter = Client(
+            connection.url,
+            connection.api_key,
+            timeout=LATE_SECONDS,
+            retry_policy=RetryPolicy(attempts=1),
+        )
+        threads = [
+            threading.Thread(target=self._report_late, args=(reporter, r), daemon=True)
+            for r in abandoned
+        ]
+        for thread in threads:
+            thread.start()
+        stop_at = time.monotonic() + LATE_SECONDS
+        for thread in threads:
+            thread.join(timeout=max(0.0, stop_at - time.monotonic()))
+        reporter.close()
+
+    def _report_late(self, reporter: Client, running: Running) -> None:
+        try:
+            if running.begun:
+                reporter.fail(
+                    running.job, "worker stopped before the job finished", retry_in_seconds=0
+                )
+                log_outcome(running, "abandoned", logging.WARNING)
+            else:  # claimed ahead and never started: given back with its attempt unspent
+                reporter.release(running.job)
+                log_outcome(running, "released", logging.INFO)
+        except Exception as error:  # left to its lease, which expires as an attempt
+            log_outcome(running, f"abandoned, unreported ({error})", logging.WARNING)
+        self._leases.release(running)
+
+
+def _by_size(batch: list[Done]) -> list[list[Done]]:
+    """``batch`` cut into parts whose results add up to at most ACK_BYTES each."""
+    parts: list[list[Done]] = []
+    size = 0
+    for item in batch:
+        result = item[1].result
+        weight = 200 + (len(json.dumps(result, ensure_ascii=False).encode()) if result else 0)
+        if not parts or size + weight > ACK_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(item)
+        size += weight
+    return parts

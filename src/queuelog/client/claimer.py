@@ -1,0 +1,144 @@
+"""The claimer: claims jobs while the handlers have room and hands them out, counting the
+jobs that are busy (claimed, handler not yet returned) and waiting (no handler yet)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+from queuelog.client.heartbeater import Heartbeater
+from queuelog.client.running import Options, Running, log
+from queuelog.client.sync import Client
+from queuelog.client.types import Job
+from queuelog.errors import QueueError
+
+CLAIM_LIMIT = 100  # the API's most jobs per claim
+
+
+class Claimer:
+    """Claims for ``types`` until stopped; handler threads take the jobs with ``next_job``
+    and give their slot back with ``finished``."""
+
+    def __init__(
+        self, client: Client, types: list[str], options: Options, leases: Heartbeater
+    ) -> None:
+        self._client = client
+        self._types = types
+        self._options = options
+        self._leases = leases
+        self._stopping = threading.Event()
+        self._changed = threading.Condition()  # busy or waiting changed, or stopping
+        self._busy = 0
+        self._waiting = 0  # claimed jobs no handler has taken yet (part of busy)
+        self._jobs: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
+        self.fatal: QueueError | None = None  # why this worker cannot claim at all
+
+    def run(self) -> None:
+        """Claim and hand out jobs until ``stop`` (or a fatal claim error, kept in ``fatal``)."""
+        idle = self._options.idle_seconds / 8
+        while not self._stopping.is_set():
+            free = self._room()
+            if free == 0:
+                continue
+            started = time.monotonic()
+            jobs = self._claim(min(free, CLAIM_LIMIT))
+            self._hand_out(jobs)
+            if jobs:
+                idle = self._options.idle_seconds / 8
+            elif time.monotonic() - started < max(0.05, self._options.wait_seconds / 2):
+                # The server answered at once with nothing: pause instead of spinning.
+                self._stopping.wait(idle)
+                idle = min(idle * 2, self._options.idle_seconds)
+
+    def stop(self) -> None:
+        """Claim no more; a claim in flight is still handed out."""
+        self._stopping.set()
+        with self._changed:
+            self._changed.notify_all()
+
+    def next_job(self) -> Running | None:
+        """The next claimed job for a handler thread, waited for; None once the run ends."""
+        running = self._jobs.get()
+        if running is not None:
+            with self._changed:
+                self._waiting -= 1
+                if not self._waiting and self._claim_due():  # the last waiting job taken
+                    self._changed.notify_all()
+        return running
+
+    def finished(self) -> None:
+        """A handler is done with its job: the outcome is reported or queued for sending."""
+        with self._changed:
+            self._busy -= 1
+            if self._busy == 0 or self._claim_due():  # what the claimer and the end wait for
+                self._changed.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """True once no job is busy; waits up to ``timeout`` (less if stopped meanwhile)."""
+        with self._changed:
+            if self._busy:
+                self._changed.wait(timeout)
+            return self._busy == 0
+
+    def close(self) -> None:
+        """No more jobs: each handler thread's ``next_job`` answers None."""
+        for _ in range(self._options.concurrency):
+            self._jobs.put(None)
+
+    def _room(self) -> int:
+        """Jobs to claim: free handlers, plus ``prefetch`` jobs waiting for one; waits until
+        a claim falls due (woken by ``next_job``, ``finished`` or ``stop``)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._stopping.is_set() or self._claim_due() > 0)
+            return 0 if self._stopping.is_set() else self._claim_due()
+
+    def _claim_due(self) -> int:
+        """The free slots, once a claim is worth sending (0 until then); under ``_changed``.
+
+        While claimed jobs still wait for a handler, the next claim waits until half the
+        room (``concurrency + prefetch``, rounded up) is free: a prefetching worker then
+        sends a few large claims instead of one for every job that finishes, and the jobs
+        still waiting keep its handlers busy while the claim travels. Once no job waits,
+        any free slot is claimed at once. A claim asks for at most CLAIM_LIMIT jobs, so a
+        room over twice that is not filled up.
+        """
+        room = self._options.concurrency + self._options.prefetch
+        free = room - self._busy
+        if free <= 0 or (free < (room + 1) // 2 and self._waiting):
+            return 0
+        return free
+
+    def _claim(self, limit: int) -> list[Job]:
+        options = self._options
+        try:
+            return self._client.claim(
+                types=self._types,
+                limit=limit,
+                wait_seconds=options.wait_seconds,
+                lease_seconds=options.lease_seconds,
+                instance=options.instance,
+            )
+        except QueueError as error:
+            if error.status in (401, 403, 422):  # this worker cannot claim at all
+                log.error("cannot claim jobs: %s", error.detail)
+                self.fatal = error
+                self.stop()
+            else:  # the client already tried again (after any Retry-After): pause a bit
+                log.warning("claim failed (%s); trying again soon", error.detail)
+                self._stopping.wait(options.idle_seconds)
+        except Exception:  # an answer this client cannot read: keep going, but say so
+            log.exception("claim failed")
+            self._stopping.wait(options.idle_seconds)
+        return []
+
+    def _hand_out(self, jobs: list[Job]) -> None:
+        lease = self._options.lease_seconds
+        claimed = [Running(job, float(lease or job.lease_seconds or 30)) for job in jobs]
+        for running in claimed:
+            self._leases.hold(running)  # before a handler can report it and release it
+        with self._changed:
+            self._busy += len(claimed)
+            self._waiting += len(claimed)
+        for running in claimed:
+            self._jobs.put(running)

@@ -1,0 +1,111 @@
+"""The handler threads of a run: each takes a claimed job, runs its handler and has the
+outcome reported. Async handlers run on one event loop shared by the threads: the
+caller's loop under ``Worker.arun``, else a loop thread of the run's own."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable
+from typing import Any
+
+from queuelog.client.acknowledger import Acknowledger
+from queuelog.client.claimer import Claimer
+from queuelog.client.heartbeater import Heartbeater
+from queuelog.client.outcome import Outcome, outcome_of_error, outcome_of_return
+from queuelog.client.running import LATE_SECONDS, Handler, Running, log
+
+
+class Handlers:
+    """``concurrency`` threads running ``handlers`` for the jobs ``claimer`` hands out."""
+
+    def __init__(
+        self,
+        handlers: dict[str, Handler],
+        claimer: Claimer,
+        acknowledger: Acknowledger,
+        leases: Heartbeater,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self._handlers = handlers
+        self._claimer = claimer
+        self._acknowledger = acknowledger
+        self._leases = leases
+        self._own_loop = loop is None
+        self._loop = loop or asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(
+            target=self._loop.run_forever, name="queuelog-loop", daemon=True
+        )
+
+    def start(self, concurrency: int) -> None:
+        if self._own_loop:
+            self._loop_thread.start()
+        for i in range(concurrency):
+            name = f"queuelog-handler-{i}"
+            threading.Thread(target=self._handle_jobs, name=name, daemon=True).start()
+
+    def finish(self) -> None:
+        """Close the run's own loop (the caller's is left alone), once what is pending on
+        it has ended or ``LATE_SECONDS`` have passed."""
+        if not self._own_loop:
+            return
+        settled = asyncio.run_coroutine_threadsafe(_settle_pending(), self._loop)
+        try:
+            settled.result(timeout=LATE_SECONDS)
+        except Exception:  # left pending: the loop is closed with it, as before
+            settled.cancel()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(timeout=LATE_SECONDS)
+        if not self._loop_thread.is_alive():
+            self._loop.close()  # its own loop: closed with the run, not left to the collector
+
+    def _handle_jobs(self) -> None:
+        while (running := self._claimer.next_job()) is not None:
+            try:
+                if not running.begin():  # handed back at the deadline: never run it
+                    continue
+                outcome = self._execute(running)
+                if running.claim_report():
+                    self._acknowledger.report(running, outcome)
+            except Exception:  # never lose the slot: the lease expires and the job runs again
+                log.exception("job_id=%s could not be reported", running.job.id)
+                self._leases.release(running)
+            finally:
+                # Only now: a slot is free once the outcome is reported or queued for sending.
+                self._claimer.finished()
+
+    def _execute(self, running: Running) -> Outcome:
+        handler = self._handlers[running.job.type]
+        try:
+            value = handler(running.job)
+            if isinstance(value, Awaitable):
+                value = self._await(running, value)
+        except BaseException as error:  # whatever a handler raises fails its job, nothing more
+            return outcome_of_error(error)
+        return outcome_of_return(value)
+
+    def _await(self, running: Running, awaitable: Awaitable[Any]) -> Any:
+        async def wrapped() -> Any:
+            return await awaitable
+
+        running.future = asyncio.run_coroutine_threadsafe(wrapped(), self._loop)
+        return running.future.result()
+
+
+async def _settle_pending() -> None:
+    """On a run's own loop, before it stops: what is still pending there (a handler that
+    swallowed its cancellation at the deadline) is cancelled and given until
+    ``LATE_SECONDS`` to end its own way, as ``asyncio.run`` does before closing its
+    loop, rather than being destroyed pending when the loop is collected."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LATE_SECONDS
+    pending = asyncio.all_tasks(loop) - {asyncio.current_task()}
+    for task in pending:
+        task.cancel()
+    if pending:
+        done, _ = await asyncio.wait(pending, timeout=LATE_SECONDS)
+        for task in done:  # their outcomes were dropped with their jobs: read, not logged
+            if not task.cancelled():
+                task.exception()
+    generators = loop.create_task(loop.shutdown_asyncgens())
+    await asyncio.wait({generators}, timeout=max(0.0, deadline - loop.time()))

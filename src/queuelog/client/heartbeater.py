@@ -1,0 +1,70 @@
+"""The heartbeater: keeps the lease of every held job alive until the server has its
+outcome, from a thread of its own."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from queuelog.client.running import LOST, Running, log
+from queuelog.client.sync import Client
+from queuelog.errors import QueueError
+
+TICK_SECONDS = 0.1  # how often due heartbeats are looked for
+
+
+class Heartbeater:
+    """The jobs a run holds, each renewed every third of its lease until released."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+        self._held: dict[int, Running] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="queuelog-heartbeat", daemon=True)
+
+    def hold(self, running: Running) -> None:
+        """Keep ``running``'s lease alive from now on."""
+        with self._lock:
+            self._held[running.job.id] = running
+
+    def release(self, running: Running) -> None:
+        """Stop renewing ``running``'s lease: its outcome reached the server, or it is lost."""
+        with self._lock:
+            self._held.pop(running.job.id, None)
+
+    def unreported(self) -> list[Running]:
+        """The held jobs whose outcome is not on its way to the server yet."""
+        with self._lock:
+            return [r for r in self._held.values() if not r.reported]
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def finish(self, timeout: float) -> None:
+        """Stop renewing leases; wait up to ``timeout`` for a heartbeat in flight."""
+        self._done.set()
+        self._thread.join(timeout=timeout)
+
+    def _beat(self) -> None:
+        while not self._done.wait(TICK_SECONDS):
+            now = time.monotonic()
+            with self._lock:
+                due = [r for r in self._held.values() if r.next_beat <= now]
+            for running in due:
+                try:
+                    self._beat_one(running)
+                except Exception:  # a surprise must not end heartbeats for every other job
+                    log.exception("job_id=%s heartbeat failed", running.job.id)
+                    running.next_beat = time.monotonic() + min(1.0, running.lease / 6)
+
+    def _beat_one(self, running: Running) -> None:
+        try:
+            self._client.heartbeat(running.job, lease_seconds=max(1, round(running.lease)))
+            running.next_beat = time.monotonic() + running.lease / 3
+        except LOST as error:
+            log.warning("job_id=%s lost its lease (%s)", running.job.id, error.slug)
+            self.release(running)
+        except QueueError as error:
+            log.warning("job_id=%s heartbeat failed: %s", running.job.id, error.detail)
+            running.next_beat = time.monotonic() + min(1.0, running.lease / 6)

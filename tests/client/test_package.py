@@ -1,0 +1,47 @@
+"""``import queuelog`` gives the SDK and nothing of the server."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import queuelog
+
+SDK = Path(queuelog.__file__).parent / "client"
+SERVER_LIBRARIES = {"fastapi", "starlette", "uvicorn", "psycopg", "psycopg_pool", "pydantic"}
+SERVER_LIBRARIES |= {"jsonschema", "prometheus_client", "jinja2", "sqlite3", "orjson"}
+# What the SDK shares with the server: the domain's errors and models, and the clock's
+# time format. Everything else of queuelog belongs to the server.
+SHARED = {"queuelog", "queuelog._version", "queuelog.errors", "queuelog.models", "queuelog.clock"}
+
+
+def test_importing_queuelog_loads_the_sdk_and_no_server_module() -> None:
+    script = "import json, sys, queuelog; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded = set(json.loads(done.stdout))
+    assert {"queuelog.client", "queuelog.client.worker", "httpx"} <= loaded
+    assert not {m.split(".")[0] for m in loaded} & SERVER_LIBRARIES
+    ours = {m for m in loaded if m == "queuelog" or m.startswith("queuelog.")}
+    assert {m for m in ours if not m.startswith("queuelog.client")} <= SHARED
+
+
+def test_the_sdk_never_imports_the_package_root() -> None:
+    """The root imports the SDK; an SDK module importing the root would close a cycle."""
+    for path in sorted(SDK.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert node.module != "queuelog", f"{path.name}:{node.lineno}"
+            elif isinstance(node, ast.Import):
+                assert all(a.name != "queuelog" for a in node.names), f"{path.name}:{node.lineno}"
+
+
+def test_the_package_version_is_the_sdks_user_agent() -> None:
+    from queuelog.client.policy import Connection
+
+    user_agent = Connection.resolve("http://127.0.0.1:1").headers()["User-Agent"]
+    assert user_agent == f"queuelog-python/{queuelog.__version__}"
