@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from queuelog import __version__
+from queuelog._version import __version__
 from queuelog.api.deps import AppState
 from queuelog.api.docs import mount_docs
 from queuelog.api.metrics import Metrics, MetricsMiddleware
