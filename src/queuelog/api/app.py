@@ -11,13 +11,13 @@ from fastapi.routing import APIRoute
 from starlette.types import ASGIApp
 
 from queuelog import __version__
-from queuelog.api.deps import AppState
 from queuelog.api.docs import mount_docs
 from queuelog.api.fastlane import FastLane
 from queuelog.api.metrics import Metrics, MetricsMiddleware
 from queuelog.api.middleware import BodyLimitMiddleware
 from queuelog.api.problems import install_handlers
 from queuelog.api.routes import claims, jobs, keys, ops
+from queuelog.app_state import AppState
 from queuelog.auth import KeyRing, RateLimiter
 from queuelog.clock import Clock, SystemClock
 from queuelog.config import Settings
@@ -96,6 +96,7 @@ def create_app(
         # Jobs made ready on other nodes sharing the database wake this node's claimers.
         storage.subscribe(wakeup.notify)
     state = AppState(
+        settings=settings,
         service=service,
         keys=KeyRing(storage, clock),
         limiter=RateLimiter(settings.limits.rate_per_second, settings.limits.rate_burst),

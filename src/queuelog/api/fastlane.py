@@ -37,7 +37,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from queuelog.api.deps import AppState
 from queuelog.api.metrics import Metrics
 from queuelog.api.middleware import first_headers, is_json_media
 from queuelog.api.problems import from_error, internal_problem
@@ -50,6 +49,7 @@ from queuelog.api.routes.claims import (
 )
 from queuelog.api.routes.jobs import enqueue_answer, enqueue_spec
 from queuelog.api.schemas import BatchCompleteRequest, ClaimRequest, EnqueueRequest
+from queuelog.app_state import AppState
 from queuelog.errors import QueueError
 from queuelog.models import ApiKey, Role
 from queuelog.specs import EnqueueSpec

@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from starlette.datastructures import FormData, UploadFile
 
-from queuelog.api.deps import AppState, state_of
+from queuelog.app_state import AppState, state_of
 from queuelog.dashboard import views
 from queuelog.dashboard.sessions import Session, SessionStore
 from queuelog.errors import NotFound, QueueError
@@ -152,7 +152,6 @@ def _admin(request: Request) -> AdminSession:
         dashboard_of(request).sessions.end(session.id)
         raise LoginRequired
     request.state.ui_admin = key
-    request.state.principal = key.name
     return AdminSession(key, session)
 
 

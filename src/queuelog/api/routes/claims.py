@@ -12,7 +12,7 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from starlette.types import Receive
 
-from queuelog.api.deps import ServiceDep, Worker, state_of
+from queuelog.api.deps import ServiceDep, Worker
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.api.schemas import (
@@ -28,6 +28,7 @@ from queuelog.api.schemas import (
     ReleaseRequest,
     job_json,
 )
+from queuelog.app_state import state_of
 from queuelog.errors import QueueError
 from queuelog.models import ApiKey, Finished, Job, Role
 from queuelog.service import JobService

@@ -1,0 +1,28 @@
+"""What every request needs, built once by ``create_app``: shared by the API and the dashboard."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import Request
+
+from queuelog.auth import KeyRing, RateLimiter
+from queuelog.config import Settings
+from queuelog.service import JobService
+from queuelog.wakeup import Wakeup
+
+
+@dataclass
+class AppState:
+    """The service, the key ring, the rate limiter and the claimers' wake-ups of one app."""
+
+    settings: Settings
+    service: JobService
+    keys: KeyRing
+    limiter: RateLimiter
+    wakeup: Wakeup
+
+
+def state_of(request: Request) -> AppState:
+    state: AppState = request.app.state.queuelog
+    return state
