@@ -25,15 +25,13 @@ def sqlite(settings: Settings) -> Iterator[SqliteStorage]:
     store.close()
 
 
-@pytest.fixture(params=[True, False], ids=["fast-lane", "routes"])
+@pytest.fixture
 def sqlite_app(
-    request: pytest.FixtureRequest, settings: Settings, sqlite: SqliteStorage, clock: FakeClock
+    settings: Settings, sqlite: SqliteStorage, clock: FakeClock
 ) -> Iterator[tuple[Any, Api, Api]]:
-    """An app on ``sqlite`` served with the fast lane and without it, with a producer's
-    and a worker's client: ``(app, producer, worker)``."""
-    app = create_app(
-        settings, storage=sqlite, clock=clock, run_maintenance=False, fast_lane=request.param
-    )
+    """An app on ``sqlite``, with a producer's and a worker's client:
+    ``(app, producer, worker)``."""
+    app = create_app(settings, storage=sqlite, clock=clock, run_maintenance=False)
     ring = KeyRing(sqlite, clock)
     _, producer = ring.create("shop", frozenset({Role.PRODUCER}))
     _, worker = ring.create("mailer", frozenset({Role.WORKER}))

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
-from starlette.types import ASGIApp
 
 from queuelog import __version__
 from queuelog.api.docs import mount_docs
-from queuelog.api.fastlane import FastLane
 from queuelog.api.metrics import Metrics, MetricsMiddleware
 from queuelog.api.middleware import BodyLimitMiddleware
 from queuelog.api.problems import install_handlers
@@ -64,45 +60,16 @@ Choices where the contract is silent:
 """
 
 
-class App(FastAPI):
-    """FastAPI with the fast lanes (``api/fastlane.py``) in front of its middleware stack."""
-
-    front: Callable[[ASGIApp], ASGIApp] | None = None
-
-    def build_middleware_stack(self) -> ASGIApp:
-        stack = super().build_middleware_stack()
-        return stack if self.front is None else self.front(stack)
-
-
 def create_app(
     settings: Settings,
     storage: Storage | None = None,
     clock: Clock | None = None,
     run_maintenance: bool = True,
-    fast_lane: bool = True,
 ) -> FastAPI:
-    """Build the application; it owns (and closes) the storage it is given or opens.
-
-    ``fast_lane=False`` leaves the hottest routes (``api/fastlane.py``) to their
-    FastAPI routes alone (the tests compare both ways of serving them).
-    """
-    clock = clock or SystemClock()
+    """Build the application; it owns (and closes) the storage it is given or opens."""
     storage = storage or open_storage(settings)
-    wakeup = Wakeup()
-    # On SQLite a claimer woken before an enqueue's group runs claims in that group.
-    coming = wakeup.coming if isinstance(storage, LoopGroups) and storage.loop_groups else None
-    service = JobService(storage, settings, clock, on_ready=wakeup.notify, on_coming=coming)
-    if isinstance(storage, ReadySubscriber):
-        # Jobs made ready on other nodes sharing the database wake this node's claimers.
-        storage.subscribe(wakeup.notify)
-    state = AppState(
-        settings=settings,
-        service=service,
-        keys=KeyRing(storage, clock),
-        limiter=RateLimiter(settings.limits.rate_per_second, settings.limits.rate_burst),
-        wakeup=wakeup,
-    )
-    maintenance = Maintenance(service, settings.sweep_interval_seconds)
+    state = _state(settings, storage, clock or SystemClock())
+    maintenance = Maintenance(state.service, settings.sweep_interval_seconds)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -114,7 +81,7 @@ def create_app(
             maintenance.stop()
             storage.close()
 
-    app = App(
+    app = FastAPI(
         title="queuelog",
         version=__version__,
         description=DESCRIPTION,
@@ -128,29 +95,37 @@ def create_app(
     mount_docs(app)
     app.state.queuelog = state
     app.state.maintenance = maintenance
-    app.state.metrics = Metrics(service)
+    app.state.metrics = Metrics(state.service)
     install_handlers(app)
+    _include_routes(app)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
+    )
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    return app
+
+
+def _state(settings: Settings, storage: Storage, clock: Clock) -> AppState:
+    wakeup = Wakeup()
+    # On SQLite a claimer woken before an enqueue's group runs claims in that group.
+    coming = wakeup.coming if isinstance(storage, LoopGroups) and storage.loop_groups else None
+    service = JobService(storage, settings, clock, on_ready=wakeup.notify, on_coming=coming)
+    if isinstance(storage, ReadySubscriber):
+        # Jobs made ready on other nodes sharing the database wake this node's claimers.
+        storage.subscribe(wakeup.notify)
+    return AppState(
+        settings=settings,
+        service=service,
+        keys=KeyRing(storage, clock),
+        limiter=RateLimiter(settings.limits.rate_per_second, settings.limits.rate_burst),
+        wakeup=wakeup,
+    )
+
+
+def _include_routes(app: FastAPI) -> None:
     # Literal segments (/jobs/claim, /jobs/batch) are registered before /jobs/{id}.
     app.include_router(claims.router)
     app.include_router(jobs.router)
     app.include_router(keys.router)
     app.include_router(ops.router)
     app.include_router(dashboard_router(), include_in_schema=False)
-    app.add_middleware(
-        BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
-    )
-    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
-    if fast_lane:
-        routes = {
-            r.path: r
-            for r in (*jobs.router.routes, *claims.router.routes)
-            if isinstance(r, APIRoute) and r.methods == {"POST"}
-        }
-        app.front = partial(
-            FastLane,
-            state=state,
-            routes=routes,
-            metrics=app.state.metrics,
-            max_bytes=settings.limits.max_request_bytes,
-        )
-    return app
