@@ -88,6 +88,9 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        # No 307 from /jobs/ to /jobs: it would name the request's own Host header,
+        # and some clients resend a POST, Authorization and all, to wherever it points.
+        redirect_slashes=False,
         # queuelog exports Prometheus metrics itself. FastAPI's OpenTelemetry hooks
         # would otherwise look up the providers (environment reads) on every request.
         telemetry={"tracing": False, "metrics": False, "logs": False},
