@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 
@@ -70,22 +70,11 @@ def create_app(
     storage = storage or open_storage(settings)
     state = _state(settings, storage, clock or SystemClock())
     maintenance = Maintenance(state.service, settings.sweep_interval_seconds)
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if run_maintenance:
-            maintenance.start()
-        try:
-            yield
-        finally:
-            maintenance.stop()
-            storage.close()
-
     app = FastAPI(
         title="queuelog",
         version=__version__,
         description=DESCRIPTION,
-        lifespan=lifespan,
+        lifespan=_lifespan(maintenance if run_maintenance else None, storage),
         docs_url=None,
         redoc_url=None,
         # No 307 from /jobs/ to /jobs: it would name the request's own Host header,
@@ -106,6 +95,25 @@ def create_app(
     )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app
+
+
+def _lifespan(
+    maintenance: Maintenance | None, storage: Storage
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Run ``maintenance`` (if any) while the app serves; close the storage at the end."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if maintenance is not None:
+            maintenance.start()
+        try:
+            yield
+        finally:
+            if maintenance is not None:
+                maintenance.stop()
+            storage.close()
+
+    return lifespan
 
 
 def _state(settings: Settings, storage: Storage, clock: Clock) -> AppState:
