@@ -27,6 +27,13 @@ class Limits(_Strict):
     rate_burst: int = Field(400, ge=1)
 
 
+class Server(_Strict):
+    """What ``queuelog serve`` lets in: beyond ``limit_concurrency`` open connections
+    (or requests in flight), a request is answered 503."""
+
+    limit_concurrency: int = Field(1000, ge=1)
+
+
 class Retention(_Strict):
     """How long finished jobs are kept, in seconds; 0 keeps them forever."""
 
@@ -47,6 +54,7 @@ class Settings(_Strict):
     database: str = DEFAULT_DATABASE
     durability: Literal["full", "normal"] = "full"
     limits: Limits = Limits()
+    server: Server = Server()
     retention: Retention = Retention()
     types: dict[str, JobTypeConfig] = Field(default_factory=dict)
     sweep_interval_seconds: float = Field(1.0, gt=0)
@@ -81,6 +89,7 @@ ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
     "QUEUELOG_MAX_RESULT_BYTES": ("limits", "max_result_bytes"),
     "QUEUELOG_RATE_PER_SECOND": ("limits", "rate_per_second"),
     "QUEUELOG_RATE_BURST": ("limits", "rate_burst"),
+    "QUEUELOG_LIMIT_CONCURRENCY": ("server", "limit_concurrency"),
 }
 
 PRIORITY_LABELS = [p.label for p in Priority]

@@ -29,7 +29,7 @@ def sqlite(settings: Settings) -> Iterator[SqliteStorage]:
 def sqlite_app(
     settings: Settings, sqlite: SqliteStorage, clock: FakeClock
 ) -> Iterator[tuple[Any, Api, Api]]:
-    """An app on ``sqlite`` with a producer's and a worker's client:
+    """An app on ``sqlite``, with a producer's and a worker's client:
     ``(app, producer, worker)``."""
     app = create_app(settings, storage=sqlite, clock=clock, run_maintenance=False)
     ring = KeyRing(sqlite, clock)

@@ -22,6 +22,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
 
     def fake_run(self: uvicorn.Server) -> None:
         seen["access_log"] = self.config.access_log
+        seen["limit_concurrency"] = self.config.limit_concurrency
         seen["gc_threshold"] = gc.get_threshold()
         seen["gc_frozen"] = gc.get_freeze_count()
 
@@ -35,10 +36,10 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     gc.set_threshold(*threshold)
 
 
-def serve(tmp_path: Path, *args: str) -> None:
+def serve(tmp_path: Path, *args: str, toml: str = "", env: dict[str, str] | None = None) -> None:
     config = tmp_path / "queuelog.toml"
-    config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n')
-    result = CliRunner().invoke(main, ["serve", "--config", str(config), *args])
+    config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n{toml}')
+    result = CliRunner().invoke(main, ["serve", "--config", str(config), *args], env=env)
     assert result.exit_code == 0, result.output
 
 
@@ -59,3 +60,16 @@ def test_serve_freezes_what_startup_built_before_serving(
     serve(tmp_path)
     assert captured["gc_threshold"][0] == server.GC_THRESHOLDS[0]
     assert captured["gc_frozen"] > 10_000  # the modules, the app and its models
+
+
+def test_serve_caps_concurrent_connections_as_configured(
+    tmp_path: Path, captured: dict[str, Any]
+) -> None:
+    serve(tmp_path)
+    assert captured["limit_concurrency"] == 1000
+    serve(tmp_path, toml="[server]\nlimit_concurrency = 50\n")
+    assert captured["limit_concurrency"] == 50
+    serve(
+        tmp_path, toml="[server]\nlimit_concurrency = 50\n", env={"QUEUELOG_LIMIT_CONCURRENCY": "7"}
+    )
+    assert captured["limit_concurrency"] == 7

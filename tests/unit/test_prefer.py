@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from queuelog.api.routes.claims import prefers_minimal
@@ -42,3 +44,18 @@ def test_return_minimal_is_found_wherever_it_is_said(values: list[str]) -> None:
 )
 def test_anything_else_keeps_the_full_answer(values: list[str]) -> None:
     assert not prefers_minimal(values)
+
+
+@pytest.mark.parametrize("hostile", ['"\\' * 30_000, '"' * 60_000, 'return="' + "\\a" * 30_000])
+def test_a_hostile_header_costs_about_what_a_plain_one_of_its_size_does(hostile: str) -> None:
+    def cost(value: str) -> float:
+        runs = []
+        for _ in range(3):
+            started = time.perf_counter()
+            prefers_minimal([value])
+            runs.append(time.perf_counter() - started)
+        return min(runs)
+
+    plain = cost("a" * len(hostile))
+    # Linear in the header's length either way; a rescan per quote would be thousands of times.
+    assert cost(hostile) < 50 * max(plain, 1e-4)

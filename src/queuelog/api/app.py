@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 
 from queuelog._version import __version__
-from queuelog.api.deps import AppState
 from queuelog.api.docs import mount_docs
 from queuelog.api.metrics import Metrics, MetricsMiddleware
 from queuelog.api.middleware import BodyLimitMiddleware
 from queuelog.api.problems import install_handlers
 from queuelog.api.routes import claims, jobs, keys, ops
+from queuelog.app_state import AppState
 from queuelog.auth import KeyRing, RateLimiter
 from queuelog.clock import Clock, SystemClock
 from queuelog.config import Settings
@@ -67,38 +67,19 @@ def create_app(
     run_maintenance: bool = True,
 ) -> FastAPI:
     """Build the application; it owns (and closes) the storage it is given or opens."""
-    clock = clock or SystemClock()
     storage = storage or open_storage(settings)
-    wakeup = Wakeup()
-    service = JobService(storage, settings, clock, on_ready=wakeup.notify)
-    if isinstance(storage, ReadySubscriber):
-        # Jobs made ready on other nodes sharing the database wake this node's claimers.
-        storage.subscribe(wakeup.notify)
-    state = AppState(
-        service=service,
-        keys=KeyRing(storage, clock),
-        limiter=RateLimiter(settings.limits.rate_per_second, settings.limits.rate_burst),
-        wakeup=wakeup,
-    )
-    maintenance = Maintenance(service, settings.sweep_interval_seconds)
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if run_maintenance:
-            maintenance.start()
-        try:
-            yield
-        finally:
-            await maintenance.stop()
-            storage.close()
-
+    state = _state(settings, storage, clock or SystemClock())
+    maintenance = Maintenance(state.service, settings.sweep_interval_seconds)
     app = FastAPI(
         title="queuelog",
         version=__version__,
         description=DESCRIPTION,
-        lifespan=lifespan,
+        lifespan=_lifespan(maintenance if run_maintenance else None, storage),
         docs_url=None,
         redoc_url=None,
+        # No 307 from /jobs/ to /jobs: it would name the request's own Host header,
+        # and some clients resend a POST, Authorization and all, to wherever it points.
+        redirect_slashes=False,
         # queuelog exports Prometheus metrics itself. FastAPI's OpenTelemetry hooks
         # would otherwise look up the providers (environment reads) on every request.
         telemetry={"tracing": False, "metrics": False, "logs": False},
@@ -106,16 +87,54 @@ def create_app(
     mount_docs(app)
     app.state.queuelog = state
     app.state.maintenance = maintenance
-    app.state.metrics = Metrics(service)
+    app.state.metrics = Metrics(state.service)
     install_handlers(app)
+    _include_routes(app)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
+    )
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    return app
+
+
+def _lifespan(
+    maintenance: Maintenance | None, storage: Storage
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Run ``maintenance`` (if any) while the app serves; close the storage at the end."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if maintenance is not None:
+            maintenance.start()
+        try:
+            yield
+        finally:
+            if maintenance is not None:
+                await maintenance.stop()
+            storage.close()
+
+    return lifespan
+
+
+def _state(settings: Settings, storage: Storage, clock: Clock) -> AppState:
+    wakeup = Wakeup()
+    service = JobService(storage, settings, clock, on_ready=wakeup.notify)
+    if isinstance(storage, ReadySubscriber):
+        # Jobs made ready on other nodes sharing the database wake this node's claimers.
+        storage.subscribe(wakeup.notify)
+    return AppState(
+        settings=settings,
+        service=service,
+        keys=KeyRing(storage, clock),
+        limiter=RateLimiter(settings.limits.rate_per_second, settings.limits.rate_burst),
+        wakeup=wakeup,
+    )
+
+
+def _include_routes(app: FastAPI) -> None:
     # Literal segments (/jobs/claim, /jobs/batch) are registered before /jobs/{id}.
     app.include_router(claims.router)
     app.include_router(jobs.router)
     app.include_router(keys.router)
     app.include_router(ops.router)
     app.include_router(dashboard_router(), include_in_schema=False)
-    app.add_middleware(
-        BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
-    )
-    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
-    return app

@@ -3,33 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from queuelog.auth import KeyRing, RateLimiter
+from queuelog.app_state import state_of
+from queuelog.auth import KeyRing
 from queuelog.errors import Forbidden
 from queuelog.models import ApiKey, Role
 from queuelog.service import JobService
-from queuelog.wakeup import Wakeup
-
-
-@dataclass
-class AppState:
-    """Everything a request needs, built once by create_app."""
-
-    service: JobService
-    keys: KeyRing
-    limiter: RateLimiter
-    wakeup: Wakeup
-
-
-def state_of(request: Request) -> AppState:
-    state: AppState = request.app.state.queuelog
-    return state
-
 
 # The dependencies are coroutines because FastAPI runs a plain function in the
 # thread pool: one thread hop per dependency per request. None of them blocks
@@ -54,7 +37,6 @@ async def _current_key(
     state = state_of(request)
     key = await state.keys.authenticate(credentials.credentials if credentials else None)
     state.limiter.check(key.id)
-    request.state.principal = key.name
     return key
 
 

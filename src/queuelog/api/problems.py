@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import traceback
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -12,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from queuelog.errors import QueueError, RateLimited
+from queuelog.failures import log_internal_error
 
 log = logging.getLogger("queuelog.api")
 
@@ -93,25 +93,6 @@ def install_handlers(app: FastAPI) -> None:
 
 # The innermost frames say where a failure happened; a failure deep in a recursion
 # has a thousand frames, and one request must not write megabytes of log.
-TRACEBACK_FRAMES = 20
-TRACEBACK_CHARS = 16 * 1024
-_LOGGED_PATH_CHARS = 200
-
-
-def log_internal_error(logger: logging.Logger, exc: BaseException, method: str, path: str) -> None:
-    """Log an unexpected failure as one line naming the request and the exception,
-    followed by a bounded traceback (its innermost frames)."""
-    lines = traceback.format_exception(exc, limit=-TRACEBACK_FRAMES)
-    text = "".join(lines)[-TRACEBACK_CHARS:]
-    logger.error(
-        "internal error on %s %s: %s\n%s",
-        method,
-        path[:_LOGGED_PATH_CHARS],
-        type(exc).__name__,
-        text.rstrip("\n"),
-    )
-
-
 def internal_problem() -> JSONResponse:
     """The answer to an unexpected failure: nothing of its cause."""
     return problem(500, "internal", "Internal server error", "The server could not do this")

@@ -6,7 +6,6 @@ import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import Path
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -50,7 +49,6 @@ IdempotencyKey = Annotated[
 ]
 Number = StrictInt | StrictFloat
 RowId = Annotated[StrictInt, Field(ge=1, le=MAX_ID)]
-IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
 # Deeper JSON than any job needs; a limit keeps every later step (the fingerprint, the

@@ -1,4 +1,4 @@
-"""Runs the app under uvicorn with queuelog's shutdown behaviour."""
+"""Runs the app under uvicorn with queuelog's shutdown behaviour and connection limits."""
 
 from __future__ import annotations
 
@@ -7,63 +7,69 @@ import gc
 import signal
 import socket
 from collections.abc import Callable
-from typing import Any
 
+import h11
 import uvicorn
 from fastapi import FastAPI
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from queuelog.app_state import AppState
 
 GRACEFUL_SHUTDOWN_SECONDS = 10
+# A connection is closed if a request's head (its line and headers) has not all come
+# within this long of the connection, or of the answer before it.
+HEAD_TIMEOUT_SECONDS = 10
+# A longer request head is refused (400) and its connection closed.
+MAX_HEAD_BYTES = 64 * 1024
+# An idle connection between two requests is closed after this long.
+KEEP_ALIVE_SECONDS = 5
 # Python's cyclic collector, tuned for a server (see _tune_gc): the youngest generation
 # is collected every 20,000 allocations instead of 700, the middle one after every 20
 # of those and the oldest after every 20 of the middle one's (instead of 10 and 10).
 GC_THRESHOLDS = (20_000, 20, 20)
 
 
-class _Corked:
-    """A transport that sends an answer's head together with what follows it.
+class _HeadTimeout(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request head is late.
 
-    uvicorn writes an answer's head and body apart: two system calls, and two
-    wake-ups of the client, per answer. A write is held until the next one, which
-    leaves with it at once, or until the loop's next turn if none comes; a close
-    sends what is held first.
+    uvicorn bounds a head's size (``h11_max_incomplete_event_size``) but not the time it
+    takes: its keep-alive timer stops at a request's first byte, so a client sending a
+    byte now and then kept its connection, and its place under ``limit_concurrency``,
+    for ever. This arms a timer where a head is awaited and stops it once h11 has read
+    the whole head (the other side's state leaves ``IDLE``).
     """
 
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        self._held: bytes | None = None
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._held is None:
-            self._held = bytes(data)
-            asyncio.get_running_loop().call_soon(self._flush)
-            return
-        held, self._held = self._held, None
-        self._send(held + bytes(data))
-
-    def _flush(self) -> None:
-        if self._held is not None:
-            held, self._held = self._held, None
-            self._send(held)
-
-    def _send(self, data: bytes) -> None:
-        if not self._transport.is_closing():
-            self._transport.write(data)
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
-class _CorkedHttp(HttpToolsProtocol):
-    """uvicorn's httptools protocol, writing through ``_Corked``."""
+    head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.transport = _Corked(transport)  # type: ignore[assignment]
+        self._await_head()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:
+            self._stop_head_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.conn.their_state is h11.IDLE:  # a pipelined head may have come already
+            self._await_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _await_head(self) -> None:
+        self._stop_head_timer()
+        if not self.transport.is_closing():
+            # uvicorn's own handler for an idle connection: it closes it.
+            handler = self.timeout_keep_alive_handler
+            self.head_timer = self.loop.call_later(HEAD_TIMEOUT_SECONDS, handler)
+
+    def _stop_head_timer(self) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
 
 
 class _Server(uvicorn.Server):
@@ -82,20 +88,26 @@ class _Server(uvicorn.Server):
 def run(app: FastAPI, host: str, port: int, access_log: bool = False) -> None:
     """Serve until SIGINT or SIGTERM; log every request only with ``access_log``.
 
-    On SIGTERM the listening socket closes (new connections are refused),
-    requests in flight finish (up to ``GRACEFUL_SHUTDOWN_SECONDS``), waiting
-    claims answer ``{"jobs": []}``, the storage is closed, and the process exits 0.
+    At most the app's ``[server] limit_concurrency`` connections (or requests in
+    flight) are served; a request beyond that is answered 503. On SIGTERM the
+    listening socket closes (new connections are refused), requests in flight
+    finish (up to ``GRACEFUL_SHUTDOWN_SECONDS``), waiting claims answer
+    ``{"jobs": []}``, the storage is closed, and the process exits 0.
     """
+    state: AppState = app.state.queuelog
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level="info",
         access_log=access_log,
-        http=_CorkedHttp,
+        http=_HeadTimeout,
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        limit_concurrency=state.settings.server.limit_concurrency,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
-    server = _Server(config, on_shutdown=app.state.queuelog.wakeup.close)
+    server = _Server(config, on_shutdown=state.wakeup.close)
     # uvicorn re-raises the signal that stopped it once it has shut down; with
     # SIGTERM ignored by then, a graceful stop ends the process with status 0.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -108,10 +120,10 @@ def _tune_gc() -> None:
 
     Everything alive once the app is built (modules, FastAPI's routes and models,
     pydantic's validators) lives as long as the process, yet every full collection
-    walked it again: under load, collections took about a tenth of the event loop's
-    time. Frozen, those objects are never scanned; and with the young generation
-    collected every 20,000 allocations instead of 700, a request's short-lived
-    objects are mostly freed by reference counting before a collection sees them.
+    walked it again, taking a share of the event loop's time under load. Frozen,
+    those objects are never scanned; and with the young generation collected every
+    20,000 allocations instead of 700, a request's short-lived objects are mostly
+    freed by reference counting before a collection sees them.
     """
     gc.collect()
     gc.freeze()

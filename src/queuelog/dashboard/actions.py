@@ -9,8 +9,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
-from queuelog.api.deps import state_of
-from queuelog.api.schemas import IdPath
+from queuelog.app_state import IdPath, state_of
 from queuelog.dashboard.pages import key_page
 from queuelog.dashboard.web import DashboardRoute, Posted, field_of, render
 from queuelog.errors import QueueError, ValidationFailed

@@ -6,8 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from queuelog.api.deps import state_of
-from queuelog.api.schemas import IdPath
+from queuelog.app_state import IdPath, state_of
 from queuelog.dashboard import views
 from queuelog.dashboard.web import Admin, DashboardRoute, now_of, render
 from queuelog.errors import NotFound, ValidationFailed

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import RedirectResponse
 from starlette.datastructures import FormData
 
-from queuelog.api.deps import state_of
+from queuelog.app_state import state_of
 from queuelog.dashboard import actions, pages
 from queuelog.dashboard.sessions import SessionStore
 from queuelog.dashboard.web import (

@@ -17,12 +17,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from starlette.datastructures import FormData, UploadFile
 
-from queuelog.api.deps import AppState, state_of
-from queuelog.api.problems import log_internal_error
+from queuelog.app_state import AppState, state_of
 from queuelog.dashboard import views
 from queuelog.dashboard.login_tokens import LoginTokens
 from queuelog.dashboard.sessions import Session, SessionStore
 from queuelog.errors import NotFound, QueueError
+from queuelog.failures import log_internal_error
 from queuelog.models import ApiKey, Role
 
 log = logging.getLogger("queuelog.dashboard")
@@ -158,7 +158,6 @@ async def _admin(request: Request) -> AdminSession:
         dashboard_of(request).sessions.end(session.id)
         raise LoginRequired
     request.state.ui_admin = key
-    request.state.principal = key.name
     return AdminSession(key, session)
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request, Response
 from starlette.types import Receive
 
-from queuelog.api.deps import ServiceDep, Worker, state_of
+from queuelog.api.deps import ServiceDep, Worker
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.api.schemas import (
@@ -22,11 +22,11 @@ from queuelog.api.schemas import (
     CompleteRequest,
     FailRequest,
     HeartbeatRequest,
-    IdPath,
     JobOut,
     ReleaseRequest,
     job_json,
 )
+from queuelog.app_state import IdPath, state_of
 from queuelog.errors import QueueError
 from queuelog.models import ApiKey, Finished, Job, Role
 from queuelog.service import JobService
@@ -165,41 +165,30 @@ async def complete_batch(
     return await complete_batch_answer(service, caller, body, prefers_minimal(prefer or []))
 
 
+# RFC 7240: a Prefer header is a comma-separated list of preferences, each
+# ``token [= word] *(; parameter)``, where a word may be a quoted string (which may
+# hold commas and semicolons).
+_QUOTED = r'"(?:[^"\\]|\\.)*"'
+# One list item, a quoted string kept whole (an unclosed one runs to the end): every
+# character is read once, whatever the header holds.
+_PREFERENCE = re.compile(r'(?:[^,"]|"(?:[^"\\]|\\.)*"?)+')
+_RETURN = re.compile(r"\s*return\s*(?:[=;]|$)", re.IGNORECASE)
+_MINIMAL = re.compile(rf"\s*(?i:return)\s*=\s*(minimal|{_QUOTED})\s*(?:;.*)?", re.DOTALL)
+
+
 def prefers_minimal(values: Iterable[str]) -> bool:
-    """Whether ``Prefer`` header values (RFC 7240) ask for ``return=minimal``.
-
-    Preferences are split at commas, and their parameters at semicolons, outside
-    quoted strings; a value may be a token or a quoted string; the first ``return``
-    preference is the one that counts, as the RFC says of a repeated preference.
-    """
+    """Whether ``Prefer`` header values (RFC 7240) ask for ``return=minimal``; the first
+    ``return`` preference is the one that counts, as the RFC says of a repeated one."""
     for value in values:
-        for preference in _split_unquoted(value, ","):
-            name, _, word = _split_unquoted(preference, ";")[0].partition("=")
-            if name.strip().lower() == "return":
-                return _unquoted(word.strip()) == "minimal"
+        for preference in _PREFERENCE.findall(value):
+            if not _RETURN.match(preference):
+                continue
+            said = _MINIMAL.fullmatch(preference)
+            word = said[1] if said else ""
+            if word.startswith('"'):
+                word = re.sub(r"\\(.)", r"\1", word[1:-1])
+            return word == "minimal"
     return False
-
-
-def _split_unquoted(text: str, separator: str) -> list[str]:
-    parts, start, quoted, escaped = [], 0, False, False
-    for index, char in enumerate(text):
-        if escaped:
-            escaped = False
-        elif quoted and char == "\\":
-            escaped = True
-        elif char == '"':
-            quoted = not quoted
-        elif char == separator and not quoted:
-            parts.append(text[start:index])
-            start = index + 1
-    parts.append(text[start:])
-    return parts
-
-
-def _unquoted(word: str) -> str:
-    if len(word) >= 2 and word[0] == word[-1] == '"':
-        return re.sub(r"\\(.)", r"\1", word[1:-1])
-    return word
 
 
 async def complete_batch_answer(

@@ -14,13 +14,13 @@ from queuelog.api.schemas import (
     BatchEnqueueRequest,
     EnqueueRequest,
     EventsOut,
-    IdPath,
     JobListOut,
     JobOut,
     event_json,
     job_json,
     priority_of,
 )
+from queuelog.app_state import IdPath
 from queuelog.errors import ValidationFailed
 from queuelog.models import ApiKey, Job, JobStatus, Role
 from queuelog.specs import EnqueueSpec

@@ -10,12 +10,12 @@ from fastapi.responses import JSONResponse
 from queuelog.api.deps import Admin, KeyRingDep, ServiceDep
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.schemas import (
-    IdPath,
     KeyCreatedOut,
     KeyCreateRequest,
     KeyListOut,
     priority_of,
 )
+from queuelog.app_state import IdPath
 from queuelog.clock import rfc3339
 from queuelog.errors import UnknownJobType
 from queuelog.models import ApiKey

@@ -1,0 +1,150 @@
+"""The app's shape is pinned: its middleware, in order, and who may call each route.
+
+A route added without the API key dependency, a raw Starlette route beside the
+FastAPI ones, or a middleware removed or reordered fails here first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any, get_args
+
+import pytest
+from fastapi import FastAPI
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute, iter_route_contexts
+from fastapi.testclient import TestClient
+
+from queuelog.api.deps import CurrentKey
+from queuelog.api.metrics import MetricsMiddleware
+from queuelog.api.middleware import BodyLimitMiddleware
+from queuelog.config import Settings
+from queuelog.dashboard.web import Admin as DashboardAdmin
+from tests.conftest import Api
+
+KEY = "API key"  # the Authorization header, checked by api/deps.py
+PUBLIC = "public"
+UI_LOGIN = "dashboard login"  # the dashboard's session of an admin key
+UI_PUBLIC = "dashboard, public"
+
+ROUTES: dict[tuple[str, str], str] = {
+    ("GET", "/openapi.json"): PUBLIC,
+    ("GET", "/docs"): PUBLIC,
+    ("*", "/docs/assets"): PUBLIC,
+    ("GET", "/healthz"): PUBLIC,
+    ("GET", "/readyz"): PUBLIC,
+    ("POST", "/jobs"): KEY,
+    ("POST", "/jobs/batch"): KEY,
+    ("GET", "/jobs"): KEY,
+    ("GET", "/jobs/{job_id:int}"): KEY,
+    ("GET", "/jobs/{job_id:int}/events"): KEY,
+    ("POST", "/jobs/{job_id:int}/cancel"): KEY,
+    ("POST", "/jobs/{job_id:int}/retry"): KEY,
+    ("POST", "/jobs/claim"): KEY,
+    ("POST", "/jobs/batch/complete"): KEY,
+    ("POST", "/jobs/{job_id:int}/heartbeat"): KEY,
+    ("POST", "/jobs/{job_id:int}/release"): KEY,
+    ("POST", "/jobs/{job_id:int}/complete"): KEY,
+    ("POST", "/jobs/{job_id:int}/fail"): KEY,
+    ("POST", "/keys"): KEY,
+    ("GET", "/keys"): KEY,
+    ("DELETE", "/keys/{key_id:int}"): KEY,
+    ("GET", "/stats"): KEY,
+    ("GET", "/metrics"): KEY,
+    ("GET", "/ui/static/{name}"): UI_PUBLIC,
+    ("GET", "/ui/login"): UI_PUBLIC,
+    ("POST", "/ui/login"): UI_PUBLIC,
+    ("POST", "/ui/logout"): UI_PUBLIC,
+    ("GET", "/ui/{path:path}"): UI_PUBLIC,  # the dashboard's 404 page
+    ("GET", "/ui"): UI_LOGIN,
+    ("GET", "/ui/"): UI_LOGIN,
+    ("GET", "/ui/jobs"): UI_LOGIN,
+    ("GET", "/ui/jobs/{job_id}"): UI_LOGIN,
+    ("GET", "/ui/retry-failed"): UI_LOGIN,
+    ("GET", "/ui/keys"): UI_LOGIN,
+    ("POST", "/ui/jobs/{job_id}/retry"): UI_LOGIN,
+    ("POST", "/ui/jobs/{job_id}/cancel"): UI_LOGIN,
+    ("POST", "/ui/retry-failed"): UI_LOGIN,
+    ("POST", "/ui/keys"): UI_LOGIN,
+    ("POST", "/ui/keys/{key_id}/revoke"): UI_LOGIN,
+}
+
+_AUTHENTICATE = get_args(CurrentKey)[1].dependency
+_DASHBOARD_ADMIN = get_args(DashboardAdmin)[1].dependency
+
+
+def _calls(dependant: Dependant) -> Iterator[Any]:
+    for sub in dependant.dependencies:
+        yield sub.call
+        yield from _calls(sub)
+
+
+def _guard(route: Any) -> str:
+    """Who may call ``route``, read from its dependencies."""
+    calls = set(_calls(route.dependant))
+    if _AUTHENTICATE in calls:
+        return KEY
+    if route.path.startswith("/ui"):
+        return UI_LOGIN if _DASHBOARD_ADMIN in calls else UI_PUBLIC
+    return PUBLIC
+
+
+def _routes(app: FastAPI) -> dict[tuple[str, str], str]:
+    found: dict[tuple[str, str], str] = {}
+    for context in iter_route_contexts(app.routes):
+        if not isinstance(context.original_route, APIRoute):
+            # Starlette's own routes (the schema, the docs' files) carry no dependencies.
+            found[("*" if context.methods is None else "GET", context.path)] = PUBLIC
+            continue
+        for method in context.methods:
+            found[(method, context.path)] = _guard(context)
+    return found
+
+
+@pytest.fixture
+def app(client: TestClient) -> FastAPI:
+    served: FastAPI = client.app  # type: ignore[assignment]
+    return served
+
+
+def test_the_middleware_is_metrics_then_the_body_limit(app: FastAPI, settings: Settings) -> None:
+    stack = [(m.cls, m.kwargs) for m in app.user_middleware]
+    assert stack == [
+        (MetricsMiddleware, {"metrics": app.state.metrics}),
+        (
+            BodyLimitMiddleware,
+            {"max_bytes": settings.limits.max_request_bytes, "form_prefixes": ("/ui",)},
+        ),
+    ]
+
+
+def test_every_route_is_pinned_with_who_may_call_it(app: FastAPI) -> None:
+    assert _routes(app) == ROUTES
+
+
+def _concrete(path: str) -> str:
+    return re.sub(r"\{[^}]+\}", "1", path)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [route for route, guard in ROUTES.items() if guard == KEY]
+)
+def test_every_route_that_needs_a_key_answers_401_without_one(
+    anonymous: Api, method: str, path: str
+) -> None:
+    response = anonymous.request(method, _concrete(path), json={})
+    assert response.status_code == 401, response.text
+    assert response.json()["type"] == "unauthenticated"
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [route for route, guard in ROUTES.items() if guard == UI_LOGIN]
+)
+def test_every_dashboard_page_sends_a_stranger_to_the_login_form(
+    anonymous: Api, method: str, path: str
+) -> None:
+    response = anonymous.request(method, _concrete(path), follow_redirects=False)
+    assert response.status_code == 303
+    assert response.headers["location"] == "/ui/login"

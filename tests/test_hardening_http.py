@@ -1,0 +1,230 @@
+"""Findings of the live attack review (issue 19) about HTTP itself, one test (or more)
+per finding: 3, slow and huge request heads; 10, slash redirects.
+
+The request-head tests run a real ``queuelog serve`` on 127.0.0.1: the limits they
+check live in the HTTP server, not in the app.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from queuelog.api.server import HEAD_TIMEOUT_SECONDS, KEEP_ALIVE_SECONDS, MAX_HEAD_BYTES
+from tests.conftest import Api
+from tests.realserver import RealServer, closing
+
+
+@pytest.mark.parametrize("method", ["POST", "GET"])
+def test_hardening_10_a_trailing_slash_is_404_not_a_redirect_to_the_host_header(
+    producer: Api, method: str
+) -> None:
+    response = producer.request(
+        method,
+        "/jobs/",
+        json={"type": "noop"},
+        headers={"Host": "evil.example"},
+        follow_redirects=False,
+    )
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["type"] == "not-found"
+    assert "location" not in response.headers
+
+
+# -- finding 3: slow and huge request heads, against a real server ------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
+    with closing(RealServer(tmp_path_factory.mktemp("heads"))) as real:
+        real.start()
+        yield real
+
+
+def _connect(server: RealServer) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.setblocking(False)
+    return sock
+
+
+def _answered_once(server: RealServer) -> socket.socket:
+    """A connection whose first request has been answered, kept open."""
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
+    answer = b""
+    for _ in range(100):
+        answer += sock.recv(4096)
+        if answer.endswith(b'{"status":"ok"}'):
+            break
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    sock.setblocking(False)
+    return sock
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server has closed ``sock`` (it has sent nothing else: no head is done)."""
+    try:
+        return sock.recv(4096, socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:  # reset
+        return True
+
+
+def _healthz_seconds(client: httpx.Client, count: int) -> list[float]:
+    seconds = []
+    for _ in range(count):
+        started = time.perf_counter()
+        assert client.get("/healthz").status_code == 200
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.slow
+def test_hardening_03_connections_trickling_their_head_are_closed_and_others_are_served_meanwhile(
+    server: RealServer,
+) -> None:
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        baseline = statistics.median(_healthz_seconds(client, 40))
+        # On these the slow head is the second request's: the first one is answered.
+        again = [_answered_once(server) for _ in range(20)]
+        trickling = [_connect(server) for _ in range(280)] + again
+        silent = [_connect(server) for _ in range(20)]  # connect, then send nothing
+        opened = time.monotonic()
+        for sock in trickling:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: attacker\r\n")
+        during: list[float] = []
+        deadline = opened + HEAD_TIMEOUT_SECONDS + 10
+        while time.monotonic() < deadline:
+            for sock in trickling:
+                with contextlib.suppress(OSError):  # closed by the server meanwhile
+                    sock.send(b"X-Slow: a\r\n")
+            during += _healthz_seconds(client, 3)
+            if all(map(_closed_by_server, trickling + silent)):
+                break
+            time.sleep(0.5)
+        closed_after = time.monotonic() - opened
+    for sock in trickling + silent:
+        sock.close()
+    assert closed_after < HEAD_TIMEOUT_SECONDS + 10, "some slow connections stayed open"
+    assert closed_after >= HEAD_TIMEOUT_SECONDS - 1  # closed by the head timeout, not sooner
+    # Another client's health check is barely slower while the attack runs.
+    assert statistics.median(during) < 5 * max(baseline, 0.001)
+
+
+_JUST_OVER = b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-Big: " + b"a" * MAX_HEAD_BYTES
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-Big: " + b"a" * (8 << 20) + b"\r\n\r\n"],
+        [b"GET /healthz HTTP/1.1\r\nHost: a\r\n" + b"X-Many: b\r\n" * 100_000 + b"\r\n"],
+        [_JUST_OVER, b"\r\n\r\n"],
+    ],
+    ids=["an 8 MiB header line", "100,000 headers", "unfinished just over the limit"],
+)
+def test_hardening_03_a_head_over_64_kib_is_refused(
+    server: RealServer, pieces: list[bytes]
+) -> None:
+    answer = b""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        with contextlib.suppress(OSError):  # the server may close before all is sent
+            for piece in pieces:
+                sock.sendall(piece)
+                time.sleep(0.2)  # each piece reaches the server on its own
+        with contextlib.suppress(OSError):
+            answer = sock.recv(4096)
+    assert not answer.startswith(b"HTTP/1.1 200")
+    assert answer == b"" or answer.split(b"\r\n")[0] in (
+        b"HTTP/1.1 400 Bad Request",
+        b"HTTP/1.1 431 Request Header Fields Too Large",
+    )
+
+
+def test_hardening_03_a_head_within_the_limit_is_served(server: RealServer) -> None:
+    filler = b"X-Fill: " + b"a" * 200 + b"\r\n"
+    head = b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n"
+    head += filler * ((MAX_HEAD_BYTES - 1024) // len(filler)) + b"\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+@pytest.mark.slow
+def test_hardening_03_an_unfinished_huge_head_does_not_grow_the_server_s_memory(
+    server: RealServer,
+) -> None:
+    assert server.process is not None
+    with httpx.Client(base_url=server.url) as client:
+        _healthz_seconds(client, 20)  # warm: the first requests allocate for good
+    before = _rss_bytes(server.process.pid)
+    chunk = b"a" * 65_536
+    sent = 0
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock,
+        contextlib.suppress(OSError),  # the server closes the connection
+    ):
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-Big: ")
+        while sent < 64 << 20:
+            sock.sendall(chunk)
+            sent += len(chunk)
+    grown = _rss_bytes(server.process.pid) - before
+    assert sent < 64 << 20, "the server read a 64 MiB head to its end"
+    assert grown < 8 << 20
+
+
+@pytest.mark.slow
+def test_hardening_03_an_idle_connection_is_closed_after_the_keep_alive_timeout(
+    server: RealServer,
+) -> None:
+    sock = _connect(server)
+    with sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
+        answered = time.monotonic()
+        deadline = answered + KEEP_ALIVE_SECONDS + 10
+        answer = b""
+        while time.monotonic() < deadline and not answer.endswith(b'{"status":"ok"}'):
+            with contextlib.suppress(BlockingIOError):
+                answer += sock.recv(4096)
+            time.sleep(0.01)
+        assert answer.startswith(b"HTTP/1.1 200")
+        while time.monotonic() < deadline and not _closed_by_server(sock):
+            time.sleep(0.1)
+        idle = time.monotonic() - answered
+    assert KEEP_ALIVE_SECONDS - 1 <= idle < KEEP_ALIVE_SECONDS + 10
+
+
+@pytest.mark.slow
+def test_hardening_03_beyond_limit_concurrency_a_request_is_answered_503(tmp_path: Path) -> None:
+    limit = 8
+    with closing(RealServer(tmp_path, config={"server": {"limit_concurrency": limit}})) as real:
+        real.start()
+        held = [_connect(real) for _ in range(limit)]
+        time.sleep(0.5)  # the server has accepted them
+        refused = httpx.get(f"{real.url}/healthz", timeout=10)
+        for sock in held:
+            sock.close()
+        deadline = time.monotonic() + 10
+        served = httpx.get(f"{real.url}/healthz", timeout=10)
+        while served.status_code == 503 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            served = httpx.get(f"{real.url}/healthz", timeout=10)
+    assert refused.status_code == 503
+    assert served.status_code == 200
