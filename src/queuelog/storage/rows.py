@@ -354,13 +354,16 @@ def guard_failure(job: Job | None) -> QueueError:
 
 def complete_batch_params(items: Sequence[FinishParams]) -> dict[str, Any] | None:
     """The bound parameters of ``job_complete_batch``, which completes many jobs in one
-    statement: for completions of distinct jobs at one time (a worker's batch
-    acknowledgement). None for anything else, which is finished item by item.
+    statement: for completions of distinct jobs by one worker at one time (a worker's
+    batch acknowledgement). None for anything else, which is finished item by item.
     """
     if len(items) < 2:
         return None
-    now = items[0].now
-    if any(item.error is not None or item.now != now for item in items):
+    first = items[0]
+    if any(
+        item.error is not None or item.now != first.now or item.worker_name != first.worker_name
+        for item in items
+    ):
         return None
     if len({item.job_id for item in items}) != len(items):
         return None
@@ -373,7 +376,7 @@ def complete_batch_params(items: Sequence[FinishParams]) -> dict[str, Any] | Non
         }
         for item in items
     ]
-    return {"items": json_param(batch), "now": to_micros(now)}
+    return {"items": json_param(batch), "now": to_micros(first.now)}
 
 
 def claim_params(params: ClaimParams, types: Any) -> dict[str, Any]:
@@ -393,9 +396,43 @@ def claim_order(job: Job) -> tuple[int, datetime, int]:
     return (-job.priority, job.created_at, job.id)
 
 
-def claimed_events(jobs: Sequence[Job], params: ClaimParams) -> list[dict[str, Any]]:
-    """The ``claimed`` event of each job a claim took, by the claiming worker instance."""
-    return [
-        event_params(job, params.now, EventKind.CLAIMED, JobStatus.PENDING, params.worker_id)
-        for job in jobs
-    ]
+def each_event_params(
+    ids: Sequence[int],
+    at: datetime,
+    kind: EventKind,
+    before: JobStatus,
+    after: JobStatus,
+    actor: str,
+) -> dict[str, Any]:
+    """The bound parameters of ``event_insert_each``: one event, for each job of ``ids``."""
+    return {
+        "ids": json_param(list(ids)),
+        "at": to_micros(at),
+        "event": kind.value,
+        "from_status": before.value,
+        "to_status": after.value,
+        "actor": actor,
+    }
+
+
+def claimed_events(jobs: Sequence[Job], params: ClaimParams) -> dict[str, Any]:
+    """The ``claimed`` events of the jobs a claim took, by the claiming worker instance."""
+    ids = [job.id for job in jobs]
+    return each_event_params(
+        ids, params.now, EventKind.CLAIMED, JobStatus.PENDING, JobStatus.RUNNING, params.worker_id
+    )
+
+
+def completed_events(rows: Sequence[Row], items: Sequence[FinishParams]) -> dict[str, Any]:
+    """The ``completed`` events of a batch completion's jobs (``job_complete_batch``'s
+    rows), by the one worker whose batch it is."""
+    ids = [int(row["id"]) for row in rows]
+    first = items[0]
+    return each_event_params(
+        ids,
+        first.now,
+        EventKind.COMPLETED,
+        JobStatus.RUNNING,
+        JobStatus.COMPLETED,
+        first.worker_name,
+    )

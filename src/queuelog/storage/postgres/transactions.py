@@ -24,6 +24,7 @@ from queuelog.storage.rows import (
     claim_params,
     claimed_events,
     complete_batch_params,
+    completed_events,
     event_params,
     expired_finish,
     finish_event,
@@ -112,7 +113,8 @@ def claim(conn: Conn, params: ClaimParams) -> list[Job]:
     types = list(params.types) if params.types is not None else None
     jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], claim_params(params, types))]
     jobs.sort(key=claim_order)
-    _record(conn, claimed_events(jobs, params))
+    if jobs:
+        conn.execute(Q["event_insert_each"], claimed_events(jobs, params))
     return jobs
 
 
@@ -148,25 +150,17 @@ def release(conn: Conn, args: Mapping[str, Any], now: datetime) -> Job:
 
 def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueError]:
     """Finish every item under its own guard: a batch of completions in one statement."""
-    events: list[dict[str, Any]] = []
     params = complete_batch_params(items)
     if params is None:
+        events: list[dict[str, Any]] = []
         outcomes = [_finish(conn, item, events) for item in items]
-    else:
-        rows = conn.execute(Q["job_complete_batch"], params).fetchall()
-        matched = match_completed(
-            items,
-            rows,
-            lambda item: guard_failure(_get(conn, item.job_id)),
-        )
-        outcomes = [o if isinstance(o, QueueError) else job_from_row(o) for o in matched]
-        events = [
-            finish_event(outcome, item, None, None)
-            for outcome, item in zip(outcomes, items, strict=True)
-            if isinstance(outcome, Job)
-        ]
-    _recorded(conn, events, [o for o in outcomes if isinstance(o, Job)])
-    return outcomes
+        _recorded(conn, events, [o for o in outcomes if isinstance(o, Job)])
+        return outcomes
+    rows = conn.execute(Q["job_complete_batch"], params).fetchall()
+    if rows:
+        conn.execute(Q["event_insert_each"], completed_events(rows, items))
+    matched = match_completed(items, rows, lambda item: guard_failure(_get(conn, item.job_id)))
+    return [o if isinstance(o, QueueError) else job_from_row(o) for o in matched]
 
 
 def _recorded(conn: Conn, events: Sequence[dict[str, Any]], jobs: Sequence[Job]) -> None:

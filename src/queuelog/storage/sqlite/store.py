@@ -17,7 +17,7 @@ from queuelog.errors import QueueError
 from queuelog.models import ApiKey, EventKind, Finished, Job, JobStatus
 from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, NewKey
 from queuelog.storage.reads import SqlReads
-from queuelog.storage.rows import finished, held_params, key_from_row, key_params
+from queuelog.storage.rows import finished, held_params, job_from_row, key_from_row, key_params
 from queuelog.storage.sqlite import transactions as tx
 from queuelog.storage.sqlite.transactions import Q
 from queuelog.storage.sqlite.writer import GroupWriter
@@ -115,9 +115,8 @@ class SqliteStorage(SqlReads):
         self, items: Sequence[FinishParams], with_jobs: bool = True
     ) -> list[Job | Finished | QueueError]:
         outcomes = await self._writer.run(lambda conn: tx.finish_many(conn, items))
-        if with_jobs:
-            return list(outcomes)
-        return [o if isinstance(o, QueueError) else finished(o) for o in outcomes]
+        made = job_from_row if with_jobs else finished
+        return [o if isinstance(o, QueueError) else made(o) for o in outcomes]
 
     async def job_rescue_expired(
         self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500

@@ -14,10 +14,12 @@ from queuelog.errors import InvalidState, NotFound, QueueError
 from queuelog.models import EventKind, Job, JobStatus
 from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
+    Row,
     claim_order,
     claim_params,
     claimed_events,
     complete_batch_params,
+    completed_events,
     event_params,
     expired_finish,
     finish_event,
@@ -110,7 +112,7 @@ def rescue(
         params = expired_finish(job, now, retry_at)
         outcome = finish(conn, params, kind=EventKind.LEASE_EXPIRED, actor="queuelog")
         if not isinstance(outcome, QueueError):
-            rescued.append(outcome)
+            rescued.append(job_from_row(outcome))
     return rescued
 
 
@@ -122,7 +124,8 @@ def claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Job]:
     args = claim_params(params, types_json(params.types))
     jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]
     jobs.sort(key=claim_order)
-    record(conn, claimed_events(jobs, params))
+    if jobs:
+        conn.execute(Q["event_insert_each"], claimed_events(jobs, params))
     return jobs
 
 
@@ -131,34 +134,29 @@ def finish(
     item: FinishParams,
     kind: EventKind | None = None,
     actor: str | None = None,
-) -> Job | QueueError:
-    """Complete or fail ``item`` if its lease holds; the job, or why not."""
+) -> Row | QueueError:
+    """Complete or fail ``item`` if its lease holds; the job's row, or why not."""
     query, args = finish_statement(item, expired=kind is EventKind.LEASE_EXPIRED)
     row: sqlite3.Row | None = conn.execute(Q[query], args).fetchone()
     if row is None:
         return guard_failure(get(conn, item.job_id))
-    job = job_from_row(row)
-    conn.execute(Q["event_insert"], finish_event(job, item, kind, actor))
-    return job
+    conn.execute(Q["event_insert"], finish_event(row, item, kind, actor))
+    return row
 
 
-def finish_many(conn: sqlite3.Connection, items: Sequence[FinishParams]) -> list[Job | QueueError]:
-    """Finish every item under its own guard: a batch of completions in one statement."""
+def finish_many(conn: sqlite3.Connection, items: Sequence[FinishParams]) -> list[Row | QueueError]:
+    """Finish every item under its own guard: a batch of completions in one statement.
+
+    Each finished item is answered by its job's row: the store makes a Job of it only
+    when the answer carries the job.
+    """
     params = complete_batch_params(items)
     if params is None:
         return [finish(conn, item) for item in items]
     rows = conn.execute(Q["job_complete_batch"], params).fetchall()
-    matched = match_completed(items, rows, lambda item: guard_failure(get(conn, item.job_id)))
-    outcomes = [o if isinstance(o, QueueError) else job_from_row(o) for o in matched]
-    record(
-        conn,
-        [
-            finish_event(outcome, item, None, None)
-            for outcome, item in zip(outcomes, items, strict=True)
-            if isinstance(outcome, Job)
-        ],
-    )
-    return outcomes
+    if rows:
+        conn.execute(Q["event_insert_each"], completed_events(rows, items))
+    return match_completed(items, rows, lambda item: guard_failure(get(conn, item.job_id)))
 
 
 def transition(
