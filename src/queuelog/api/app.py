@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from queuelog._version import __version__
 from queuelog.api.docs import mount_docs
+from queuelog.api.lean import register_models
 from queuelog.api.metrics import Metrics, MetricsMiddleware
 from queuelog.api.middleware import BodyLimitMiddleware
 from queuelog.api.problems import install_handlers
@@ -85,6 +86,7 @@ def create_app(
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     mount_docs(app)
+    register_models(app)
     app.state.queuelog = state
     app.state.maintenance = maintenance
     app.state.metrics = Metrics(state.service)
@@ -132,7 +134,10 @@ def _state(settings: Settings, storage: Storage, clock: Clock) -> AppState:
 
 
 def _include_routes(app: FastAPI) -> None:
-    # Literal segments (/jobs/claim, /jobs/batch) are registered before /jobs/{id}.
+    # Literal segments (/jobs/claim, /jobs/batch) are registered before /jobs/{id}; the
+    # hottest routes first, as they are matched most.
+    app.include_router(jobs.lean)
+    app.include_router(claims.lean)
     app.include_router(claims.router)
     app.include_router(jobs.router)
     app.include_router(keys.router)

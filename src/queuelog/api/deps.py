@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -30,14 +30,28 @@ async def _keyring(request: Request) -> KeyRing:
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer ql_...`")
 
 
+async def authenticate(request: Request, presented: str | None) -> ApiKey:
+    """The active key for the presented secret (401 otherwise), with a rate-limit token
+    taken for it (429 when none is left)."""
+    state = state_of(request)
+    key = await state.keys.authenticate(presented)
+    state.limiter.check(key.id)
+    return key
+
+
+def check_role(key: ApiKey, roles: Sequence[Role]) -> ApiKey:
+    """``key``, if it holds one of ``roles``; 403 otherwise."""
+    if not any(key.has(role) for role in roles):
+        names = " or ".join(r.value for r in roles)
+        raise Forbidden(f"This route needs the {names} role")
+    return key
+
+
 async def _current_key(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> ApiKey:
-    state = state_of(request)
-    key = await state.keys.authenticate(credentials.credentials if credentials else None)
-    state.limiter.check(key.id)
-    return key
+    return await authenticate(request, credentials.credentials if credentials else None)
 
 
 ServiceDep = Annotated[JobService, Depends(_service)]
@@ -49,10 +63,7 @@ def require(*roles: Role) -> Callable[[ApiKey], Awaitable[ApiKey]]:
     """A dependency: the caller's key, which must hold one of ``roles``."""
 
     async def check(key: CurrentKey) -> ApiKey:
-        if not any(key.has(role) for role in roles):
-            names = " or ".join(r.value for r in roles)
-            raise Forbidden(f"This route needs the {names} role")
-        return key
+        return check_role(key, roles)
 
     return check
 

@@ -6,12 +6,13 @@ import asyncio
 import re
 import time
 from collections.abc import Iterable
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, Request, Response
+from fastapi import APIRouter, Request, Response
 from starlette.types import Receive
 
 from queuelog.api.deps import ServiceDep, Worker
+from queuelog.api.lean import LeanRoute, lean_openapi, read_request
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.api.schemas import (
@@ -34,6 +35,8 @@ from queuelog.specs import FinishSpec
 from queuelog.wakeup import Wakeup
 
 router = APIRouter(prefix="/jobs", tags=["workers"])
+# The hottest operations: see api/lean.py.
+lean = APIRouter(prefix="/jobs", tags=["workers"], route_class=LeanRoute)
 
 # A waiting claim also looks again this often, as a fallback for wake-ups it cannot
 # hear (another process writing to the same database without notifying).
@@ -47,7 +50,7 @@ _HELD = (
 )
 
 
-@router.post(
+@lean.post(
     "/claim",
     response_model=ClaimOut,
     summary="Claim ready jobs",
@@ -61,13 +64,12 @@ _HELD = (
         '`{"jobs": []}` when the time is up.'
     ),
     responses=problems(*AUTHED, 413, 415, 422),
+    openapi_extra=lean_openapi(ClaimRequest, required=False),
 )
-async def claim(
-    request: Request, caller: Worker, service: ServiceDep, body: ClaimRequest | None = None
-) -> Response:
-    body = body or ClaimRequest()
+async def claim(request: Request) -> Response:
+    caller, body = await read_request(request, ClaimRequest, (Role.WORKER,), empty_ok=True)
     state = state_of(request)
-    jobs = await claim_or_wait(service, state.wakeup, caller, body, request.receive)
+    jobs = await claim_or_wait(state.service, state.wakeup, caller, body, request.receive)
     return JSONResponse(claim_answer(jobs, caller))
 
 
@@ -135,7 +137,7 @@ _PREFER = (
 )
 
 
-@router.post(
+@lean.post(
     "/batch/complete",
     response_model=BatchCompleteOut,
     summary="Complete up to 100 held jobs at once",
@@ -155,14 +157,12 @@ _PREFER = (
         },
         **problems(*AUTHED, 413, 415, 422),
     },
+    openapi_extra=lean_openapi(BatchCompleteRequest, headers=[("prefer", _PREFER)]),
 )
-async def complete_batch(
-    body: BatchCompleteRequest,
-    caller: Worker,
-    service: ServiceDep,
-    prefer: Annotated[list[str] | None, Header(description=_PREFER)] = None,
-) -> Response:
-    return await complete_batch_answer(service, caller, body, prefers_minimal(prefer or []))
+async def complete_batch(request: Request) -> Response:
+    caller, body = await read_request(request, BatchCompleteRequest, (Role.WORKER,))
+    minimal = prefers_minimal(request.headers.getlist("prefer"))
+    return await complete_batch_answer(state_of(request).service, caller, body, minimal)
 
 
 # RFC 7240: a Prefer header is a comma-separated list of preferences, each

@@ -1,0 +1,117 @@
+"""Routes that read their own requests: the hottest operations.
+
+``POST /jobs``, ``POST /jobs/claim`` and ``POST /jobs/batch/complete`` are the calls
+producers and workers make most, and for them FastAPI's per-request machinery (its
+dependency solving and parameter handling) cost more server time than the queue's
+own work. Each stays an ordinary route of the app, behind the same middleware and
+exception handlers; it is a ``LeanRoute``, whose endpoint takes the request and
+reads it with ``read_request``: the same authentication and role check as every
+other route (``deps.authenticate``, ``deps.check_role``), the same body model, and
+the same problems, in the contract's order. Its OpenAPI entry is written from the
+same model by ``lean_openapi``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from fastapi.security.utils import get_authorization_scheme_param
+from pydantic import BaseModel, ValidationError
+
+from queuelog.api.deps import authenticate, check_role
+from queuelog.models import ApiKey, Role
+
+Body = TypeVar("Body", bound=BaseModel)
+_REF = "#/components/schemas/{model}"
+# The body models of the lean routes, whose schemas the OpenAPI components must hold.
+_MODELS: list[type[BaseModel]] = []
+
+
+class LeanRoute(APIRoute):
+    """A route whose endpoint is called with the request alone."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        endpoint: Callable[[Request], Awaitable[Response]] = self.endpoint
+
+        async def handle(request: Request) -> Response:
+            return await endpoint(request)
+
+        return handle
+
+
+async def read_request(
+    request: Request, model: type[Body], roles: Sequence[Role], empty_ok: bool = False
+) -> tuple[ApiKey, Body]:
+    """The caller's key and the checked body, refused in the contract's order: JSON
+    syntax (422), API key (401), rate limit (429), role (403), then the fields (422).
+
+    An empty body is the model's defaults when ``empty_ok``, else a missing body.
+    """
+    data = _json(await request.body())
+    scheme, credentials = get_authorization_scheme_param(request.headers.get("authorization"))
+    presented = credentials if scheme.lower() == "bearer" and credentials else None
+    caller = check_role(await authenticate(request, presented), roles)
+    if data is None and empty_ok:
+        return caller, model()
+    try:
+        return caller, model.model_validate(data)
+    except ValidationError as exc:
+        errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
+        raise RequestValidationError(errors) from None
+
+
+def _json(raw: bytes) -> Any:
+    """The body's JSON value (None for no body), read as every route reads it."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error"}
+        raise RequestValidationError([error]) from exc
+    except (ValueError, RecursionError) as exc:  # not UTF-8, or nested past the parser
+        raise HTTPException(400, "There was an error parsing the body") from exc
+
+
+def lean_openapi(
+    model: type[BaseModel], required: bool = True, headers: Sequence[tuple[str, str]] = ()
+) -> dict[str, Any]:
+    """The OpenAPI entry a lean route cannot infer: its body, header parameters and the
+    API key it needs (``register_models`` adds the body's schema to the components)."""
+    _MODELS.append(model)
+    return {
+        "requestBody": {
+            "required": required,
+            "content": {
+                "application/json": {"schema": {"$ref": _REF.format(model=model.__name__)}}
+            },
+        },
+        "parameters": [
+            {"name": name, "in": "header", "required": False, "schema": {"type": "string"}}
+            | {"description": text}
+            for name, text in headers
+        ],
+        "security": [{"HTTPBearer": []}],
+    }
+
+
+def register_models(app: FastAPI) -> None:
+    """Make the app's OpenAPI document hold the lean routes' body schemas."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for model in _MODELS:
+                body = model.model_json_schema(ref_template=_REF)
+                components.update(body.pop("$defs", {}))
+                components.setdefault(model.__name__, body)
+        return app.openapi_schema or build()
+
+    app.openapi = openapi  # type: ignore[method-assign]
