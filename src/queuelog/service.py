@@ -44,7 +44,7 @@ from queuelog.storage.protocol import (
     JobListParams,
     Storage,
 )
-from queuelog.storage.rows import guard_failure
+from queuelog.storage.statements import guard_failure
 
 _DEFAULT_TYPE = JobTypeConfig()
 # One prune pass deletes at most this many batches (of up to 1,000 jobs per status).

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -95,8 +96,7 @@ async def claim_or_wait(
     stops waiting.
     """
     types = service.claimable_types(caller, body.types)
-    arrived = time.monotonic()
-    deadline = arrived + float(body.wait_seconds)
+    deadline = time.monotonic() + float(body.wait_seconds)
     gone: asyncio.Future[None] | None = None  # done when the client hangs up
     if body.wait_seconds:
         gone = asyncio.ensure_future(_hang_up(receive))
@@ -113,14 +113,19 @@ async def claim_or_wait(
                 remaining = deadline - time.monotonic()
                 if jobs or remaining <= 0 or wakeup.closed:
                     return jobs
-                next_due = await service.next_due(types)
-                if next_due is not None:
-                    until_due = (next_due - service.clock.now()).total_seconds()
-                    remaining = min(remaining, max(until_due, 0.001))
+                remaining = min(remaining, await _until_due(service, types))
                 await waiter.wait(min(remaining, _RECHECK_SECONDS), until=gone)
     finally:
         if gone is not None:
             gone.cancel()
+
+
+async def _until_due(service: JobService, types: Sequence[str] | None) -> float:
+    """Seconds until the next scheduled job of ``types`` is due (inf if none waits)."""
+    next_due = await service.next_due(types)
+    if next_due is None:
+        return math.inf
+    return max((next_due - service.clock.now()).total_seconds(), 0.001)
 
 
 async def _hang_up(receive: Receive) -> None:

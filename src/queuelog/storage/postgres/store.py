@@ -37,7 +37,8 @@ from queuelog.storage.postgres.listener import ReadyListener
 from queuelog.storage.postgres.transactions import Conn, Q
 from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, NewKey
 from queuelog.storage.reads import SqlReads
-from queuelog.storage.rows import finished, held_params, key_from_row, key_params
+from queuelog.storage.rows import finished, key_from_row, key_params
+from queuelog.storage.statements import held_params
 
 T = TypeVar("T")
 

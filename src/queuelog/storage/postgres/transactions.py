@@ -18,22 +18,13 @@ from psycopg.rows import DictRow
 from queuelog.clock import to_micros
 from queuelog.errors import InvalidState, NotFound, QueueError
 from queuelog.models import EventKind, Job, JobStatus
+from queuelog.storage import statements as st
 from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
-    claim_order,
-    claim_params,
-    claimed_events,
-    complete_batch_params,
-    completed_events,
     event_params,
-    expired_finish,
-    finish_event,
-    finish_statement,
-    guard_failure,
     insert_batch_params,
     job_from_row,
     json_param,
-    match_completed,
     match_inserted,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
@@ -111,10 +102,10 @@ def claim(conn: Conn, params: ClaimParams) -> list[Job]:
         rescue(conn, params.now, params.retry_at, limit=500)
     conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
     types = list(params.types) if params.types is not None else None
-    jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], claim_params(params, types))]
-    jobs.sort(key=claim_order)
+    jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], st.claim_params(params, types))]
+    jobs.sort(key=st.claim_order)
     if jobs:
-        conn.execute(Q["event_insert_each"], claimed_events(jobs, params))
+        conn.execute(Q["event_insert_each"], st.claimed_events(jobs, params))
     return jobs
 
 
@@ -125,7 +116,7 @@ def rescue(conn: Conn, now: datetime, retry_at: Callable[[Job], datetime], limit
     rescued: list[Job] = []
     events: list[dict[str, Any]] = []
     for job in expired:
-        params = expired_finish(job, now, retry_at)
+        params = st.expired_finish(job, now, retry_at)
         outcome = _finish(conn, params, events, EventKind.LEASE_EXPIRED, "queuelog")
         if isinstance(outcome, Job):
             rescued.append(outcome)
@@ -137,7 +128,7 @@ def held(conn: Conn, query: str, args: Mapping[str, Any]) -> Job:
     """Run a guarded statement on a held job (heartbeat, release); the job, or why not."""
     row = conn.execute(Q[query], args).fetchone()
     if row is None:
-        raise guard_failure(_get(conn, args["id"]))
+        raise st.guard_failure(_get(conn, args["id"]))
     return job_from_row(row)
 
 
@@ -150,7 +141,7 @@ def release(conn: Conn, args: Mapping[str, Any], now: datetime) -> Job:
 
 def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueError]:
     """Finish every item under its own guard: a batch of completions in one statement."""
-    params = complete_batch_params(items)
+    params = st.complete_batch_params(items)
     if params is None:
         events: list[dict[str, Any]] = []
         outcomes = [_finish(conn, item, events) for item in items]
@@ -158,8 +149,10 @@ def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueEr
         return outcomes
     rows = conn.execute(Q["job_complete_batch"], params).fetchall()
     if rows:
-        conn.execute(Q["event_insert_each"], completed_events(rows, items))
-    matched = match_completed(items, rows, lambda item: guard_failure(_get(conn, item.job_id)))
+        conn.execute(Q["event_insert_each"], st.completed_events(rows, items))
+    matched = st.match_completed(
+        items, rows, lambda item: st.guard_failure(_get(conn, item.job_id))
+    )
     return [o if isinstance(o, QueueError) else job_from_row(o) for o in matched]
 
 
@@ -178,12 +171,12 @@ def _finish(
     actor: str | None = None,
 ) -> Job | QueueError:
     """Complete or fail one held job under its guard; its event goes to ``events``."""
-    query, args = finish_statement(item, expired=kind is EventKind.LEASE_EXPIRED)
+    query, args = st.finish_statement(item, expired=kind is EventKind.LEASE_EXPIRED)
     row = conn.execute(Q[query], args).fetchone()
     if row is None:
-        return guard_failure(_get(conn, item.job_id))
+        return st.guard_failure(_get(conn, item.job_id))
     job = job_from_row(row)
-    events.append(finish_event(job, item, kind, actor))
+    events.append(st.finish_event(job, item, kind, actor))
     return job
 
 

@@ -17,10 +17,11 @@ from queuelog.errors import QueueError
 from queuelog.models import ApiKey, EventKind, Finished, Job, JobStatus
 from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, NewKey
 from queuelog.storage.reads import SqlReads
-from queuelog.storage.rows import finished, held_params, job_from_row, key_from_row, key_params
+from queuelog.storage.rows import finished, job_from_row, key_from_row, key_params
 from queuelog.storage.sqlite import transactions as tx
 from queuelog.storage.sqlite.transactions import Q
 from queuelog.storage.sqlite.writer import GroupWriter
+from queuelog.storage.statements import held_params
 
 __all__ = ["Q", "SqliteStorage"]
 

@@ -12,23 +12,14 @@ from typing import Any
 from queuelog.clock import to_micros
 from queuelog.errors import InvalidState, NotFound, QueueError
 from queuelog.models import EventKind, Job, JobStatus
+from queuelog.storage import statements as st
 from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
     Row,
-    claim_order,
-    claim_params,
-    claimed_events,
-    complete_batch_params,
-    completed_events,
     event_params,
-    expired_finish,
-    finish_event,
-    finish_statement,
-    guard_failure,
     insert_batch_params,
     job_from_row,
     json_param,
-    match_completed,
     match_inserted,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
@@ -109,7 +100,7 @@ def rescue(
     ]
     rescued = []
     for job in expired:
-        params = expired_finish(job, now, retry_at)
+        params = st.expired_finish(job, now, retry_at)
         outcome = finish(conn, params, kind=EventKind.LEASE_EXPIRED, actor="queuelog")
         if not isinstance(outcome, QueueError):
             rescued.append(job_from_row(outcome))
@@ -121,11 +112,11 @@ def claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Job]:
     if params.retry_at is not None:
         rescue(conn, params.now, params.retry_at, limit=500)
     conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
-    args = claim_params(params, types_json(params.types))
+    args = st.claim_params(params, types_json(params.types))
     jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]
-    jobs.sort(key=claim_order)
+    jobs.sort(key=st.claim_order)
     if jobs:
-        conn.execute(Q["event_insert_each"], claimed_events(jobs, params))
+        conn.execute(Q["event_insert_each"], st.claimed_events(jobs, params))
     return jobs
 
 
@@ -136,11 +127,11 @@ def finish(
     actor: str | None = None,
 ) -> Row | QueueError:
     """Complete or fail ``item`` if its lease holds; the job's row, or why not."""
-    query, args = finish_statement(item, expired=kind is EventKind.LEASE_EXPIRED)
+    query, args = st.finish_statement(item, expired=kind is EventKind.LEASE_EXPIRED)
     row: sqlite3.Row | None = conn.execute(Q[query], args).fetchone()
     if row is None:
-        return guard_failure(get(conn, item.job_id))
-    conn.execute(Q["event_insert"], finish_event(row, item, kind, actor))
+        return st.guard_failure(get(conn, item.job_id))
+    conn.execute(Q["event_insert"], st.finish_event(row, item, kind, actor))
     return row
 
 
@@ -150,13 +141,13 @@ def finish_many(conn: sqlite3.Connection, items: Sequence[FinishParams]) -> list
     Each finished item is answered by its job's row: the store makes a Job of it only
     when the answer carries the job.
     """
-    params = complete_batch_params(items)
+    params = st.complete_batch_params(items)
     if params is None:
         return [finish(conn, item) for item in items]
     rows = conn.execute(Q["job_complete_batch"], params).fetchall()
     if rows:
-        conn.execute(Q["event_insert_each"], completed_events(rows, items))
-    return match_completed(items, rows, lambda item: guard_failure(get(conn, item.job_id)))
+        conn.execute(Q["event_insert_each"], st.completed_events(rows, items))
+    return st.match_completed(items, rows, lambda item: st.guard_failure(get(conn, item.job_id)))
 
 
 def transition(
@@ -185,7 +176,7 @@ def held(conn: sqlite3.Connection, query: str, args: Mapping[str, Any]) -> Job:
     """Run a guarded statement on a held job (heartbeat, release); the job, or why not."""
     row = conn.execute(Q[query], args).fetchone()
     if row is None:
-        raise guard_failure(get(conn, args["id"]))
+        raise st.guard_failure(get(conn, args["id"]))
     return job_from_row(row)
 
 
