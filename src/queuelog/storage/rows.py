@@ -143,12 +143,36 @@ def stored_columns(new: NewJob) -> dict[str, Any]:
     }
 
 
-def insert_batch_params(jobs: Sequence[NewJob], now: datetime) -> dict[str, Any]:
-    """The bound parameters of ``job_insert_batch``: the jobs as one JSON array, in order.
+def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[str, Any]]:
+    """The insert of ``jobs`` (one or many) and its bound parameters: the jobs as one
+    JSON array, in order, each payload as its stored text (stored as is).
 
-    Each payload travels as its stored text, so the database stores it as is.
+    Jobs alike but for type, payload and priority, without idempotency keys (a
+    producer's usual batch), take ``job_insert_batch_uniform``, which binds what they
+    share once; any other take ``job_insert_batch``.
     """
-    return {"jobs": json_param([stored_columns(new) for new in jobs]), "now": to_micros(now)}
+    first = jobs[0]
+    alike = all(
+        new.idempotency_key is None
+        and (new.principal, new.max_retries, new.lease_seconds, new.run_at)
+        == (first.principal, first.max_retries, first.lease_seconds, first.run_at)
+        for new in jobs
+    )
+    if not alike:
+        rows = [stored_columns(new) for new in jobs]
+        return "job_insert_batch", {"jobs": json_param(rows), "now": to_micros(now)}
+    varying = [
+        {"type": new.type, "payload": payload_text(new), "priority": int(new.priority)}
+        for new in jobs
+    ]
+    return "job_insert_batch_uniform", {
+        "jobs": json_param(varying),
+        "principal": first.principal,
+        "max_retries": first.max_retries,
+        "lease_seconds": first.lease_seconds,
+        "run_at": to_micros(first.run_at),
+        "now": to_micros(now),
+    }
 
 
 def payload_text(new: NewJob) -> str:

@@ -43,6 +43,19 @@ ORDER BY j.n
 ON CONFLICT (principal, idempotency_key) DO NOTHING
 RETURNING id, principal, idempotency_key;
 
+-- name: job_insert_batch_uniform
+-- job_insert_batch for jobs that differ only in type, payload and priority (a
+-- producer's usual batch): no idempotency key, and one principal, retry limit, lease
+-- and run_at, bound once. Without keys nothing can conflict.
+INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
+                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
+SELECT j.value ->> 'type', j.value ->> 'payload', (j.value ->> 'priority')::integer,
+       %(max_retries)s, %(lease_seconds)s, %(principal)s, NULL, NULL, %(run_at)s,
+       %(run_at)s::bigint > %(now)s::bigint, %(now)s, %(now)s
+FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS j (value, n)
+ORDER BY j.n
+RETURNING id, principal, idempotency_key;
+
 -- name: job_by_idempotency_key
 SELECT * FROM jobs WHERE principal = %(principal)s AND idempotency_key = %(idempotency_key)s;
 

@@ -22,7 +22,7 @@ from queuelog.storage import statements as st
 from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
     event_params,
-    insert_batch_params,
+    insert_statement,
     job_from_row,
     json_param,
     match_inserted,
@@ -70,7 +70,8 @@ def apply_migrations(conn: Conn) -> None:
 
 
 def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
-    rows = conn.execute(Q["job_insert_batch"], insert_batch_params(jobs, now)).fetchall()
+    query, args = insert_statement(jobs, now)
+    rows = conn.execute(Q[query], args).fetchall()
     out = match_inserted(jobs, now, rows, lambda new: _insert_or_existing(conn, new, now))
     # Each inserted job's 'enqueued' event was written by the insert (the
     # jobs_enqueued trigger, migration 0004).
@@ -88,7 +89,8 @@ def _insert_or_existing(conn: Conn, new: NewJob, now: datetime) -> tuple[Job, bo
     """
     key = {"principal": new.principal, "idempotency_key": new.idempotency_key}
     for _ in range(_INSERT_ATTEMPTS):
-        row = conn.execute(Q["job_insert_batch"], insert_batch_params([new], now)).fetchone()
+        query, args = insert_statement([new], now)
+        row = conn.execute(Q[query], args).fetchone()
         if row is not None:
             return job_from_row(one(conn, "job_get", {"id": row["id"]})), True
         existing = conn.execute(Q["job_by_idempotency_key"], key).fetchone()

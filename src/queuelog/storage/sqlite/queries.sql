@@ -15,6 +15,20 @@ ORDER BY j.key
 ON CONFLICT (principal, idempotency_key) DO NOTHING
 RETURNING id, principal, idempotency_key;
 
+-- name: job_insert_batch_uniform
+-- job_insert_batch for jobs that differ only in type, payload and priority (a
+-- producer's usual batch): no idempotency key, and one principal, retry limit, lease
+-- and run_at, bound once. Each ->> reads the job's JSON object again: three look-ups
+-- a row instead of nine. Without keys nothing can conflict.
+INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
+                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
+SELECT j.value ->> 'type', j.value ->> 'payload', j.value ->> 'priority',
+       :max_retries, :lease_seconds, :principal, NULL, NULL, :run_at, :run_at > :now,
+       :now, :now
+FROM json_each(:jobs) AS j
+ORDER BY j.key
+RETURNING id, principal, idempotency_key;
+
 -- name: job_by_idempotency_key
 SELECT * FROM jobs WHERE principal = :principal AND idempotency_key = :idempotency_key;
 

@@ -17,7 +17,7 @@ from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
     Row,
     event_params,
-    insert_batch_params,
+    insert_statement,
     job_from_row,
     json_param,
     match_inserted,
@@ -77,7 +77,8 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
 def insert_many(
     conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
 ) -> list[tuple[Job, bool]]:
-    rows = conn.execute(Q["job_insert_batch"], insert_batch_params(jobs, now)).fetchall()
+    query, args = insert_statement(jobs, now)
+    rows = conn.execute(Q[query], args).fetchall()
     # Each inserted job's 'enqueued' event was written by the insert (the
     # jobs_enqueued trigger, migration 0004).
     return match_inserted(jobs, now, rows, partial(_existing, conn))
