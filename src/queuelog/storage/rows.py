@@ -118,7 +118,7 @@ def event_params(
 
 
 def finished(job: Job | Row) -> Finished:
-    """What ``job_finish_many_async`` answers for a finished item without ``with_jobs``."""
+    """What ``job_finish_many`` answers for a finished item without ``with_jobs``."""
     return Finished(*id_status(job))
 
 

@@ -1,5 +1,14 @@
 -- Named queries for the SQLite backend. Parameters are always bound, never formatted.
 
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY);
+
+-- name: migrations_done
+SELECT version FROM schema_migrations;
+
+-- name: migration_record
+INSERT INTO schema_migrations (version) VALUES (:version);
+
 -- name: job_insert_batch
 -- Every job of the JSON array :jobs, in its order, in one statement. A job whose
 -- (principal, idempotency_key) is taken is skipped. Ids rise in the array's order.

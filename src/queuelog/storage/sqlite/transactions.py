@@ -34,14 +34,14 @@ def types_json(types: Sequence[str] | None) -> str | None:
 
 
 def apply_migrations(conn: sqlite3.Connection) -> None:
-    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)")
-    done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+    conn.execute(Q["migrations_table"])
+    done = {r[0] for r in conn.execute(Q["migrations_done"])}
     for version, sql in load_migrations(PACKAGE):
         if version in done:
             continue
         for statement in _statements(sql):
             conn.execute(statement)
-        conn.execute("INSERT INTO schema_migrations (version) VALUES (?)", (version,))
+        conn.execute(Q["migration_record"], {"version": version})
 
 
 def _statements(sql: str) -> list[str]:
