@@ -196,3 +196,24 @@ async def test_a_failed_rollback_answers_the_group_and_the_writer_goes_on(
     with pytest.raises(sqlite3.OperationalError):
         await writer.run(commits_itself)
     assert await writer.run(_insert(2)) == 1
+
+
+async def test_a_backlog_over_max_group_waits_for_a_locked_database_without_spinning(
+    traced: Traced,
+) -> None:
+    writer = GroupWriter(traced, max_group=8, busy_timeout=5.0)
+    writer.run_now(lambda c: c.execute("CREATE TABLE t (v INTEGER UNIQUE)"))
+    other = sqlite3.connect(traced.path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        backlog = asyncio.gather(*(writer.run(_insert(v)) for v in range(60)))
+        await asyncio.sleep(0.3)
+        tries = traced.statements.count("BEGIN IMMEDIATE")
+        # A retry every few milliseconds at most: not one per loop turn.
+        assert tries < 100, tries
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert await asyncio.wait_for(backlog, 10) == [1] * 60
+    assert _stored(traced) == list(range(60))
+    writer.close()

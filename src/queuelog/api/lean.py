@@ -22,11 +22,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 
 from queuelog.api.deps import authenticate, check_role
 from queuelog.models import ApiKey, Role
 
 Body = TypeVar("Body", bound=BaseModel)
+_NO_BODY = object()
 _REF = "#/components/schemas/{model}"
 # The body models of the lean routes, whose schemas the OpenAPI components must hold.
 _MODELS: list[type[BaseModel]] = []
@@ -50,25 +52,33 @@ async def read_request(
     """The caller's key and the checked body, refused in the contract's order: JSON
     syntax (422), API key (401), rate limit (429), role (403), then the fields (422).
 
-    An empty body is the model's defaults when ``empty_ok``, else a missing body.
+    With ``empty_ok`` (a claim), no body or a JSON ``null`` is the model's defaults;
+    otherwise no body is a missing body, and ``null`` a value the model refuses.
     """
-    data = _json(await request.body())
+    try:
+        raw = await request.body()
+    except ClientDisconnect:  # gone before its body was read: no one reads the answer
+        raise HTTPException(400, "There was an error parsing the body") from None
+    data = _json(raw)
     scheme, credentials = get_authorization_scheme_param(request.headers.get("authorization"))
     presented = credentials if scheme.lower() == "bearer" and credentials else None
     caller = check_role(await authenticate(request, presented), roles)
-    if data is None and empty_ok:
+    if empty_ok and (data is _NO_BODY or data is None):
         return caller, model()
+    if data is _NO_BODY:
+        missing = {"type": "missing", "loc": ("body",), "msg": "Field required"}
+        raise RequestValidationError([missing])
     try:
-        return caller, model.model_validate(data)
+        return caller, model.model_validate(data, from_attributes=True)
     except ValidationError as exc:
         errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
         raise RequestValidationError(errors) from None
 
 
 def _json(raw: bytes) -> Any:
-    """The body's JSON value (None for no body), read as every route reads it."""
+    """The body's JSON value (``_NO_BODY`` for none), read as every route reads it."""
     if not raw:
-        return None
+        return _NO_BODY
     try:
         return json.loads(raw)
     except json.JSONDecodeError as exc:

@@ -111,21 +111,19 @@ class GroupWriter:
 
         A group holds at most ``max_group`` requests: the rest runs on the loop's
         next turn, so a burst does not hold every other connection for one long
-        transaction.
+        transaction. While the write lock is another's, the whole backlog waits
+        for the retry (``_retry_locked``), not for the next turn.
         """
         gathered = self._gathered.pop(loop, [])
-        if len(gathered) > self._max_group:
-            self._gathered[loop] = gathered[self._max_group :]
-            gathered = gathered[: self._max_group]
-            loop.call_soon(self._run_gathered, loop, time.monotonic())
         group = [(op, future) for op, future in gathered if not future.cancelled()]
         if not group:
             return
         if not self._using.acquire(blocking=False):
             self._retry_locked(loop, group, since, tries)  # another loop's group runs now
             return
+        now, rest = group[: self._max_group], group[self._max_group :]
         try:
-            outcomes = self._guarded(group)
+            outcomes = self._guarded(now)
         finally:
             self._using.release()
         if outcomes is None:
@@ -133,6 +131,9 @@ class GroupWriter:
             return
         for future, value, error in outcomes:
             _settle(future, value, error)
+        if rest:
+            self._gathered[loop] = [*rest, *self._gathered.get(loop, [])]
+            loop.call_soon(self._run_gathered, loop, time.monotonic())
 
     def _retry_locked(
         self, loop: asyncio.AbstractEventLoop, group: Group, since: float, tries: int
@@ -198,7 +199,9 @@ def _begin(conn: sqlite3.Connection) -> bool:
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+        # Any busy code (SQLITE_BUSY_RECOVERY while another connection recovers the WAL,
+        # say) is the primary code with extended bits.
+        if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
             return False
         raise
     return True
