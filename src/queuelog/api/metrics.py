@@ -39,7 +39,7 @@ class Metrics:
             ["method", "route", "status"],
             registry=self.registry,
         )
-        # prometheus_client's default buckets, from 5 ms to 10 s.
+        # prometheus_client's default buckets.
         self._latency = Histogram(
             "queuelog_http_request_duration_seconds",
             "HTTP request latency by method and route",

@@ -11,9 +11,8 @@ backends (tests drive a fake clock through the same protocol), and a node decide
 with the same ``now`` it answers the worker with. The price is that the nodes'
 clocks must agree: a node whose clock runs ``d`` ahead expires leases (refusing
 a late heartbeat or completion) and hands out scheduled jobs up to ``d`` early.
-With NTP (skew in milliseconds) and leases of seconds that is harmless; keep skew
-well under the shortest lease (we suggest under 100 ms, and leases of at least a
-few seconds with heartbeats at half of it).
+Keep the skew well under the shortest lease (the README's "Scaling out" says how),
+with heartbeats at half a lease.
 """
 
 from __future__ import annotations
