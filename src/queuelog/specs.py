@@ -87,14 +87,10 @@ class FinishSpec:
     retry_in_seconds: float | None = None
 
 
-# One encoder for every stored value: json.dumps with options builds a new one per call.
-_STORED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
 def stored_json(value: Any) -> str:
     """How both backends store a JSON value (payload, result): compact UTF-8 text, never
     NaN. The size limits measure the UTF-8 bytes of this text."""
-    return _STORED.encode(value)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def encode_cursor(job_id: int) -> str:

@@ -280,22 +280,17 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
         for backend in ("sqlite", "postgres")
     }
     assert numbers["postgres"] == numbers["sqlite"]
-    # SQLite alone returns claimed and completed rows as one JSON value (sqlite3 takes
-    # the GIL back for every row it steps to); psycopg fetches a result set at once.
-    # It also records a claim's or a batch completion's events from those ids.
-    # And it inserts a batch of jobs that differ only in type, payload and priority
-    # with the other columns bound once (each ->> parses a job's JSON object again),
-    # and the single enqueues of one group in one statement.
-    sqlite_only = {
-        "job_claim_pick",
-        "job_rows",
-        "job_complete_batch_held",
-        "event_insert_each",
-        "job_insert_batch_uniform",
-        "job_insert_rows",
+    # Both backends run the same queries by the same names; PostgreSQL alone needs its
+    # advisory locks, NOTIFY, the session's durability and the schema's name.
+    postgres_only = {
+        "admin_bootstrap_lock",
+        "current_schema",
+        "job_ready_notify",
+        "migrate_lock",
+        "session_durability",
     }
-    sqlite_names = set(load_queries("queuelog.storage.sqlite")) - sqlite_only
-    assert sqlite_names <= set(load_queries("queuelog.storage.postgres"))
+    sqlite_names = set(load_queries("queuelog.storage.sqlite"))
+    assert sqlite_names == set(load_queries("queuelog.storage.postgres")) - postgres_only
 
 
 def test_listener_reconnects_after_losing_its_connection(nodes: list[PostgresStorage]) -> None:

@@ -71,13 +71,8 @@ async def claim(request: Request) -> Response:
     caller, body = await read_request(request, ClaimRequest, (Role.WORKER,), empty_ok=True)
     state = state_of(request)
     jobs = await claim_or_wait(state.service, state.wakeup, caller, body, request.receive)
-    return JSONResponse(claim_answer(jobs, caller))
-
-
-def claim_answer(jobs: list[Job], caller: ApiKey) -> dict[str, Any]:
-    """The body of a claim's answer: each job with its lease token."""
     admin = caller.has(Role.ADMIN)
-    return {"jobs": [job_json(j, admin, lease_token=True) for j in jobs]}
+    return JSONResponse({"jobs": [job_json(j, admin, lease_token=True) for j in jobs]})
 
 
 async def claim_or_wait(
@@ -167,7 +162,12 @@ _PREFER = (
 async def complete_batch(request: Request) -> Response:
     caller, body = await read_request(request, BatchCompleteRequest, (Role.WORKER,))
     minimal = prefers_minimal(request.headers.getlist("prefer"))
-    return await complete_batch_answer(state_of(request).service, caller, body, minimal)
+    specs = [FinishSpec(i.id, i.lease_token, result=i.result) for i in body.items]
+    outcomes = await state_of(request).service.finish_many(caller, specs, with_jobs=not minimal)
+    admin = caller.has(Role.ADMIN)
+    results = [_item(spec.job_id, out, admin) for spec, out in zip(specs, outcomes, strict=True)]
+    headers = {"Preference-Applied": "return=minimal"} if minimal else None
+    return JSONResponse({"results": results}, headers=headers)
 
 
 # RFC 7240: a Prefer header is a comma-separated list of preferences, each
@@ -194,19 +194,6 @@ def prefers_minimal(values: Iterable[str]) -> bool:
                 word = re.sub(r"\\(.)", r"\1", word[1:-1])
             return word == "minimal"
     return False
-
-
-async def complete_batch_answer(
-    service: JobService, caller: ApiKey, body: BatchCompleteRequest, minimal: bool = False
-) -> Response:
-    """Complete the batch; the answer, one result per item in order (without the jobs
-    if ``minimal``)."""
-    specs = [FinishSpec(i.id, i.lease_token, result=i.result) for i in body.items]
-    outcomes = await service.finish_many(caller, specs, with_jobs=not minimal)
-    admin = caller.has(Role.ADMIN)
-    results = [_item(spec.job_id, out, admin) for spec, out in zip(specs, outcomes, strict=True)]
-    headers = {"Preference-Applied": "return=minimal"} if minimal else None
-    return JSONResponse({"results": results}, headers=headers)
 
 
 def _item(job_id: IdPath, outcome: Job | Finished | QueueError, admin: bool) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -23,7 +23,7 @@ from queuelog.api.schemas import (
 )
 from queuelog.app_state import IdPath, state_of
 from queuelog.errors import ValidationFailed
-from queuelog.models import ApiKey, Job, JobStatus, Role
+from queuelog.models import JobStatus, Role
 from queuelog.specs import EnqueueSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -49,17 +49,6 @@ def _spec(body: EnqueueRequest, header_key: str | None = None) -> EnqueueSpec:
         delay_seconds=body.delay_seconds,
         idempotency_key=key,
     )
-
-
-def enqueue_spec(body: EnqueueRequest, header_key: str | None) -> EnqueueSpec:
-    """The spec of ``POST /jobs``: the body, with the ``Idempotency-Key`` header if given."""
-    return _spec(body, _check_header_key(header_key))
-
-
-def enqueue_answer(job: Job, created: bool, caller: ApiKey) -> tuple[int, dict[str, str], Any]:
-    """Status, headers and body of ``POST /jobs``: 201 for a new job, 200 for a repeat."""
-    content = job_json(job, show_error=caller.has(Role.ADMIN))
-    return (201 if created else 200), {"Location": f"/jobs/{job.id}"}, content
 
 
 def _check_header_key(value: str | None) -> str | None:
@@ -94,10 +83,13 @@ def _check_header_key(value: str | None) -> str | None:
 )
 async def enqueue(request: Request) -> Response:
     caller, body = await read_request(request, EnqueueRequest, (Role.PRODUCER,))
-    spec = enqueue_spec(body, request.headers.get("idempotency-key"))
+    spec = _spec(body, _check_header_key(request.headers.get("idempotency-key")))
     job, created = await state_of(request).service.enqueue(caller, spec)
-    status, headers, content = enqueue_answer(job, created, caller)
-    return JSONResponse(content, status_code=status, headers=headers)
+    return JSONResponse(
+        job_json(job, show_error=caller.has(Role.ADMIN)),
+        status_code=201 if created else 200,  # 200: a repeat of the same keyed request
+        headers={"Location": f"/jobs/{job.id}"},
+    )
 
 
 @router.post(
