@@ -159,19 +159,43 @@ def claim_order(job: Job) -> tuple[int, datetime, int]:
     return (-job.priority, job.created_at, job.id)
 
 
-def claimed_events(jobs: Sequence[Job], params: ClaimParams) -> list[dict[str, Any]]:
-    """The ``claimed`` event of each job a claim took, by the claiming worker instance."""
-    return [
-        event_params(job, params.now, EventKind.CLAIMED, JobStatus.PENDING, params.worker_id)
-        for job in jobs
-    ]
+def each_event_params(
+    ids: Sequence[int],
+    at: datetime,
+    kind: EventKind,
+    before: JobStatus,
+    after: JobStatus,
+    actor: str,
+) -> dict[str, Any]:
+    """The bound parameters of ``event_insert_each``: one event, for each job of ``ids``."""
+    return {
+        "ids": json_param(list(ids)),
+        "at": to_micros(at),
+        "event": kind.value,
+        "from_status": before.value,
+        "to_status": after.value,
+        "actor": actor,
+    }
 
 
-def completed_events(rows: Sequence[Row], items: Sequence[FinishParams]) -> list[dict[str, Any]]:
-    """The ``completed`` event of each job of a batch completion (``job_complete_batch``'s
+def claimed_events(jobs: Sequence[Job], params: ClaimParams) -> dict[str, Any]:
+    """The ``claimed`` events of the jobs a claim took, by the claiming worker instance."""
+    ids = [job.id for job in jobs]
+    return each_event_params(
+        ids, params.now, EventKind.CLAIMED, JobStatus.PENDING, JobStatus.RUNNING, params.worker_id
+    )
+
+
+def completed_events(rows: Sequence[Row], items: Sequence[FinishParams]) -> dict[str, Any]:
+    """The ``completed`` events of a batch completion's jobs (``job_complete_batch``'s
     rows), by the one worker whose batch it is."""
+    ids = [int(row["id"]) for row in rows]
     first = items[0]
-    return [
-        event_params(row, first.now, EventKind.COMPLETED, JobStatus.RUNNING, first.worker_name)
-        for row in rows
-    ]
+    return each_event_params(
+        ids,
+        first.now,
+        EventKind.COMPLETED,
+        JobStatus.RUNNING,
+        JobStatus.COMPLETED,
+        first.worker_name,
+    )

@@ -110,6 +110,14 @@ SELECT (e.value ->> 'job_id')::bigint, (e.value ->> 'at')::bigint, e.value ->> '
 FROM json_array_elements(%(events)s::json) WITH ORDINALITY AS e (value, n)
 ORDER BY e.n;
 
+-- name: event_insert_each
+-- The same event for every job of the JSON array of ids %(ids)s, in its order (a
+-- claim's, a batch completion's).
+INSERT INTO job_events (job_id, at, event, from_status, to_status, actor)
+SELECT i.value::bigint, %(at)s, %(event)s, %(from_status)s, %(to_status)s, %(actor)s
+FROM json_array_elements_text(%(ids)s::json) WITH ORDINALITY AS i (value, n)
+ORDER BY i.n;
+
 -- name: job_claim
 -- One statement: the CTE locks the first ready rows in claim order, skipping rows
 -- another node's claim has locked, so concurrent claimers never wait on each other

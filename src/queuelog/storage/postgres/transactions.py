@@ -106,7 +106,8 @@ def claim(conn: Conn, params: ClaimParams) -> list[Job]:
     types = list(params.types) if params.types is not None else None
     jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], st.claim_params(params, types))]
     jobs.sort(key=st.claim_order)
-    _record(conn, st.claimed_events(jobs, params))
+    if jobs:
+        conn.execute(Q["event_insert_each"], st.claimed_events(jobs, params))
     return jobs
 
 
@@ -149,7 +150,8 @@ def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueEr
         _recorded(conn, events, [o for o in outcomes if isinstance(o, Job)])
         return outcomes
     rows = conn.execute(Q["job_complete_batch"], params).fetchall()
-    _record(conn, st.completed_events(rows, items))
+    if rows:
+        conn.execute(Q["event_insert_each"], st.completed_events(rows, items))
     matched = st.match_completed(
         items, rows, lambda item: st.guard_failure(_get(conn, item.job_id))
     )

@@ -116,7 +116,8 @@ def claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Job]:
     args = st.claim_params(params, types_json(params.types))
     jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]
     jobs.sort(key=st.claim_order)
-    record(conn, st.claimed_events(jobs, params))
+    if jobs:
+        conn.execute(Q["event_insert_each"], st.claimed_events(jobs, params))
     return jobs
 
 
@@ -145,7 +146,8 @@ def finish_many(conn: sqlite3.Connection, items: Sequence[FinishParams]) -> list
     if params is None:
         return [finish(conn, item) for item in items]
     rows = conn.execute(Q["job_complete_batch"], params).fetchall()
-    record(conn, st.completed_events(rows, items))
+    if rows:
+        conn.execute(Q["event_insert_each"], st.completed_events(rows, items))
     return st.match_completed(items, rows, lambda item: st.guard_failure(get(conn, item.job_id)))
 
 
