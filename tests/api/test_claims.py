@@ -31,10 +31,11 @@ def test_claim_on_empty_queue_answers_empty_list(worker: Api) -> None:
     assert response.status_code == 200 and response.json() == {"jobs": []}
 
 
-def test_claim_without_a_body_claims_one(producer: Api, worker: Api) -> None:
+def test_claim_without_a_body_is_422_and_claims_nothing(producer: Api, worker: Api) -> None:
     enqueue(producer)
     response = worker.post("/jobs/claim")
-    assert response.status_code == 200 and len(response.json()["jobs"]) == 1
+    assert response.status_code == 422 and response.json()["type"] == "validation"
+    assert len(worker.post("/jobs/claim", json={}).json()["jobs"]) == 1
 
 
 def test_claim_limit_hands_out_several(producer: Api, worker: Api) -> None:

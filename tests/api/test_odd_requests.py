@@ -143,8 +143,8 @@ _CLAIM_CASES: list[tuple[str, str | None, bool, bytes, int, str | None]] = [
     ("limit 0", "worker", True, b'{"limit": 0}', 422, "validation"),
     ("unknown type", "worker", True, b'{"types": ["nope"]}', 422, "unknown-job-type"),
     ("type not allowed", "worker", True, b'{"types": ["send_email"]}', 403, "forbidden"),
-    ("null", "worker", True, b"null", 200, None),
-    ("empty body", "worker", False, b"", 200, None),
+    ("null", "worker", True, b"null", 422, "validation"),
+    ("empty body", "worker", False, b"", 422, "validation"),
 ]
 _COMPLETE_CASES: list[tuple[str, str | None, bool, bytes, int, str | None]] = [
     ("no key", None, True, b"{}", 401, "unauthenticated"),

@@ -131,9 +131,7 @@ def test_ids_outside_64_bits_or_below_1_are_422(producer: Api, worker: Api) -> N
 
 
 def test_cursor_outside_the_id_range_is_422(producer: Api) -> None:
-    import base64
-
-    for raw in [b"id:99999999999999999999", b"id:0", b"id:-3", b"job:5"]:
-        cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    for cursor in ["9" * 19, "0", "-3", "05", "aWQ6NQ", "5 "]:
         response = producer.get("/jobs", params={"cursor": cursor})
-        assert response.status_code == 422, raw
+        assert response.status_code == 422, cursor
+        assert response.json()["type"] == "validation"

@@ -9,9 +9,10 @@ from fastapi import FastAPI
 
 from queuelog._version import __version__
 from queuelog.api.docs import mount_docs
-from queuelog.api.lean import register_models
 from queuelog.api.metrics import Metrics, MetricsMiddleware
 from queuelog.api.middleware import BodyLimitMiddleware
+from queuelog.api.openapi import install as install_openapi
+from queuelog.api.openapi import operation_id
 from queuelog.api.problems import install_handlers
 from queuelog.api.routes import claims, jobs, keys, ops
 from queuelog.app_state import AppState
@@ -57,7 +58,8 @@ Choices where the contract is silent:
 * A request is checked in this order: body size (413), media type (415), JSON
   syntax (422), API key (401), rate limit (429), role (403), then the fields (422)
   and the rules. The first three cost nothing to check and reveal nothing.
-* A claim request may have an empty body (all fields default).
+* A claim's body is a JSON object, as every body is: `{}` takes every default (one
+  job of any type the key may claim, no wait).
 """
 
 
@@ -81,12 +83,13 @@ def create_app(
         # No 307 from /jobs/ to /jobs: it would name the request's own Host header,
         # and some clients resend a POST, Authorization and all, to wherever it points.
         redirect_slashes=False,
+        generate_unique_id_function=operation_id,
         # queuelog exports Prometheus metrics itself. FastAPI's OpenTelemetry hooks
         # would otherwise look up the providers (environment reads) on every request.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     mount_docs(app)
-    register_models(app)
+    install_openapi(app, list(settings.types))
     app.state.queuelog = state
     app.state.maintenance = maintenance
     app.state.metrics = Metrics(state.service)

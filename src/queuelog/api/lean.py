@@ -17,7 +17,7 @@ import json
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi import HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi.security.utils import get_authorization_scheme_param
@@ -47,13 +47,11 @@ class LeanRoute(APIRoute):
 
 
 async def read_request(
-    request: Request, model: type[Body], roles: Sequence[Role], empty_ok: bool = False
+    request: Request, model: type[Body], roles: Sequence[Role]
 ) -> tuple[ApiKey, Body]:
     """The caller's key and the checked body, refused in the contract's order: JSON
     syntax (422), API key (401), rate limit (429), role (403), then the fields (422).
-
-    With ``empty_ok`` (a claim), no body or a JSON ``null`` is the model's defaults;
-    otherwise no body is a missing body, and ``null`` a value the model refuses.
+    No body is a missing body; ``{}`` is a body of the model's defaults.
     """
     try:
         raw = await request.body()
@@ -63,8 +61,6 @@ async def read_request(
     scheme, credentials = get_authorization_scheme_param(request.headers.get("authorization"))
     presented = credentials if scheme.lower() == "bearer" and credentials else None
     caller = check_role(await authenticate(request, presented), roles)
-    if empty_ok and (data is _NO_BODY or data is None):
-        return caller, model()
     if data is _NO_BODY:
         missing = {"type": "missing", "loc": ("body",), "msg": "Field required"}
         raise RequestValidationError([missing])
@@ -89,39 +85,27 @@ def _json(raw: bytes) -> Any:
 
 
 def lean_openapi(
-    model: type[BaseModel], required: bool = True, headers: Sequence[tuple[str, str]] = ()
+    model: type[BaseModel], headers: Sequence[tuple[str, str, dict[str, Any]]] = ()
 ) -> dict[str, Any]:
     """The OpenAPI entry a lean route cannot infer: its body, header parameters and the
-    API key it needs (``register_models`` adds the body's schema to the components)."""
+    API key it needs (``add_lean_models`` adds the body's schema to the components)."""
     _MODELS.append(model)
+    schema = {"$ref": _REF.format(model=model.__name__)}
     return {
-        "requestBody": {
-            "required": required,
-            "content": {
-                "application/json": {"schema": {"$ref": _REF.format(model=model.__name__)}}
-            },
-        },
+        "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
         "parameters": [
-            {"name": name, "in": "header", "required": False, "schema": {"type": "string"}}
+            {"name": name, "in": "header", "required": False, "schema": schema}
             | {"description": text}
-            for name, text in headers
+            for name, text, schema in headers
         ],
         "security": [{"HTTPBearer": []}],
     }
 
 
-def register_models(app: FastAPI) -> None:
-    """Make the app's OpenAPI document hold the lean routes' body schemas."""
-    build = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = build()
-            components = schema.setdefault("components", {}).setdefault("schemas", {})
-            for model in _MODELS:
-                body = model.model_json_schema(ref_template=_REF)
-                components.update(body.pop("$defs", {}))
-                components.setdefault(model.__name__, body)
-        return app.openapi_schema or build()
-
-    app.openapi = openapi  # type: ignore[method-assign]
+def add_lean_models(document: dict[str, Any]) -> None:
+    """Put the lean routes' body schemas in an OpenAPI document's components."""
+    components = document.setdefault("components", {}).setdefault("schemas", {})
+    for model in _MODELS:
+        body = model.model_json_schema(ref_template=_REF)
+        components.update(body.pop("$defs", {}))
+        components.setdefault(model.__name__, body)

@@ -1,10 +1,24 @@
-"""Shared OpenAPI documentation: the problem responses a route may give."""
+"""The OpenAPI document: exactly what the server accepts and answers.
+
+Routes declare their problems with ``problems()``; ``install`` finishes the document
+FastAPI builds: every error answer is ``application/problem+json`` with the problem
+schema (FastAPI's own 422 entry included), the lean routes' bodies are in the
+components, and the job types a request may name are the configured ones.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from queuelog.api.lean import add_lean_models
+from queuelog.api.problems import PROBLEM_JSON
 from queuelog.api.schemas import ProblemOut
+
+_PROBLEM_REF = "#/components/schemas/ProblemOut"
 
 _DESCRIPTIONS = {
     401: "`unauthenticated`: missing, malformed, unknown or revoked API key.",
@@ -14,20 +28,87 @@ _DESCRIPTIONS = {
     "`not-lease-holder` (another worker holds it, or the lease token is stale).",
     413: "`body-too-large`: the request body exceeds `max_request_bytes` (checked before parsing).",
     415: "`unsupported-media-type`: a request body that is not `application/json`.",
-    422: "`validation`, `unknown-job-type`, `payload-too-large` or `idempotency-key-reused`.",
+    422: "`validation` (a field, a parameter or the JSON itself), or `unknown-job-type`, "
+    "`payload-too-large`, `idempotency-key-reused`.",
     429: "`rate-limited`: too many requests for this key; see `Retry-After`.",
 }
 
 AUTHED = (401, 403, 429)
 
+# Where a request names a job type: (component, property). Each admits only the types
+# configured when the app was built (others are 422 `unknown-job-type`).
+_TYPE_FIELDS = (
+    ("EnqueueRequest", "type"),
+    ("ClaimRequest", "types"),
+    ("KeyCreateRequest", "types"),
+)
+
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The ``responses=`` entry for a route that may answer these problems."""
-    return {
-        status: {
-            "model": ProblemOut,
-            "description": _DESCRIPTIONS[status],
-            "content": {"application/problem+json": {}},
-        }
-        for status in statuses
-    }
+    return {status: {"description": _DESCRIPTIONS[status]} for status in statuses}
+
+
+def operation_id(route: APIRoute) -> str:
+    """An operation is named after its endpoint (``enqueue``, ``claim``, ``get_job``)."""
+    return route.name
+
+
+def install(app: FastAPI, job_types: Sequence[str]) -> None:
+    """Make ``app.openapi()`` the finished document (built once, on first use)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = build()  # FastAPI keeps it as app.openapi_schema
+            add_lean_models(document)
+            _problems_are_problem_json(document)
+            document["components"]["schemas"]["ProblemOut"] = _problem_schema(document)
+            if job_types:
+                _name_the_types(document["components"]["schemas"], sorted(job_types))
+        return app.openapi_schema or build()
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _responses(document: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any]]]:
+    for path_item in document.get("paths", {}).values():
+        for operation in path_item.values():
+            for status, response in operation.get("responses", {}).items():
+                if str(status).isdigit():
+                    yield int(status), response
+
+
+def _problems_are_problem_json(document: dict[str, Any]) -> None:
+    for status, response in _responses(document):
+        if status >= 400:
+            response["content"] = {PROBLEM_JSON: {"schema": {"$ref": _PROBLEM_REF}}}
+            if status in _DESCRIPTIONS:
+                response["description"] = _DESCRIPTIONS[status]
+    # FastAPI's validation-error schemas describe answers queuelog never gives.
+    schemas = document.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+
+
+def _problem_schema(document: dict[str, Any]) -> dict[str, Any]:
+    schema = ProblemOut.model_json_schema(ref_template="#/components/schemas/{model}")
+    document["components"]["schemas"].update(schema.pop("$defs", {}))
+    return schema
+
+
+def _name_the_types(schemas: dict[str, Any], job_types: list[str]) -> None:
+    for component, field in _TYPE_FIELDS:
+        schema = schemas[component]["properties"][field]
+        for string in _strings_in(schema):
+            string["enum"] = job_types
+
+
+def _strings_in(schema: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The string schemas in ``schema``: itself, its array items, its anyOf branches."""
+    if schema.get("type") == "string":
+        yield schema
+    if "items" in schema:
+        yield from _strings_in(schema["items"])
+    for branch in schema.get("anyOf", ()):
+        yield from _strings_in(branch)

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from queuelog.errors import QueueError, RateLimited
 from queuelog.failures import log_internal_error
@@ -73,15 +74,15 @@ def install_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:
             # The only 400 is FastAPI's "error parsing the body" (JSON nested too
             # deep, a number too long): malformed JSON, which the contract makes 422.
             return problem(422, "validation", "Request is not valid", "The body is not valid JSON")
         slug, title = _HTTP_SLUGS.get(exc.status_code, ("error", "Request failed"))
         response = problem(exc.status_code, slug, title)
-        if exc.status_code == 405 and exc.headers:
-            response.headers["Allow"] = exc.headers.get("Allow", "")
+        if exc.status_code == 405:
+            response.headers["Allow"] = _allowed_methods(request)
         return response
 
     @app.exception_handler(Exception)
@@ -89,6 +90,20 @@ def install_handlers(app: FastAPI) -> None:
         # The cause is logged for operators; the client learns nothing of it.
         log_internal_error(log, exc, request.method, request.url.path)
         return internal_problem()
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route of this path answers. The router's own 405 names only the
+    first route that matched the path, though ``GET /keys`` and ``POST /keys`` are two."""
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return ", ".join(allowed)
+
+
+_METHODS = ("DELETE", "GET", "PATCH", "POST", "PUT")
 
 
 # The innermost frames say where a failure happened; a failure deep in a recursion

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -13,8 +14,6 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
-    StrictFloat,
-    StrictInt,
     StrictStr,
     model_validator,
 )
@@ -30,25 +29,37 @@ def _lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
 
-def _aware(value: datetime) -> datetime:
-    if value.tzinfo is None:
-        raise ValueError("must carry a time zone (e.g. a trailing Z)")
-    return value
+# RFC 3339's date-time, as JSON Schema's "date-time" format reads it: a time zone is
+# part of it. Neither a number (a Unix time) nor a bare date is one.
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})", re.IGNORECASE
+)
 
 
-def _printable_ascii(value: str) -> str:
-    if not all(32 <= ord(c) < 127 for c in value):
-        raise ValueError("must be printable ASCII")
+def _rfc3339(value: Any) -> Any:
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+        raise ValueError("must be an RFC 3339 date-time with a time zone (2026-12-01T09:30:00Z)")
     return value
 
 
 Label = Annotated[PriorityLabel, BeforeValidator(_lower)]
-AwareTime = Annotated[datetime, AfterValidator(_aware)]
-IdempotencyKey = Annotated[
-    StrictStr, Field(min_length=1, max_length=255), AfterValidator(_printable_ascii)
-]
-Number = StrictInt | StrictFloat
-RowId = Annotated[StrictInt, Field(ge=1, le=MAX_ID)]
+AwareTime = Annotated[datetime, BeforeValidator(_rfc3339)]
+IDEMPOTENCY_KEY_PATTERN = r"^[ -~]{1,255}$"  # printable ASCII
+IdempotencyKey = Annotated[StrictStr, Field(pattern=IDEMPOTENCY_KEY_PATTERN)]
+
+
+def _integral(value: Any) -> Any:
+    # JSON Schema's integer is any number without a fraction: 5.0 is the integer 5.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# Strict otherwise: neither a string of digits nor a boolean is a number. The bounds
+# stand before the validator, so that the published schema carries them.
+Number = Annotated[float, Field(strict=True)]
+RowId = Annotated[int, Field(strict=True, ge=1, le=MAX_ID), BeforeValidator(_integral)]
+MaxRetries = Annotated[int, Field(strict=True, ge=0, le=25), BeforeValidator(_integral)]
+ClaimLimit = Annotated[int, Field(strict=True, ge=1, le=100), BeforeValidator(_integral)]
+LeaseSeconds = Annotated[int, Field(strict=True, ge=1, le=3600), BeforeValidator(_integral)]
 
 
 # Deeper JSON than any job needs; a limit keeps every later step (the fingerprint, the
@@ -92,12 +103,22 @@ class _Request(BaseModel):
 
 
 class EnqueueRequest(_Request):
+    # The published schema says what _one_schedule checks: not both.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["run_at", "delay_seconds"],
+                "properties": {"run_at": {"type": "string"}, "delay_seconds": {"type": "number"}},
+            }
+        }
+    )
+
     type: StrictStr = Field(min_length=1, max_length=100, description="A configured job type.")
     payload: JsonObject = Field(default_factory=dict)
     priority: Label = Field(
         "low", description="Case-insensitive; capped by the key's max_priority."
     )
-    max_retries: StrictInt | None = Field(None, ge=0, le=25)
+    max_retries: MaxRetries | None = None
     run_at: AwareTime | None = None
     delay_seconds: Number | None = Field(None, ge=0, le=366 * 86_400)
     idempotency_key: IdempotencyKey | None = None
@@ -117,9 +138,9 @@ class ClaimRequest(_Request):
     types: list[Annotated[StrictStr, Field(min_length=1, max_length=100)]] | None = Field(
         None, min_length=1, max_length=100
     )
-    limit: StrictInt = Field(1, ge=1, le=100)
+    limit: ClaimLimit = 1
     wait_seconds: Number = Field(0, ge=0, le=30)
-    lease_seconds: StrictInt | None = Field(None, ge=1, le=3600)
+    lease_seconds: LeaseSeconds | None = None
     instance: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = None
 
 
@@ -132,7 +153,7 @@ class ReleaseRequest(_Request):
 
 class HeartbeatRequest(_Request):
     lease_token: LeaseToken
-    lease_seconds: StrictInt | None = Field(None, ge=1, le=3600)
+    lease_seconds: LeaseSeconds | None = None
 
 
 class CompleteRequest(_Request):
@@ -273,12 +294,20 @@ class KeyListOut(BaseModel):
     keys: list[KeyOut]
 
 
+class ProblemError(BaseModel):
+    loc: list[str | int] = Field(description="Where: `body`, `query` or `path`, then the field.")
+    msg: str
+
+
 class ProblemOut(BaseModel):
+    """An RFC 9457 problem; `type` is a stable slug."""
+
     type: str
     title: str
     status: int
     detail: str
-    errors: list[dict[str, Any]] | None = None
+    errors: list[ProblemError] | None = Field(None, description="With `validation`.")
+    index: int | None = Field(None, description="In a batch: the item it is about.")
 
 
 def priority_of(label: str) -> Priority:

@@ -55,16 +55,16 @@ _HELD = (
         "Atomic: each job is handed to exactly one claimer. Eligible jobs are pending with "
         "`run_at <= now`, in order `priority DESC, created_at ASC, id ASC`. Expired leases "
         "are rescued first. `worker_id` is the key's name, or `name/instance`; the caller "
-        "never chooses it. An empty body claims one job of any type the key may claim. "
+        "never chooses it. `{}` claims one job of any type the key may claim. "
         "With `wait_seconds`, an empty queue is long-polled: the answer comes as soon as "
         "a matching job is ready (enqueued, retried, redriven or its `run_at` reached), or "
         '`{"jobs": []}` when the time is up.'
     ),
     responses=problems(*AUTHED, 413, 415, 422),
-    openapi_extra=lean_openapi(ClaimRequest, required=False),
+    openapi_extra=lean_openapi(ClaimRequest),
 )
 async def claim(request: Request) -> Response:
-    caller, body = await read_request(request, ClaimRequest, (Role.WORKER,), empty_ok=True)
+    caller, body = await read_request(request, ClaimRequest, (Role.WORKER,))
     state = state_of(request)
     jobs = await claim_or_wait(state.service, state.wakeup, caller, body, request.receive)
     admin = caller.has(Role.ADMIN)
@@ -153,7 +153,9 @@ _PREFER = (
         },
         **problems(*AUTHED, 413, 415, 422),
     },
-    openapi_extra=lean_openapi(BatchCompleteRequest, headers=[("prefer", _PREFER)]),
+    openapi_extra=lean_openapi(
+        BatchCompleteRequest, headers=[("prefer", _PREFER, {"type": "string"})]
+    ),
 )
 async def complete_batch(request: Request) -> Response:
     caller, body = await read_request(request, BatchCompleteRequest, (Role.WORKER,))

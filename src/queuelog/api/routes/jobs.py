@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -11,6 +12,7 @@ from queuelog.api.lean import LeanRoute, lean_openapi, read_request
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.api.schemas import (
+    IDEMPOTENCY_KEY_PATTERN,
     BatchEnqueueOut,
     BatchEnqueueRequest,
     EnqueueRequest,
@@ -24,7 +26,7 @@ from queuelog.api.schemas import (
 from queuelog.app_state import IdPath, state_of
 from queuelog.errors import ValidationFailed
 from queuelog.models import JobStatus, Role
-from queuelog.specs import EnqueueSpec
+from queuelog.specs import CURSOR_PATTERN, EnqueueSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 # The hottest operations: see api/lean.py.
@@ -52,9 +54,7 @@ def _spec(body: EnqueueRequest, header_key: str | None = None) -> EnqueueSpec:
 
 
 def _check_header_key(value: str | None) -> str | None:
-    if value is not None and not (
-        1 <= len(value) <= 255 and value.isascii() and value.isprintable()
-    ):
+    if value is not None and not re.fullmatch(IDEMPOTENCY_KEY_PATTERN, value):
         raise ValidationFailed(
             "The Idempotency-Key header must be 1-255 printable ASCII characters",
             errors=[{"loc": ["header", "Idempotency-Key"], "msg": "1-255 printable ASCII"}],
@@ -78,7 +78,13 @@ def _check_header_key(value: str | None) -> str | None:
     | {200: {"model": JobOut, "description": "Same key, same request."}},
     openapi_extra=lean_openapi(
         EnqueueRequest,
-        headers=[("Idempotency-Key", "1-255 printable ASCII; the same as the body's field.")],
+        headers=[
+            (
+                "Idempotency-Key",
+                "1-255 printable ASCII; the same as the body's field.",
+                {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
+            )
+        ],
     ),
 )
 async def enqueue(request: Request) -> Response:
@@ -125,7 +131,10 @@ async def list_jobs(
     status: JobStatus | None = None,
     type: Annotated[str | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=100)] = None,
+    cursor: Annotated[
+        str | None,
+        Query(pattern=CURSOR_PATTERN, description="A page's `next_cursor`: a job id."),
+    ] = None,
 ) -> Response:
     jobs, next_cursor = await service.list_jobs(caller, limit, cursor, status, type)
     admin = caller.has(Role.ADMIN)
