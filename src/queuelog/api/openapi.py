@@ -16,18 +16,25 @@ _DESCRIPTIONS = {
     415: "`unsupported-media-type`: a request body that is not `application/json`.",
     422: "`validation`, `unknown-job-type`, `payload-too-large` or `idempotency-key-reused`.",
     429: "`rate-limited`: too many requests for this key; see `Retry-After`.",
+    503: "`unavailable`: the database cannot take this now (unreachable, an I/O error, "
+    "read-only, locked); nothing was done, or its outcome is unknown. See `Retry-After`.",
+    507: "`insufficient-storage`: no space is left for the database; nothing was stored. "
+    "See `Retry-After`.",
 }
+# Every documented route reads or writes the database, so any may meet a storage fault.
+_STORAGE_FAULTS = (503, 507)
 
 AUTHED = (401, 403, 429)
 
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The ``responses=`` entry for a route that may answer these problems."""
+    """The ``responses=`` entry for a route that may answer these problems (and the
+    storage faults, which any route may)."""
     return {
         status: {
             "model": ProblemOut,
             "description": _DESCRIPTIONS[status],
             "content": {"application/problem+json": {}},
         }
-        for status in statuses
+        for status in (*statuses, *_STORAGE_FAULTS)
     }
