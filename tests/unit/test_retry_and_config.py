@@ -51,3 +51,14 @@ def test_config_rejects_unknown_settings_and_bad_values(tmp_path: Path) -> None:
         load_settings(path, {})
     with pytest.raises(ValidationError):
         load_settings(None, {"QUEUELOG_DURABILITY": "sometimes"})
+
+
+def test_config_connection_wait_from_the_file_or_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "q.toml"
+    path.write_text("connection_wait_seconds = 0.5\n")
+    assert load_settings(None, {}).connection_wait_seconds == 2.0
+    assert load_settings(path, {}).connection_wait_seconds == 0.5
+    env = {"QUEUELOG_CONNECTION_WAIT_SECONDS": "3"}
+    assert load_settings(path, env).connection_wait_seconds == 3.0
+    with pytest.raises(ValidationError):
+        load_settings(None, {"QUEUELOG_CONNECTION_WAIT_SECONDS": "0"})
