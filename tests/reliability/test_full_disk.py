@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,19 @@ def _write_while_full(
     return refusals
 
 
+def _write_at_once(producer: httpx.Client, refused: list[list[dict[str, Any]]]) -> None:
+    """Batches sent together, so that one group of the writer holds several: each
+    request of a refused group gets its own complete answer."""
+    batches = [_batch() for _ in range(8)]
+    with ThreadPoolExecutor(len(batches)) as pool:
+        answers = list(
+            pool.map(lambda jobs: producer.post("/jobs/batch", json={"jobs": jobs}), batches)
+        )
+    for jobs, response in zip(batches, answers, strict=True):
+        _assert_refusal(response)
+        refused.append(jobs)
+
+
 def _metric(text: str, name: str) -> float:
     match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
     assert match is not None, (name, text[-2000:])
@@ -146,6 +160,8 @@ def test_a_full_disk_refuses_writes_as_problems_and_recovers_when_space_returns(
             log_before = server.log_path.stat().st_size
             refusals = 1 + _write_while_full(producer, acknowledged, refused)
             assert refusals >= REFUSALS_WANTED // 2
+            _write_at_once(producer, refused)
+            refusals += 8
 
             ready = httpx.get(f"{server.url}/readyz", timeout=10)
             assert ready.status_code == 503 and ready.json()["type"] == "unavailable"
