@@ -74,9 +74,8 @@ class StorageHealth:
 
     def stored(self) -> None:
         """A write stored something and committed: a fault under way has ended."""
-        if self._fault is None:  # the common case, read without the lock
-            return
-        if self._fault.reason == "no-space" and not self._has_room():
+        under_way = self._fault  # read without the lock: the common case is None
+        if under_way is None or (under_way.reason == "no-space" and not self._has_room()):
             return
         with self._lock:
             fault, self._fault = self._fault, None
