@@ -129,6 +129,19 @@ def _write_at_once(producer: httpx.Client, refused: list[list[dict[str, Any]]]) 
         refused.append(jobs)
 
 
+def _claim_while_full(server: RealServer, worker_key: str) -> int:
+    """Claims on the full disk (a claim writes its leases): each one answered with the
+    jobs it leased, or a complete refusal; the number refused."""
+    refusals = 0
+    with server.client(worker_key) as worker:
+        for _ in range(3):
+            response = worker.post("/jobs/claim", json={"limit": 100})
+            if not response.is_success:
+                _assert_refusal(response)
+                refusals += 1
+    return refusals
+
+
 def _metric(text: str, name: str) -> float:
     match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
     assert match is not None, (name, text[-2000:])
@@ -152,6 +165,7 @@ def test_a_full_disk_refuses_writes_as_problems_and_recovers_when_space_returns(
     # The server's log is written outside the small filesystem, where it can be measured.
     with closing(RealServer(tmp_path / "server", config=config)) as server:
         admin_key = server.create_key("root", "admin")
+        worker_key = server.create_key("mailer", "worker")
         server.start()
         acknowledged: dict[str, int] = {}
         with server.client(server.create_key_over_http("shop", "producer")) as producer:
@@ -161,7 +175,7 @@ def test_a_full_disk_refuses_writes_as_problems_and_recovers_when_space_returns(
             refusals = 1 + _write_while_full(producer, acknowledged, refused)
             assert refusals >= REFUSALS_WANTED // 2
             _write_at_once(producer, refused)
-            refusals += 8
+            refusals += 8 + _claim_while_full(server, worker_key)
 
             ready = httpx.get(f"{server.url}/readyz", timeout=10)
             assert ready.status_code == 503 and ready.json()["type"] == "unavailable"
