@@ -61,6 +61,9 @@ class Settings(_Strict):
     retention: Retention = Retention()
     types: dict[str, JobTypeConfig] = Field(default_factory=dict)
     sweep_interval_seconds: float = Field(1.0, gt=0)
+    # PostgreSQL: how long a request waits for a pooled connection before it is
+    # answered 503 `unavailable`.
+    connection_wait_seconds: float = Field(2.0, gt=0)
 
     @field_validator("types")
     @classmethod
@@ -87,6 +90,7 @@ ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
     "QUEUELOG_DATABASE_URL": (None, "database"),
     "QUEUELOG_DURABILITY": (None, "durability"),
     "QUEUELOG_SWEEP_INTERVAL_SECONDS": (None, "sweep_interval_seconds"),
+    "QUEUELOG_CONNECTION_WAIT_SECONDS": (None, "connection_wait_seconds"),
     "QUEUELOG_MAX_REQUEST_BYTES": ("limits", "max_request_bytes"),
     "QUEUELOG_MAX_PAYLOAD_BYTES": ("limits", "max_payload_bytes"),
     "QUEUELOG_MAX_RESULT_BYTES": ("limits", "max_result_bytes"),

@@ -11,6 +11,8 @@ class QueueError(Exception):
     slug = "error"
     status = 400
     title = "Request failed"
+    # Seconds a client should wait before trying again (a Retry-After header), if any.
+    retry_after: int | None = None
 
     def __init__(self, detail: str = "", **extra: Any) -> None:
         super().__init__(detail or self.title)
@@ -59,13 +61,31 @@ class IdempotencyKeyReused(QueueError):
 
 
 class StorageUnavailable(QueueError):
-    """The database cannot be reached now; nothing was done, or its outcome is unknown."""
+    """The database cannot take the request now (unreachable, an I/O error, read-only,
+    locked by another process past the busy timeout); nothing was done, or its outcome
+    is unknown. ``reason`` names the fault for logs and metrics."""
 
     slug, status, title = "unavailable", 503, "Database unavailable"
+    retry_after = 1
+    reason = "unreachable"
+
+    def __init__(self, detail: str = "", reason: str | None = None) -> None:
+        super().__init__(detail)
+        if reason is not None:
+            self.reason = reason
+
+
+class StorageFull(StorageUnavailable):
+    """The database has no space left to store the request; nothing was stored."""
+
+    slug, status, title = "insufficient-storage", 507, "Database storage is full"
+    retry_after = 5
+    reason = "no-space"
 
 
 class RateLimited(QueueError):
     slug, status, title = "rate-limited", 429, "Too many requests"
+    retry_after: int
 
     def __init__(self, retry_after: int) -> None:
         super().__init__(f"Rate limit exceeded; retry after {retry_after} s")

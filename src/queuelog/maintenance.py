@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 
+from queuelog.errors import StorageUnavailable
 from queuelog.service import JobService
 
 log = logging.getLogger("queuelog.maintenance")
@@ -53,5 +54,7 @@ class Maintenance:
             passes += 1
             try:
                 await self.run_once(prune=passes % self.prune_every == 0)
+            except StorageUnavailable:
+                pass  # logged once, when the fault began (storage/health.py)
             except Exception:  # keep sweeping: one failed pass must not end maintenance
                 log.exception("maintenance pass failed")

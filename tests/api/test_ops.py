@@ -72,6 +72,19 @@ def test_openapi_documents_every_route_and_its_errors(anonymous: Api) -> None:
     assert "return=minimal" in spec["info"]["description"]
 
 
+def test_openapi_documents_the_storage_faults_on_every_route_that_uses_the_database(
+    anonymous: Api,
+) -> None:
+    spec = anonymous.get("/openapi.json").json()
+    assert "507 `insufficient-storage`" in spec["info"]["description"]
+    for path, methods in spec["paths"].items():
+        for method, operation in methods.items():
+            if path in ("/healthz", "/readyz"):
+                continue
+            assert {"503", "507"} <= set(operation["responses"]), (method, path)
+    assert "503" in spec["paths"]["/readyz"]["get"]["responses"]
+
+
 def test_docs_load_nothing_from_outside_the_server(anonymous: Api) -> None:
     page = anonymous.get("/docs")
     assert page.status_code == 200 and "/openapi.json" in page.text

@@ -281,13 +281,15 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
     }
     assert numbers["postgres"] == numbers["sqlite"]
     # Both backends run the same queries by the same names; PostgreSQL alone needs its
-    # advisory locks, NOTIFY, the session's durability and the schema's name.
+    # advisory locks, NOTIFY, the session's durability, the schema's name and whether
+    # a transaction wrote (SQLite's connection counts its changes itself).
     postgres_only = {
         "admin_bootstrap_lock",
         "current_schema",
         "job_ready_notify",
         "migrate_lock",
         "session_durability",
+        "transaction_wrote",
     }
     sqlite_names = set(load_queries("queuelog.storage.sqlite"))
     assert sqlite_names == set(load_queries("queuelog.storage.postgres")) - postgres_only

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from queuelog.storage.sqlite.writer import DatabaseLocked, GroupWriter
+from queuelog.errors import StorageUnavailable
+from queuelog.storage.sqlite.writer import GroupWriter
 
 pytestmark = pytest.mark.anyio
 
@@ -176,13 +177,18 @@ async def test_a_lock_held_past_the_busy_timeout_refuses_the_group(traced: Trace
     other.execute("BEGIN IMMEDIATE")
     try:
         started = time.monotonic()
-        with pytest.raises(DatabaseLocked):
-            await writer.run(_insert(1))
+        group = [writer.run(_insert(v)) for v in (1, 3, 4)]
+        refused = await asyncio.gather(*group, return_exceptions=True)
         assert time.monotonic() - started < 10
     finally:
         other.execute("ROLLBACK")
         other.close()
+    # Every request of the group is answered with its own domain error, not sqlite3's.
+    assert all(isinstance(e, StorageUnavailable) and e.reason == "locked" for e in refused)
+    assert len({id(e) for e in refused}) == 3
+    assert writer.health.refused() == {"locked": 3} and not writer.health.writable
     assert await writer.run(_insert(2)) == 1  # the writer goes on once the lock is free
+    assert writer.health.writable  # a stored write ended the fault
     writer.close()
 
 

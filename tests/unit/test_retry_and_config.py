@@ -63,3 +63,14 @@ def test_claim_recheck_seconds_from_the_file_then_the_environment(tmp_path: Path
     for bad in ("0", "31", "soon"):
         with pytest.raises(ValidationError, match="claim_recheck_seconds"):
             load_settings(path, environ={"QUEUELOG_CLAIM_RECHECK_SECONDS": bad})
+
+
+def test_config_connection_wait_from_the_file_or_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "q.toml"
+    path.write_text("connection_wait_seconds = 0.5\n")
+    assert load_settings(None, {}).connection_wait_seconds == 2.0
+    assert load_settings(path, {}).connection_wait_seconds == 0.5
+    env = {"QUEUELOG_CONNECTION_WAIT_SECONDS": "3"}
+    assert load_settings(path, env).connection_wait_seconds == 3.0
+    with pytest.raises(ValidationError):
+        load_settings(None, {"QUEUELOG_CONNECTION_WAIT_SECONDS": "0"})

@@ -52,8 +52,13 @@ Choices where the contract is silent:
   result is too large, besides 200, 404 and 409. With `Prefer: return=minimal`
   (RFC 7240) a completed item is `{"id", "status": 200}` without its job, and the
   answer carries `Preference-Applied: return=minimal`.
-* When the database cannot be reached the answer is 503 `unavailable` (not 500), so
-  clients may resend the calls that are safe to resend.
+* When the database cannot take a request (unreachable, no connection within
+  `connection_wait_seconds`, an I/O error, read-only, locked by another program
+  past the busy timeout) the answer is 503 `unavailable`, and when it has no space
+  left 507 `insufficient-storage`, both with `Retry-After`, on every route and for
+  a whole batch; never a 500. Nothing was stored for a 507; for a 503 the outcome
+  may be unknown, so clients resend only the calls that are safe to resend.
+  `/readyz` answers 503 while the node cannot write, and 200 once it can again.
 * Ids are positive 64-bit integers; an id outside that range is 422 `validation`.
 * A request is checked in this order: body size (413), media type (415), JSON
   syntax (422), API key (401), rate limit (429), role (403), then the fields (422)

@@ -6,10 +6,12 @@ import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from queuelog.errors import StorageUnavailable
 from queuelog.service import JobService
+from queuelog.storage.health import StorageHealth
 
 
 class _JobsCollector:
@@ -26,6 +28,29 @@ class _JobsCollector:
         for (status, job_type), count in self.counts.items():
             gauge.add_metric([status, job_type], count)
         yield gauge
+
+
+class _StorageCollector:
+    """Operations refused for a storage fault, by reason, and whether the node writes now."""
+
+    def __init__(self, health: StorageHealth) -> None:
+        self._health = health
+
+    def collect(self) -> Iterator[Metric]:
+        refused = CounterMetricFamily(
+            "queuelog_storage_refused",
+            "Operations refused for a storage fault (no space, I/O, read-only, locked, "
+            "unreachable), by reason",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self._health.refused().items()):
+            refused.add_metric([reason], count)
+        yield refused
+        yield GaugeMetricFamily(
+            "queuelog_storage_writable",
+            "1 while the node's writes are stored, 0 since one was refused for a fault",
+            value=1 if self._health.writable else 0,
+        )
 
 
 class Metrics:
@@ -49,10 +74,15 @@ class Metrics:
         self._service = service
         self._jobs = _JobsCollector()
         self.registry.register(self._jobs)
+        self.registry.register(_StorageCollector(service.storage.health))
 
     async def exposition(self) -> bytes:
-        """The registry in Prometheus' text format, with the jobs counted now."""
-        self._jobs.counts = (await self._service.stats()).counts
+        """The registry in Prometheus' text format, with the jobs counted now (none while
+        the database cannot be read: the storage fault metrics are what matter then)."""
+        try:
+            self._jobs.counts = (await self._service.stats()).counts
+        except StorageUnavailable:
+            self._jobs.counts = {}
         return generate_latest(self.registry)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:

@@ -31,7 +31,13 @@ _DESCRIPTIONS = {
     422: "`validation` (a field, a parameter or the JSON itself), or `unknown-job-type`, "
     "`payload-too-large`, `idempotency-key-reused`.",
     429: "`rate-limited`: too many requests for this key; see `Retry-After`.",
+    503: "`unavailable`: the database cannot take this now (unreachable, an I/O error, "
+    "read-only, locked); nothing was done, or its outcome is unknown. See `Retry-After`.",
+    507: "`insufficient-storage`: no space is left for the database; nothing was stored. "
+    "See `Retry-After`.",
 }
+# Every documented route reads or writes the database, so any may meet a storage fault.
+_STORAGE_FAULTS = (503, 507)
 
 AUTHED = (401, 403, 429)
 
@@ -45,8 +51,11 @@ _TYPE_FIELDS = (
 
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The ``responses=`` entry for a route that may answer these problems."""
-    return {status: {"description": _DESCRIPTIONS[status]} for status in statuses}
+    """The ``responses=`` entry for a route that may answer these problems (and the
+    storage faults, which any route may)."""
+    return {
+        status: {"description": _DESCRIPTIONS[status]} for status in (*statuses, *_STORAGE_FAULTS)
+    }
 
 
 def operation_id(route: APIRoute) -> str:

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from queuelog.errors import QueueError, RateLimited
+from queuelog.errors import QueueError
 from queuelog.failures import log_internal_error
 
 log = logging.getLogger("queuelog.api")
@@ -29,14 +29,19 @@ _HTTP_SLUGS = {
 
 
 def problem(
-    status: int, slug: str, title: str, detail: str | None = None, **extra: Any
+    status: int,
+    slug: str,
+    title: str,
+    detail: str | None = None,
+    retry_after: int | None = None,
+    **extra: Any,
 ) -> JSONResponse:
     body: dict[str, Any] = {"type": slug, "title": title, "status": status}
     body["detail"] = detail or title
     body.update(extra)
     headers = {}
-    if status == 429 and "retry_after" in extra:
-        headers["Retry-After"] = str(body.pop("retry_after"))
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
     if status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="queuelog"'
 
@@ -44,10 +49,7 @@ def problem(
 
 
 def from_error(exc: QueueError) -> JSONResponse:
-    extra = dict(exc.extra)
-    if isinstance(exc, RateLimited):
-        extra["retry_after"] = exc.retry_after
-    return problem(exc.status, exc.slug, exc.title, exc.detail, **extra)
+    return problem(exc.status, exc.slug, exc.title, exc.detail, exc.retry_after, **exc.extra)
 
 
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:

@@ -16,8 +16,9 @@ from queuelog.client.errors import ServerError, ServerUnavailable
 from queuelog.errors import QueueError, RateLimited
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-# Answers that mean "not now" from a proxy or a server that is starting or stopping.
-_TRANSIENT_STATUS = frozenset({502, 503, 504})
+# Answers that mean "not now": from a proxy, a server that is starting or stopping, or
+# one whose database cannot take the request for now (503, or 507 for lack of space).
+_TRANSIENT_STATUS = frozenset({502, 503, 504, 507})
 
 
 @dataclass(frozen=True, slots=True)

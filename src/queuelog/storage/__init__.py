@@ -18,5 +18,9 @@ def open_storage(settings: Settings) -> Storage:
     if url.startswith(("postgresql://", "postgres://")):
         from queuelog.storage.postgres.store import PostgresStorage
 
-        return PostgresStorage(url, durability=settings.durability)
+        return PostgresStorage(
+            url,
+            durability=settings.durability,
+            connection_wait=settings.connection_wait_seconds,
+        )
     raise ValueError("database must be a sqlite:/// or postgresql:// URL")

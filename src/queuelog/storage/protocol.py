@@ -4,6 +4,11 @@ Every operation is awaited; each that depends on the time takes an explicit
 ``now``; none knows of HTTP or roles. Every state change is guarded in SQL and
 writes a ``job_events`` row in the same transaction. A backend opens (and
 migrates) its database when it is made, before any request is served.
+
+An operation the database cannot take for a storage fault (no space, an I/O
+error, read-only, unreachable, locked past the busy timeout) raises
+``StorageUnavailable`` (``StorageFull`` for no space) and is counted by the
+backend's ``health``, never a driver's own exception.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from queuelog.models import (
     Role,
     readonly_dataclass,
 )
+from queuelog.storage.health import StorageHealth
 
 
 @readonly_dataclass
@@ -119,8 +125,13 @@ class EventCount:
 
 
 class Storage(Protocol):
+    health: StorageHealth
+
     def close(self) -> None: ...
-    async def ping(self) -> bool: ...
+    async def ping(self) -> bool:
+        """True when a read answers and, while writes are refused for a fault, a probe
+        write stores (ending the fault)."""
+        ...
 
     async def job_insert_many(
         self, jobs: Sequence[NewJob], now: datetime

@@ -8,7 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from queuelog.clock import from_micros, to_micros
+from queuelog.errors import StorageUnavailable
 from queuelog.models import ApiKey, EventKind, Job, JobEvent, QueueStats
+from queuelog.storage.health import StorageHealth
 from queuelog.storage.protocol import EventCount, JobListParams
 from queuelog.storage.rows import Row, event_from_row, job_from_row, key_from_row
 
@@ -16,9 +18,27 @@ from queuelog.storage.rows import Row, event_from_row, job_from_row, key_from_ro
 class SqlReads(abc.ABC):
     """Reads by query name; a backend supplies ``_read`` on its own connections."""
 
+    health: StorageHealth
+
     @abc.abstractmethod
     async def _read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
         """Run the named query and return its rows."""
+
+    @abc.abstractmethod
+    async def _probe(self) -> None:
+        """Rewrite the ``storage_probe`` row in a transaction of its own."""
+
+    async def ping(self) -> bool:
+        """True when the node can serve: a read answers, and while writes are refused
+        for a storage fault, a write of the probe row stores and ends the fault."""
+        try:
+            if self.health.writable:
+                await self._read("ping", {})
+                return True
+            await self._probe()
+        except StorageUnavailable:
+            return False
+        return self.health.writable  # a probe stored on a disk still nearly full
 
     @abc.abstractmethod
     def _types_param(self, types: Sequence[str] | None) -> Any:

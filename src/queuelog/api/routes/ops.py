@@ -20,12 +20,19 @@ def healthz() -> dict[str, str]:
 
 @router.get(
     "/readyz",
-    summary="The database is reachable (no auth)",
-    responses={503: {"description": "`unavailable`: the database cannot be reached."}},
+    summary="The node can read and write its database (no auth)",
+    description="200 while the database answers and takes writes. 503 `unavailable` "
+    "while it cannot be reached, or since a write was refused for a storage fault (no "
+    "space, an I/O error, read-only): each check then tries a small write, and answers "
+    "200 again once one is stored.",
+    responses={503: {"description": "`unavailable`: the node cannot write now."}},
 )
 async def readyz(service: ServiceDep) -> Response:
-    if not await service.storage.ping():
-        return problem(503, "unavailable", "Database unavailable")
+    storage = service.storage
+    if not await storage.ping():
+        fault = storage.health.fault
+        detail = fault.detail if fault is not None else "The database cannot be reached"
+        return problem(503, "unavailable", "Database unavailable", detail)
     return JSONResponse({"status": "ready"})
 
 

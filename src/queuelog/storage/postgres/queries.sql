@@ -311,3 +311,15 @@ SET status = 'pending', retry_count = 0, run_at = %(now)s::bigint, scheduled = f
     lease_expires_at = NULL, updated_at = %(now)s::bigint
 WHERE status = 'failed' AND type = %(type)s
 RETURNING *;
+
+-- name: ping
+SELECT 1 AS ok;
+
+-- name: storage_probe
+INSERT INTO storage_probe (id, probes) VALUES (1, 1)
+ON CONFLICT (id) DO UPDATE SET probes = storage_probe.probes + 1;
+
+-- name: transaction_wrote
+-- Whether this transaction has written anything (a transaction id is assigned at
+-- its first write), so that its commit proves the database stores again.
+SELECT txid_current_if_assigned() IS NOT NULL AS wrote;

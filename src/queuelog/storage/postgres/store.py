@@ -29,9 +29,11 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from queuelog.clock import to_micros
-from queuelog.errors import QueueError, StorageUnavailable
+from queuelog.errors import QueueError
 from queuelog.models import ApiKey, Finished, Job, JobStatus
+from queuelog.storage.health import StorageHealth
 from queuelog.storage.postgres import transactions as tx
+from queuelog.storage.postgres.faults import storage_fault
 from queuelog.storage.postgres.listener import ReadyListener
 from queuelog.storage.postgres.transactions import Conn, Q
 from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, NewKey
@@ -45,7 +47,7 @@ T = TypeVar("T")
 # in another order) or a serialization race is run again, a few times.
 _RETRIES = 3
 _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
-_UNREACHABLE = (psycopg.OperationalError, PoolTimeout)
+_FAULTS = (psycopg.Error, PoolTimeout)
 
 
 class PostgresStorage(SqlReads):
@@ -55,6 +57,7 @@ class PostgresStorage(SqlReads):
         durability: str = "full",
         pool_size: int = 16,
         connect_timeout: float = 10.0,
+        connection_wait: float = 2.0,
     ) -> None:
         """Args:
         url: a libpq URL; ``?options=-csearch_path%3Dname`` selects a schema.
@@ -63,9 +66,13 @@ class PostgresStorage(SqlReads):
             crash may lose the last fraction of a second of acknowledged work).
         pool_size: most connections this node opens (plus one for LISTEN).
         connect_timeout: how long to wait for the database when opening.
+        connection_wait: how long a request waits for a connection before it is
+            refused (503) as the database being unreachable.
         """
         self._url = url
         self._synchronous_commit = "on" if durability == "full" else "off"
+        self._connection_wait = connection_wait
+        self.health = StorageHealth()
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             url,
             min_size=1,
@@ -76,6 +83,7 @@ class PostgresStorage(SqlReads):
             # A connection the server dropped (restart, pg_terminate_backend) is
             # replaced when it is taken from the pool, not handed to a request.
             check=ConnectionPool.check_connection,
+            timeout=connection_wait,
             open=False,
             name="queuelog",
         )
@@ -98,14 +106,17 @@ class PostgresStorage(SqlReads):
         return await anyio.to_thread.run_sync(self._read_now, name, params)
 
     def _read_now(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
-        """Run a named query; a read is tried once more on a fresh connection."""
+        """Run a named query; a read whose connection broke is tried once more on a
+        fresh one (not one that waited for a connection: that would double the wait)."""
         for attempt in range(2):
             try:
                 with self._pool.connection() as conn:
                     return conn.execute(Q[name], params).fetchall()
-            except _UNREACHABLE as exc:
+            except psycopg.OperationalError as exc:
                 if attempt == 1:
-                    raise StorageUnavailable("The database cannot be reached") from exc
+                    raise self._refused(exc) from None
+            except _FAULTS as exc:
+                raise self._refused(exc) from None
         raise AssertionError("unreachable")
 
     async def _write(self, operation: Callable[[Conn], T]) -> T:
@@ -121,14 +132,33 @@ class PostgresStorage(SqlReads):
         """
         for attempt in range(_RETRIES):
             try:
-                with self._pool.connection() as conn, conn.transaction():
-                    return operation(conn)
+                return self._transaction(operation)
             except _RETRYABLE:
                 if attempt == _RETRIES - 1:
                     raise
-            except _UNREACHABLE as exc:
-                raise StorageUnavailable("The database cannot be reached") from exc
+            except _FAULTS as exc:
+                raise self._refused(exc) from None
         raise AssertionError("unreachable")
+
+    def _transaction(self, operation: Callable[[Conn], T]) -> T:
+        """Run ``operation`` in one transaction. While writes are refused for a fault,
+        its commit ends the fault if it wrote something."""
+        faulty = not self.health.writable
+        with self._pool.connection() as conn, conn.transaction():
+            value = operation(conn)
+            wrote = faulty and bool(tx.one(conn, "transaction_wrote", {})["wrote"])
+        if wrote:
+            self.health.stored()
+        return value
+
+    def _refused(self, exc: Exception) -> Exception:
+        """What to raise for ``exc``: a storage fault as its domain error (counted by
+        ``health``), any other failure as it is."""
+        fault = storage_fault(exc, self._connection_wait)
+        return exc if fault is None else self.health.refuse(fault)
+
+    async def _probe(self) -> None:
+        await self._write(lambda conn: conn.execute(Q["storage_probe"]))
 
     def close(self) -> None:
         with self._listener_lock:
@@ -136,17 +166,6 @@ class PostgresStorage(SqlReads):
                 self._listener.close()
                 self._listener = None
         self._pool.close()
-
-    async def ping(self) -> bool:
-        return await anyio.to_thread.run_sync(self._ping_now)
-
-    def _ping_now(self) -> bool:
-        try:
-            with self._pool.connection(timeout=5.0) as conn:
-                conn.execute("SELECT 1").fetchone()
-        except (psycopg.Error, PoolTimeout):
-            return False
-        return True
 
     def subscribe(self, on_ready: Callable[[], None]) -> None:
         """Call ``on_ready`` whenever any node may have made a job ready.

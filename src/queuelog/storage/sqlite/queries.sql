@@ -276,3 +276,10 @@ SET status = 'pending', retry_count = 0, run_at = :now, scheduled = 0, claimed_a
     updated_at = :now
 WHERE status = 'failed' AND type = :type
 RETURNING *;
+
+-- name: ping
+SELECT 1 AS ok;
+
+-- name: storage_probe
+INSERT INTO storage_probe (id, probes) VALUES (1, 1)
+ON CONFLICT (id) DO UPDATE SET probes = storage_probe.probes + 1;

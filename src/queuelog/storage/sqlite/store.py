@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -15,10 +16,12 @@ from typing import Any
 from queuelog.clock import to_micros
 from queuelog.errors import QueueError
 from queuelog.models import ApiKey, EventKind, Finished, Job, JobStatus
+from queuelog.storage.health import StorageHealth
 from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, NewKey
 from queuelog.storage.reads import SqlReads
 from queuelog.storage.rows import finished, job_from_row, key_from_row, key_params
 from queuelog.storage.sqlite import transactions as tx
+from queuelog.storage.sqlite.faults import storage_fault
 from queuelog.storage.sqlite.transactions import Q
 from queuelog.storage.sqlite.writer import GroupWriter
 from queuelog.storage.statements import held_params
@@ -26,6 +29,9 @@ from queuelog.storage.statements import held_params
 __all__ = ["Q", "SqliteStorage"]
 
 _BUSY_TIMEOUT_SECONDS = 30.0
+# Free bytes a filesystem must have again before a fault for lack of space ends: room
+# for a few of the largest requests and the WAL's growth between checkpoints.
+_SPACE_HEADROOM_BYTES = 16 * 1024 * 1024
 
 
 class SqliteStorage(SqlReads):
@@ -40,7 +46,13 @@ class SqliteStorage(SqlReads):
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self._writer = GroupWriter(self._connect, busy_timeout=_BUSY_TIMEOUT_SECONDS)
+        self.health = StorageHealth(
+            space_left=lambda: shutil.disk_usage(self.path.parent).free,
+            headroom=_SPACE_HEADROOM_BYTES,
+        )
+        self._writer = GroupWriter(
+            self._connect, busy_timeout=_BUSY_TIMEOUT_SECONDS, health=self.health
+        )
         self._writer.run_now(tx.apply_migrations)
 
     # -- connections -------------------------------------------------------
@@ -69,7 +81,16 @@ class SqliteStorage(SqlReads):
 
     async def _read(self, name: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
         # A read in WAL mode never waits for the writer: it runs on the loop at once.
-        return self._reader().execute(Q[name], params).fetchall()
+        try:
+            return self._reader().execute(Q[name], params).fetchall()
+        except sqlite3.Error as exc:
+            fault = storage_fault(exc)
+            if fault is None:
+                raise
+            raise self.health.refuse(fault) from None
+
+    async def _probe(self) -> None:
+        await self._writer.run(lambda conn: conn.execute(Q["storage_probe"]))
 
     def _types_param(self, types: Sequence[str] | None) -> str | None:
         return tx.types_json(types)
@@ -80,15 +101,6 @@ class SqliteStorage(SqlReads):
             for conn in self._readers:
                 conn.close()
             self._readers.clear()
-
-    async def ping(self) -> bool:
-        if not self._writer.alive:
-            return False
-        try:
-            self._reader().execute("SELECT 1").fetchone()
-        except sqlite3.Error:
-            return False
-        return True
 
     def integrity_check(self) -> str:
         row = self._reader().execute("PRAGMA integrity_check").fetchone()

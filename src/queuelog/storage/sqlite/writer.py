@@ -12,6 +12,11 @@ around every step of a statement, and taking it back from a loop busy with HTTP
 would cost a thread hand-off each time. A write lock held by another process
 (another program writing the same file) is not waited for with the loop
 blocked: the group is tried again on a later turn until the busy timeout passes.
+
+A group refused for a storage fault (no space, an I/O error, the lock held past
+the busy timeout) answers every one of its requests with that fault as a domain
+error (``faults.storage_fault``), reported to the store's ``StorageHealth``; a
+group that stored something reports that the node writes again.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from queuelog.storage.health import StorageHealth
+from queuelog.storage.sqlite.faults import locked, storage_fault
+
 T = TypeVar("T")
 Operation = Callable[[sqlite3.Connection], Any]
 Group = Sequence[tuple[Operation, "asyncio.Future[Any]"]]
@@ -33,17 +41,15 @@ Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
 _LOCKED_RETRY_SECONDS = (0.001, 0.005, 0.02, 0.05)
 
 
-class DatabaseLocked(sqlite3.OperationalError):
-    """Another process held the database's write lock for longer than the busy timeout."""
-
-
 class GroupWriter:
     def __init__(
         self,
         connect: Callable[[], sqlite3.Connection],
         max_group: int = 512,
         busy_timeout: float = 30.0,
+        health: StorageHealth | None = None,
     ) -> None:
+        self.health = health or StorageHealth()
         self._conn: sqlite3.Connection | None = connect()
         # The loop never blocks on another process's lock: a busy BEGIN fails at once
         # and the group is tried again later (see _retry_locked).
@@ -130,7 +136,7 @@ class GroupWriter:
             self._retry_locked(loop, group, since, tries)
             return
         for future, value, error in outcomes:
-            _settle(future, value, error)
+            self._answer(future, value, error)
         if rest:
             self._gathered[loop] = [*rest, *self._gathered.get(loop, [])]
             loop.call_soon(self._run_gathered, loop, time.monotonic())
@@ -140,14 +146,19 @@ class GroupWriter:
     ) -> None:
         """Try ``group`` again on a later turn, or refuse it once the busy timeout passed."""
         if time.monotonic() - since > self._busy_timeout:
-            error = DatabaseLocked("database is locked")
             for _, future in group:
-                _settle(future, None, error)
+                self._answer(future, None, locked())
             return
         # Put the group back in front of whatever was awaited since.
         self._gathered[loop] = [*group, *self._gathered.get(loop, [])]
         delay = _LOCKED_RETRY_SECONDS[min(tries, len(_LOCKED_RETRY_SECONDS) - 1)]
         loop.call_later(delay, self._run_gathered, loop, since, tries + 1)
+
+    def _answer(self, future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+        """Settle a request's future; a storage fault as its domain error, one per request
+        (an exception raised by many awaiting tasks would gather all their frames)."""
+        fault = storage_fault(error) if error is not None else None
+        _settle(future, value, self.health.refuse(fault) if fault is not None else error)
 
     def _guarded(self, group: Group) -> list[Outcome] | None:
         """Run and commit ``group``: each future with its value or its error; None when
@@ -156,10 +167,11 @@ class GroupWriter:
         conn = self._conn
         if conn is None:
             return [(future, None, RuntimeError("storage is closed")) for _, future in group]
+        changes = conn.total_changes
         try:
             if not _begin(conn):
                 return None
-            return self._run_group(conn, group)
+            outcomes = self._run_group(conn, group)
         except Exception as exc:  # the transaction itself failed: nothing was stored
             try:
                 if conn.in_transaction:
@@ -167,6 +179,9 @@ class GroupWriter:
             except sqlite3.Error:
                 pass  # the next group's _begin ends what is left; these are answered
             return [(future, None, exc) for _, future in group]
+        if outcomes is not None and conn.total_changes != changes:
+            self.health.stored()
+        return outcomes
 
     @staticmethod
     def _run_group(conn: sqlite3.Connection, group: Group) -> list[Outcome] | None:

@@ -1,0 +1,81 @@
+"""PostgreSQL only, through the storage protocol: a database that goes away and comes back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from queuelog.errors import StorageUnavailable
+from queuelog.storage.postgres.store import PostgresStorage
+from tests.conftest import run_blocking
+from tests.postgres import fresh_schema
+from tests.storage.test_conformance import T0, new_job
+from tests.tcpproxy import TcpProxy
+
+WAIT_SECONDS = 0.5
+
+
+@pytest.fixture
+def away() -> Iterator[tuple[PostgresStorage, TcpProxy]]:
+    """A store that reaches its database through a forwarder the test can cut."""
+    with fresh_schema() as url:
+        parts = urlsplit(url)
+        proxy = TcpProxy((parts.hostname or "127.0.0.1", parts.port or 5432))
+        user = f"{parts.username}@" if parts.username else ""
+        proxied = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{proxy.port}"))
+        store = PostgresStorage(proxied, pool_size=2, connection_wait=WAIT_SECONDS)
+        try:
+            yield store, proxy
+        finally:
+            store.close()
+            proxy.close()
+
+
+def test_an_unreachable_database_is_refused_within_the_wait_and_found_again(
+    away: tuple[PostgresStorage, TcpProxy],
+) -> None:
+    store, proxy = away
+    ((job, _),) = run_blocking(store.job_insert_many([new_job()], T0))
+    assert store.health.writable and run_blocking(store.ping())
+    proxy.cut()
+    started = time.monotonic()
+    with pytest.raises(StorageUnavailable) as refused:
+        run_blocking(store.job_insert_many([new_job()], T0))
+    # Refused after the connection wait, not the pool's own (far longer) default.
+    assert time.monotonic() - started < WAIT_SECONDS + 10
+    assert refused.value.status == 503 and refused.value.reason == "unreachable"
+    with pytest.raises(StorageUnavailable):
+        run_blocking(store.job_get(job.id))
+    assert not store.health.writable and not run_blocking(store.ping())
+    assert store.health.refused()["unreachable"] >= 3
+    proxy.restore()
+    # Readiness' probe finds the database again, without any request's write.
+    for _ in range(200):  # bounded: the pool reconnects with a backoff of its own
+        if run_blocking(store.ping()):
+            break
+        time.sleep(0.1)
+    assert store.health.writable
+    assert run_blocking(store.job_get(job.id)) is not None
+    assert len(run_blocking(store.job_insert_many([new_job()], T0))) == 1
+
+
+def test_a_write_that_stores_nothing_does_not_end_a_fault(
+    away: tuple[PostgresStorage, TcpProxy],
+) -> None:
+    store, proxy = away
+    proxy.cut()
+    with pytest.raises(StorageUnavailable):
+        run_blocking(store.job_insert_many([new_job()], T0))
+    proxy.restore()
+    for _ in range(200):  # bounded: until the pool has reconnected
+        try:
+            run_blocking(store.job_prune({}, limit=1))  # commits, and writes nothing
+            break
+        except StorageUnavailable:
+            time.sleep(0.1)
+    assert not store.health.writable
+    run_blocking(store.job_insert_many([new_job()], T0))
+    assert store.health.writable

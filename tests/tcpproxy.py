@@ -1,0 +1,78 @@
+"""A TCP forwarder on 127.0.0.1 that a test can cut: the database going away.
+
+``cut()`` closes every forwarded connection and the listening socket, so the
+port refuses new connections, as a stopped database's would; ``restore()``
+listens on the same port again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+from tests.realserver import free_port
+
+
+class TcpProxy:
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = free_port()
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        self._listener: socket.socket | None = None
+        self.restore()
+
+    def restore(self) -> None:
+        """Listen (again) on ``port`` and forward what comes."""
+        listener = socket.create_server(("127.0.0.1", self.port), reuse_port=False)
+        with self._lock:
+            self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        """Close every connection and stop listening: the port refuses from now on."""
+        with self._lock:
+            listener, self._listener = self._listener, None
+            sockets, self._open = self._open, []
+        for sock in [s for s in (listener,) if s is not None] + sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    close = cut
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # cut
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                if self._listener is not listener:  # cut meanwhile
+                    client.close()
+                    upstream.close()
+                    return
+                self._open += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    """Copy bytes one way until either side closes."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
