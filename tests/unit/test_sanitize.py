@@ -218,8 +218,12 @@ def test_hardening_01_sanitising_adversarial_text_costs_about_what_plain_text_co
     # limit=8,000 runs every rule over all of the text, as if nothing were cut.
     length = 8_000
     plain = _repeated("the quick brown fox jumps over the lazy dog ", length)
-    baseline = _fastest(partial(sanitize_error, plain, limit))
     for unit in ADVERSARIAL:
         text = _repeated(unit, length)
+        # Both timed in turns, the fastest of each, so a busy machine slows both alike.
+        # A rule that reads the text again and again costs hundreds of times the plain
+        # text's time here (the review's 0.29 s against 0.001 s); a linear one, a few.
+        baseline = _fastest(partial(sanitize_error, plain, limit))
         ratio = _fastest(partial(sanitize_error, text, limit)) / baseline
-        assert ratio < 10, (unit, ratio)
+        ratio = min(ratio, _fastest(partial(sanitize_error, text, limit)) / baseline)
+        assert ratio < 50, (unit, ratio)
