@@ -1,0 +1,193 @@
+"""The OpenAPI document is what the server does: every real answer of a job's whole life,
+and every kind of refusal, is documented for its operation, with its content type, and
+matches the published schema."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import TYPES, Api
+
+Document = dict[str, Any]
+
+
+@pytest.fixture
+def document(client: TestClient) -> Document:
+    answer = client.get("/openapi.json")
+    assert answer.status_code == 200
+    doc: Document = answer.json()
+    return doc
+
+
+def _operation(document: Document, method: str, url: str) -> tuple[str, Document]:
+    path = httpx.URL(url).path
+    for template, item in document["paths"].items():
+        pattern = re.sub(r"\{[^}]+\}", r"[^/]+", template)
+        if re.fullmatch(pattern, path) and method.lower() in item:
+            return template, item[method.lower()]
+    raise AssertionError(f"{method} {path} is not in the document")
+
+
+def conforms(document: Document, answer: httpx.Response) -> httpx.Response:
+    """Check ``answer`` against its operation's documented answers; return it."""
+    request = answer.request
+    template, operation = _operation(document, request.method, str(request.url))
+    where = f"{request.method} {template} -> {answer.status_code}"
+    documented = operation["responses"].get(str(answer.status_code))
+    assert documented is not None, f"{where}: status not documented"
+    media_type = answer.headers.get("content-type", "").split(";")[0]
+    content = documented.get("content", {})
+    if not content:
+        assert not answer.content, f"{where}: a body where none is documented"
+        return answer
+    assert media_type in content, f"{where}: {media_type} not documented ({list(content)})"
+    schema = content[media_type].get("schema")
+    if schema is not None:
+        root = {**schema, "components": document["components"]}
+        jsonschema.Draft202012Validator(root).validate(answer.json())
+    return answer
+
+
+@pytest.fixture
+def checked(document: Document) -> Callable[[httpx.Response], httpx.Response]:
+    return lambda answer: conforms(document, answer)
+
+
+def test_a_job_s_whole_life_is_answered_as_documented(
+    checked: Callable[[httpx.Response], httpx.Response], producer: Api, worker: Api, admin: Api
+) -> None:
+    first = checked(producer.post("/jobs", json={"type": "noop", "idempotency_key": "k1"}))
+    assert first.status_code == 201
+    again = checked(producer.post("/jobs", json={"type": "noop", "idempotency_key": "k1"}))
+    assert again.status_code == 200
+    checked(producer.post("/jobs/batch", json={"jobs": [{"type": "noop"}, {"type": "noop"}]}))
+    checked(producer.get("/jobs", params={"limit": 1}))
+    checked(producer.get(f"/jobs/{first.json()['id']}"))
+    held = checked(worker.post("/jobs/claim", json={"limit": 3})).json()["jobs"]
+    assert len(held) == 3
+    token = {"lease_token": held[0]["lease_token"]}
+    checked(worker.post(f"/jobs/{held[0]['id']}/heartbeat", json=token))
+    checked(worker.post(f"/jobs/{held[0]['id']}/complete", json={**token, "result": {"ok": 1}}))
+    failing = {"lease_token": held[1]["lease_token"], "error": "boom", "retryable": False}
+    checked(worker.post(f"/jobs/{held[1]['id']}/fail", json=failing))
+    checked(worker.post(f"/jobs/{held[2]['id']}/release", json={"lease_token": "stale"}))
+    checked(admin.get(f"/jobs/{held[1]['id']}"))  # failed: its error shown to an admin
+    checked(admin.get(f"/jobs/{held[1]['id']}/events"))
+    checked(admin.post(f"/jobs/{held[1]['id']}/retry"))
+    checked(producer.post(f"/jobs/{held[1]['id']}/cancel"))
+    again_held = checked(worker.post("/jobs/claim", json={"limit": 2})).json()["jobs"]
+    items = [{"id": j["id"], "lease_token": j["lease_token"]} for j in again_held]
+    items.append({"id": 10**12, "lease_token": "t"})
+    checked(worker.post("/jobs/batch/complete", json={"items": items}))
+    minimal = {"Prefer": "return=minimal"}
+    checked(worker.post("/jobs/batch/complete", json={"items": items}, headers=minimal))
+
+
+def test_keys_and_operations_are_answered_as_documented(
+    checked: Callable[[httpx.Response], httpx.Response], admin: Api, anonymous: Api
+) -> None:
+    made = checked(admin.post("/keys", json={"name": "ci", "roles": ["worker"], "types": None}))
+    checked(admin.get("/keys"))
+    assert checked(admin.delete(f"/keys/{made.json()['id']}")).status_code == 204
+    for path in ("/healthz", "/readyz"):
+        checked(anonymous.get(path))
+    checked(admin.get("/stats"))
+
+
+def test_every_kind_of_refusal_is_documented_problem_json(
+    checked: Callable[[httpx.Response], httpx.Response],
+    producer: Api,
+    worker: Api,
+    anonymous: Api,
+) -> None:
+    refusals = [
+        (anonymous.post("/jobs", json={"type": "noop"}), 401),
+        (producer.post("/jobs/claim", json={}), 403),
+        (producer.get("/jobs/999999"), 404),
+        (producer.get("/jobs/0"), 422),  # a path parameter out of range
+        (producer.get("/jobs", params={"cursor": "not-a-job-id"}), 422),
+        (producer.post("/jobs", json={"type": "unconfigured"}), 422),
+        (producer.post("/jobs", content=b"{}", headers={"Content-Type": "text/plain"}), 415),
+        (producer.post("/jobs", content=b"x" * 2_000_000), 413),
+        (worker.post("/jobs/1/complete", json={"lease_token": "t"}), 404),
+    ]
+    for answer, status in refusals:
+        assert checked(answer).status_code == status, answer.text
+        assert answer.headers["content-type"] == "application/problem+json"
+
+
+def test_no_error_answer_is_documented_as_anything_but_a_problem(document: Document) -> None:
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            for status, answer in operation["responses"].items():
+                if int(status) >= 400:
+                    assert list(answer["content"]) == ["application/problem+json"], (
+                        method,
+                        path,
+                        status,
+                    )
+    assert "HTTPValidationError" not in document["components"]["schemas"]
+
+
+def test_the_job_types_a_request_may_name_are_the_configured_ones(document: Document) -> None:
+    schemas = document["components"]["schemas"]
+    configured = sorted(TYPES)
+    assert schemas["EnqueueRequest"]["properties"]["type"]["enum"] == configured
+    claim_types = schemas["ClaimRequest"]["properties"]["types"]["anyOf"][0]["items"]
+    assert claim_types["enum"] == configured
+    key_types = schemas["KeyCreateRequest"]["properties"]["types"]["anyOf"][0]["items"]
+    assert key_types["enum"] == configured
+
+
+def test_operations_are_named_after_their_endpoints(document: Document) -> None:
+    names = [op["operationId"] for item in document["paths"].values() for op in item.values()]
+    assert len(names) == len(set(names))
+    assert {"enqueue", "claim", "complete_batch", "get_job"} <= set(names)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("OPTIONS", "/keys", "GET, POST"),
+        ("PUT", "/jobs", "GET, POST"),
+        ("DELETE", "/jobs/5", "GET"),
+        ("GET", "/jobs/claim", "POST"),
+    ],
+)
+def test_a_method_the_path_lacks_is_405_naming_every_method_it_has(
+    producer: Api, method: str, path: str, allowed: str
+) -> None:
+    answer = producer.request(method, path)
+    assert answer.status_code == 405
+    assert answer.headers["allow"] == allowed
+    assert answer.headers["content-type"] == "application/problem+json"
+
+
+@pytest.mark.parametrize(
+    ("limit", "status"), [(2, 200), (2.0, 200), (2.5, 422), ("2", 422), (True, 422)]
+)
+def test_an_integer_is_a_json_number_without_a_fraction(
+    producer: Api, worker: Api, limit: object, status: int
+) -> None:
+    producer.post("/jobs/batch", json={"jobs": [{"type": "noop"}, {"type": "noop"}]})
+    answer = worker.post("/jobs/claim", json={"limit": limit})
+    assert answer.status_code == status, answer.text
+    if status == 200:
+        assert len(answer.json()["jobs"]) == 2
+
+
+@pytest.mark.parametrize("run_at", [0, "0", "2031-05-01", "2031-05-01T10:00:00"])
+def test_a_time_is_an_rfc3339_string_with_its_zone(producer: Api, run_at: object) -> None:
+    answer = producer.post("/jobs", json={"type": "noop", "run_at": run_at})
+    assert answer.status_code == 422, answer.text
+    assert (
+        producer.post("/jobs", json={"type": "noop", "run_at": "2031-05-01T10:00:00Z"}).status_code
+        == 201
+    )
