@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from queuelog.api.deps import CurrentKey
 from queuelog.api.lean import LeanRoute
 from queuelog.api.metrics import MetricsMiddleware
-from queuelog.api.middleware import BodyLimitMiddleware
+from queuelog.api.middleware import BodyLimitMiddleware, InternalErrorMiddleware
 from queuelog.config import Settings
 from queuelog.dashboard.web import Admin as DashboardAdmin
 from tests.conftest import Api
@@ -112,7 +112,9 @@ def app(client: TestClient) -> FastAPI:
     return served
 
 
-def test_the_middleware_is_metrics_then_the_body_limit(app: FastAPI, settings: Settings) -> None:
+def test_the_middleware_is_metrics_the_body_limit_then_internal_errors(
+    app: FastAPI, settings: Settings
+) -> None:
     stack = [(m.cls, m.kwargs) for m in app.user_middleware]
     assert stack == [
         (MetricsMiddleware, {"metrics": app.state.metrics}),
@@ -120,6 +122,7 @@ def test_the_middleware_is_metrics_then_the_body_limit(app: FastAPI, settings: S
             BodyLimitMiddleware,
             {"max_bytes": settings.limits.max_request_bytes, "form_prefixes": ("/ui",)},
         ),
+        (InternalErrorMiddleware, {}),
     ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from queuelog.api.app import create_app
 from queuelog.api.middleware import BodyLimitMiddleware
 from queuelog.auth import KeyRing
 from queuelog.clock import FakeClock
+from queuelog.config import Settings
 from queuelog.errors import StorageUnavailable
 from queuelog.models import Role
 from queuelog.storage.sqlite.store import SqliteStorage
@@ -235,3 +237,32 @@ def test_an_unreachable_database_is_503_unavailable(
     response = producer.get("/jobs/1")
     assert response.status_code == 503
     assert response.json()["type"] == "unavailable"
+
+
+def test_an_internal_error_is_answered_and_logged_once_not_raised_to_the_server(
+    settings: Settings, clock: FakeClock, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    path = settings.sqlite_path
+    assert path is not None
+    storage = SqliteStorage(path)
+    app = create_app(settings, storage=storage, clock=clock, run_maintenance=False)
+    _, key = run_blocking(KeyRing(storage, clock).create("shop", frozenset({Role.PRODUCER})))
+
+    def broken(job_id: int) -> None:
+        raise RuntimeError("deep inside")
+
+    # Raised past the app, an exception makes the server log its whole traceback and
+    # drop the connection; TestClient would raise it here.
+    with TestClient(app, raise_server_exceptions=True) as client:
+        created = client.post("/jobs", json={"type": "noop"}, headers=_bearer(key))
+        storage.job_get = broken  # type: ignore[method-assign]
+        with caplog.at_level(logging.ERROR):
+            answer = client.get(f"/jobs/{created.json()['id']}", headers=_bearer(key))
+        assert answer.status_code == 500 and answer.json()["type"] == "internal"
+        assert client.get("/healthz").status_code == 200
+    records = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(records) == 1 and "RuntimeError" in records[0].getMessage()
+
+
+def _bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from queuelog._version import __version__
 from queuelog.api.docs import mount_docs
 from queuelog.api.metrics import Metrics, MetricsMiddleware
-from queuelog.api.middleware import BodyLimitMiddleware
+from queuelog.api.middleware import BodyLimitMiddleware, InternalErrorMiddleware
 from queuelog.api.openapi import install as install_openapi
 from queuelog.api.openapi import operation_id
 from queuelog.api.problems import install_handlers
@@ -100,6 +100,7 @@ def create_app(
     app.state.metrics = Metrics(state.service)
     install_handlers(app)
     _include_routes(app)
+    app.add_middleware(InternalErrorMiddleware)  # innermost: the metrics count its 500s
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
     )

@@ -1,11 +1,17 @@
-"""ASGI middleware that enforces limits before any work is done."""
+"""ASGI middleware: limits enforced before any work is done, and the last word on an
+unexpected failure."""
 
 from __future__ import annotations
+
+import logging
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from queuelog.api.problems import problem
+from queuelog.api.problems import internal_problem, problem
+from queuelog.failures import log_internal_error
+
+log = logging.getLogger("queuelog.api")
 
 _WITH_BODY = {"POST", "PUT", "PATCH"}
 
@@ -107,3 +113,33 @@ class BodyLimitMiddleware:
         except _TooLarge:
             if not started:
                 await _send_problem(send, 413, "body-too-large", "Request body is too large")
+
+
+class InternalErrorMiddleware:
+    """An unexpected failure becomes the 500 ``internal`` problem here.
+
+    It is logged once, within ``failures.py``'s bounds, and not raised further: raised,
+    Starlette's outermost layer would raise it again after answering, and uvicorn would
+    log the whole traceback and close the client's keep-alive connection.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as exc:
+            log_internal_error(log, exc, scope["method"], scope["path"])
+            if not started:  # else the server ends the half-sent answer
+                await internal_problem()(scope, receive, send)

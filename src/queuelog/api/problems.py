@@ -12,7 +12,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from queuelog.errors import QueueError
-from queuelog.failures import log_internal_error
 
 log = logging.getLogger("queuelog.api")
 
@@ -86,12 +85,6 @@ def install_handlers(app: FastAPI) -> None:
         if exc.status_code == 405:
             response.headers["Allow"] = _allowed_methods(request)
         return response
-
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        # The cause is logged for operators; the client learns nothing of it.
-        log_internal_error(log, exc, request.method, request.url.path)
-        return internal_problem()
 
 
 def _allowed_methods(request: Request) -> str:
