@@ -73,20 +73,7 @@ class PostgresStorage(SqlReads):
         self._synchronous_commit = "on" if durability == "full" else "off"
         self._connection_wait = connection_wait
         self.health = StorageHealth()
-        self._pool: ConnectionPool[Conn] = ConnectionPool(
-            url,
-            min_size=1,
-            max_size=pool_size,
-            connection_class=psycopg.Connection[DictRow],
-            kwargs={"autocommit": True, "row_factory": dict_row},
-            configure=self._configure,
-            # A connection the server dropped (restart, pg_terminate_backend) is
-            # replaced when it is taken from the pool, not handed to a request.
-            check=ConnectionPool.check_connection,
-            timeout=connection_wait,
-            open=False,
-            name="queuelog",
-        )
+        self._pool = self._new_pool(pool_size, connection_wait)
         self._listener: ReadyListener | None = None
         self._listener_lock = threading.Lock()
         try:
@@ -97,6 +84,22 @@ class PostgresStorage(SqlReads):
             raise
 
     # -- connections -------------------------------------------------------
+
+    def _new_pool(self, size: int, wait: float) -> ConnectionPool[Conn]:
+        return ConnectionPool(
+            self._url,
+            min_size=1,
+            max_size=size,
+            connection_class=psycopg.Connection[DictRow],
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            configure=self._configure,
+            # A connection the server dropped (restart, pg_terminate_backend) is
+            # replaced when it is taken from the pool, not handed to a request.
+            check=ConnectionPool.check_connection,
+            timeout=wait,
+            open=False,
+            name="queuelog",
+        )
 
     def _configure(self, conn: Conn) -> None:
         conn.execute(Q["session_durability"], {"value": self._synchronous_commit})
