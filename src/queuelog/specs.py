@@ -12,7 +12,7 @@ from typing import Any
 
 from queuelog.clock import rfc3339
 from queuelog.errors import ValidationFailed
-from queuelog.models import MAX_ID, JsonObject, Priority, readonly_dataclass
+from queuelog.models import MAX_ID, JsonObject, OnDuplicate, Priority, readonly_dataclass
 
 
 @readonly_dataclass
@@ -26,6 +26,8 @@ class EnqueueSpec:
     run_at: datetime | None = None
     delay_seconds: float | None = None
     idempotency_key: str | None = None
+    unique_key: str | None = None
+    on_duplicate: OnDuplicate = OnDuplicate.KEEP
 
     def fingerprint(self, max_retries: int) -> str:
         """Identifies the request apart from its idempotency key.
@@ -42,6 +44,11 @@ class EnqueueSpec:
             "run_at": rfc3339(self.run_at) if self.run_at else None,
             "delay_seconds": _canonical(self.delay_seconds),
         }
+        # Only when given: the fingerprints of requests without a unique key stay as
+        # they were stored before unique keys existed.
+        if self.unique_key is not None:
+            body["unique_key"] = self.unique_key
+            body["on_duplicate"] = self.on_duplicate.value
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from queuelog.api.schemas import ProblemOut
@@ -21,12 +22,16 @@ _DESCRIPTIONS = {
 AUTHED = (401, 403, 429)
 
 
-def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The ``responses=`` entry for a route that may answer these problems."""
+def problems(
+    *statuses: int, described: Mapping[int, str] | None = None
+) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` entry for a route that may answer these problems; ``described``
+    words a status for this route alone."""
+    said = described or {}
     return {
         status: {
             "model": ProblemOut,
-            "description": _DESCRIPTIONS[status],
+            "description": said.get(status, _DESCRIPTIONS[status]),
             "content": {"application/problem+json": {}},
         }
         for status in statuses

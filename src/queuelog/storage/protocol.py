@@ -8,7 +8,7 @@ migrates) its database when it is made, before any request is served.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -22,6 +22,7 @@ from queuelog.models import (
     JobEvent,
     JobStatus,
     JsonObject,
+    OnDuplicate,
     Priority,
     QueueStats,
     Role,
@@ -43,6 +44,10 @@ class NewJob:
     # stored_json(payload), when the caller already encoded it to measure it against
     # the limit: a batch of 500 then encodes each payload once, not twice.
     payload_text: str | None = None
+    # While an active job of this principal and type holds the unique key, no job is
+    # made: the holder is kept, or (replace) a pending holder takes this payload.
+    unique_key: str | None = None
+    on_duplicate: OnDuplicate = OnDuplicate.KEEP
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,8 @@ class HeldParams:
     now: datetime
     # A heartbeat's new lease from now; None: the job type's lease.
     lease_seconds: int | None = None
+    # A heartbeat's progress as stored (compact JSON text); None keeps the last one.
+    progress_text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +138,15 @@ class Storage(Protocol):
         existing one comes back with ``created=False``. If its fingerprint
         differs, IdempotencyKeyReused (with ``index``) is raised and nothing is
         inserted.
+
+        Idempotency keys are looked at first. Then a job with a ``unique_key`` that
+        an active job of its principal and type holds (a pending one before a
+        running one) is not inserted: with ``keep`` the holder comes back
+        unchanged; with ``replace`` a pending holder takes the job's payload,
+        priority and run_at (event ``replaced``), while a running holder gives the
+        key up to a new job. Jobs are taken in order, so a later job of the batch
+        sees an earlier one's key. A partial unique index over the active holders
+        decides between concurrent inserts, on any node.
         """
         ...
 
@@ -214,4 +230,17 @@ class ReadySubscriber(Protocol):
 
     def subscribe(self, on_ready: Callable[[], None]) -> None:
         """Call ``on_ready`` (from any thread) whenever a job may have become ready."""
+        ...
+
+
+@runtime_checkable
+class FinishSubscriber(Protocol):
+    """A backend that hears when another process sharing the database finished jobs.
+
+    PostgreSQL does (LISTEN/NOTIFY); SQLite has one process, whose own wake-ups suffice.
+    """
+
+    def subscribe_finished(self, on_finished: Callable[[Iterable[int] | None], None]) -> None:
+        """Call ``on_finished`` (from any thread) with the ids of jobs that finished, or
+        None when any job may have finished unheard."""
         ...
