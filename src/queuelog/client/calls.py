@@ -88,9 +88,13 @@ def enqueue_body(
     run_at: datetime | None = None,
     delay_seconds: float | None = None,
     idempotency_key: str | None = None,
+    unique_key: str | None = None,
+    on_duplicate: str | None = None,
 ) -> JsonObject:
     """The JSON body of one job to enqueue. Without ``idempotency_key`` a new one is made,
-    so that sending the same body again can never create a second job."""
+    so that sending the same body again can never create a second job. With
+    ``unique_key``, ``on_duplicate`` (``"keep"``, the server's default, or
+    ``"replace"``) says what meets an active job holding it."""
     return _drop_none(
         {
             "type": type,
@@ -100,6 +104,8 @@ def enqueue_body(
             "run_at": rfc3339(run_at) if run_at is not None else None,
             "delay_seconds": delay_seconds,
             "idempotency_key": idempotency_key or new_idempotency_key(),
+            "unique_key": unique_key,
+            "on_duplicate": on_duplicate,
         }
     )
 
@@ -113,9 +119,12 @@ def enqueue(
     run_at: datetime | None = None,
     delay_seconds: float | None = None,
     idempotency_key: str | None = None,
+    unique_key: str | None = None,
+    on_duplicate: str | None = None,
 ) -> Call[Job]:
     """Enqueue one job (``POST /jobs``). Returns the new job, or the existing one when the
-    idempotency key was already used for the same request."""
+    idempotency key was already used for the same request, or when an active job holds
+    ``unique_key`` (kept, or given this payload with ``on_duplicate="replace"``)."""
     body = enqueue_body(
         type,
         payload,
@@ -124,6 +133,8 @@ def enqueue(
         run_at=run_at,
         delay_seconds=delay_seconds,
         idempotency_key=idempotency_key,
+        unique_key=unique_key,
+        on_duplicate=on_duplicate,
     )
     return Call("POST", "/jobs", _job, resend=True, json=body)
 
@@ -145,9 +156,18 @@ def enqueue_many(jobs: Iterable[JsonObject]) -> Call[list[Enqueued]]:
     return Call("POST", "/jobs/batch", read, resend=True, json={"jobs": items})
 
 
-def get(job_id: JobRef) -> Call[Job]:
-    """One job (``GET /jobs/{id}``)."""
-    return Call("GET", f"/jobs/{_job_id(job_id)}", _job, resend=True)
+def get(job_id: JobRef, wait_seconds: float = 0) -> Call[Job]:
+    """One job (``GET /jobs/{id}``). With ``wait_seconds`` (up to 30), the server answers
+    once the job is completed, failed or cancelled, or when the time is up."""
+    params = {"wait_seconds": round(wait_seconds, 3)} if wait_seconds > 0 else {}
+    return Call(
+        "GET",
+        f"/jobs/{_job_id(job_id)}",
+        _job,
+        resend=True,
+        params=params,
+        wait_seconds=wait_seconds,
+    )
 
 
 def list_page(
@@ -215,11 +235,19 @@ def claim(
 
 
 def heartbeat(
-    job: JobRef, lease_token: str | None = None, lease_seconds: int | None = None
+    job: JobRef,
+    lease_token: str | None = None,
+    lease_seconds: int | None = None,
+    progress: JsonObject | None = None,
 ) -> Call[Job]:
-    """Extend the lease of a held job. Safe to send again: it only extends the lease."""
+    """Extend the lease of a held job, and give its ``progress`` if any. Safe to send
+    again: it only extends the lease and sets the same progress."""
     body = _drop_none(
-        {"lease_token": _lease_token(job, lease_token), "lease_seconds": lease_seconds}
+        {
+            "lease_token": _lease_token(job, lease_token),
+            "lease_seconds": lease_seconds,
+            "progress": progress,
+        }
     )
     return Call("POST", f"/jobs/{_job_id(job)}/heartbeat", _job, resend=True, json=body)
 
