@@ -75,7 +75,7 @@ def test_result_raises_job_cancelled_and_a_timeout_leaves_the_job_as_it_is(
 def test_a_wait_longer_than_one_read_sends_several(real_server: RealServer) -> None:
     """Each read is held at most 30 s by the server; a longer wait reads again."""
     now = [0.0]
-    waiting = Awaiting(7, timeout=70, clock=lambda: now[0])
+    waiting = Awaiting(7, timeout=70, then=lambda job: job, clock=lambda: now[0])
     call = waiting.next_call()
     assert call is not None and call.params == {"wait_seconds": 30.0}
     with _client(real_server, "shop") as shop:

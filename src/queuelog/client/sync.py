@@ -10,12 +10,12 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 import httpx
 
-from queuelog.client import calls
-from queuelog.client.awaiting import Awaiting, result_of
-from queuelog.client.calls import Call, JobRef, answer
+from queuelog.client import awaiting, calls
+from queuelog.client.awaiting import Awaiting
+from queuelog.client.calls import Call, answer
 from queuelog.client.errors import ServerError
 from queuelog.client.policy import Connection, RetryPolicy
-from queuelog.client.types import Job, JsonObject
+from queuelog.client.types import Job
 from queuelog.errors import RateLimited
 
 P = ParamSpec("P")
@@ -28,6 +28,19 @@ def _sends(build: Callable[P, Call[T]]) -> Callable[Concatenate[Client, P], T]:
     @functools.wraps(build)
     def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self.send(build(*args, **kwargs))
+
+    return method
+
+
+def _awaits(start: Callable[P, Awaiting[T]]) -> Callable[Concatenate[Client, P], T]:
+    """A method that sends the reads of the wait ``start`` begins, until it is over."""
+
+    @functools.wraps(start)
+    def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        waiting = start(*args, **kwargs)
+        while (call := waiting.next_call()) is not None:
+            waiting.take(self.send(call))
+        return waiting.finished()
 
     return method
 
@@ -91,20 +104,8 @@ class Client:
                 return
             cursor = page.next_cursor
 
-    def wait(self, job: JobRef, timeout: float | None = None) -> Job:
-        """The job once it is completed, failed or cancelled; JobTimeout (a TimeoutError,
-        with the job as it is) if ``timeout`` seconds pass first (None: no limit). The
-        server holds each read until the job finishes: nothing is polled."""
-        waiting = Awaiting(job, timeout)
-        while (call := waiting.next_call()) is not None:
-            waiting.take(self.send(call))
-        return waiting.finished()
-
-    def result(self, job: JobRef, timeout: float | None = None) -> JsonObject | None:
-        """The result of the job once it completed; JobFailed or JobCancelled (with the
-        job) if it did not; JobTimeout if ``timeout`` seconds pass first."""
-        return result_of(self.wait(job, timeout))
-
+    wait = _awaits(awaiting.wait)
+    result = _awaits(awaiting.result)
     enqueue = _sends(calls.enqueue)
     enqueue_many = _sends(calls.enqueue_many)
     get = _sends(calls.get)

@@ -172,7 +172,14 @@ async def get_job(
     request: Request,
     job_id: IdPath,
     caller: Reader,
-    wait_seconds: Annotated[float, Query(ge=0, le=30)] = 0,
+    wait_seconds: Annotated[
+        float,
+        Query(
+            ge=0,
+            le=30,
+            description="Await the job's end up to this many seconds (0: answer at once).",
+        ),
+    ] = 0,
 ) -> Response:
     state = state_of(request)
     job = await job_or_wait(
