@@ -10,6 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from queuelog.clock import FakeClock
 from tests.conftest import Api, claim_one, enqueue
 
 FAR = 20  # seconds a wait could last: an answer much sooner was woken by the finish
@@ -161,3 +162,19 @@ def test_progress_that_is_not_an_object_is_422_validation(producer: Api, worker:
     for value in ([1, 2], "half", 50):
         response = _beat(worker, held, progress=value)
         assert response.status_code == 422 and response.json()["type"] == "validation"
+
+
+def test_a_lease_that_expires_for_good_in_a_claims_rescue_answers_the_wait(
+    producer: Api, worker: Api, clock: FakeClock
+) -> None:
+    job = enqueue(producer, max_retries=0)
+    claim_one(worker, lease_seconds=1)
+    with ThreadPoolExecutor(1) as pool:
+        waiting = _wait_later(pool, producer, job["id"], FAR)
+        time.sleep(0.3)
+        clock.advance(5)
+        assert worker.post("/jobs/claim", json={}).json() == {"jobs": []}
+        finished_at = time.monotonic()
+        answered_at, response = waiting.result(timeout=FAR + 10)
+    assert response.json()["status"] == "failed"
+    assert answered_at - finished_at < 3, "the read waited for its deadline, not the rescue"

@@ -235,10 +235,9 @@ class ReadySubscriber(Protocol):
 
 @runtime_checkable
 class FinishSubscriber(Protocol):
-    """A backend that hears when another process sharing the database finished jobs.
-
-    PostgreSQL does (LISTEN/NOTIFY); SQLite has one process, whose own wake-ups suffice.
-    """
+    """A backend that tells of jobs finished where the service did not see it: by another
+    process sharing the database (PostgreSQL, LISTEN/NOTIFY, a claim's rescue included),
+    or by a claim's rescue of expired leases (SQLite)."""
 
     def subscribe_finished(self, on_finished: Callable[[Iterable[int] | None], None]) -> None:
         """Call ``on_finished`` (from any thread) with the ids of jobs that finished, or

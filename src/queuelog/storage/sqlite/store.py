@@ -7,14 +7,14 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from queuelog.clock import to_micros
 from queuelog.errors import QueueError
-from queuelog.models import ApiKey, EventKind, Finished, Job, JobStatus
+from queuelog.models import TERMINAL, ApiKey, EventKind, Finished, Job, JobStatus
 from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, NewKey
 from queuelog.storage.reads import SqlReads
 from queuelog.storage.rows import finished, job_from_row, key_from_row, key_params
@@ -40,6 +40,7 @@ class SqliteStorage(SqlReads):
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
+        self._on_finished: list[Callable[[Iterable[int] | None], None]] = []
         self._writer = GroupWriter(self._connect, busy_timeout=_BUSY_TIMEOUT_SECONDS)
         self._writer.run_now(tx.apply_migrations)
 
@@ -102,7 +103,18 @@ class SqliteStorage(SqlReads):
         return await self._writer.run(lambda conn: tx.insert_many(conn, jobs, now))
 
     async def job_claim(self, params: ClaimParams) -> list[Job]:
-        return await self._writer.run(lambda conn: tx.claim(conn, params))
+        jobs, rescued = await self._writer.run(lambda conn: tx.claim(conn, params))
+        # Committed now: a lease the claim's rescue failed for good ends that job.
+        ended = [job.id for job in rescued if job.status in TERMINAL]
+        if ended:
+            for on_finished in self._on_finished:
+                on_finished(ended)
+        return jobs
+
+    def subscribe_finished(self, on_finished: Callable[[Iterable[int] | None], None]) -> None:
+        """Call ``on_finished`` with the ids of jobs a claim finished on its way (a lease
+        rescued for good), which the service that asked for the claim does not see."""
+        self._on_finished.append(on_finished)
 
     async def job_heartbeat(self, held: HeldParams) -> Job:
         args = held_params(held)

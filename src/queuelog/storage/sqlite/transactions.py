@@ -113,17 +113,19 @@ def rescue(
     return rescued
 
 
-def claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Job]:
-    """Claim up to ``params.limit`` ready jobs, in claim order."""
+def claim(conn: sqlite3.Connection, params: ClaimParams) -> tuple[list[Job], list[Job]]:
+    """Claim up to ``params.limit`` ready jobs, in claim order; and the jobs whose expired
+    leases the claim rescued first."""
+    rescued = []
     if params.retry_at is not None:
-        rescue(conn, params.now, params.retry_at, limit=500)
+        rescued = rescue(conn, params.now, params.retry_at, limit=500)
     conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
     args = st.claim_params(params, types_json(params.types))
     jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]
     jobs.sort(key=st.claim_order)
     if jobs:
         conn.execute(Q["event_insert_each"], st.claimed_events(jobs, params))
-    return jobs
+    return jobs, rescued
 
 
 def finish(
