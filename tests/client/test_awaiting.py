@@ -5,10 +5,13 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import threading
 import time
 from typing import Any
 
+import httpx
 import pytest
 
 from queuelog.client import (
@@ -163,3 +166,50 @@ def test_report_progress_outside_a_worker_is_refused(real_server: RealServer) ->
         with pytest.raises(ValueError):
             job.report_progress({"step": 1})
         shop.cancel(job)
+
+
+class Beats(httpx.HTTPTransport):
+    """A real transport that keeps, for each heartbeat sent, when and whether it carried
+    progress."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.beats: list[tuple[float, bool]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/heartbeat"):
+            carried = "progress" in json.loads(request.content)
+            self.beats.append((time.monotonic(), carried))
+        return super().handle_request(request)
+
+
+def test_progress_goes_out_at_most_once_a_second(server: RealServer) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1)
+    reporting = 2.5
+
+    @worker.handler("noop")  # a 30 s lease: no heartbeat falls due on its own meanwhile
+    def handle(job: Job) -> Any:
+        until = time.monotonic() + reporting
+        step = 0
+        while time.monotonic() < until:
+            step += 1
+            job.report_progress({"step": step})
+            time.sleep(0.02)
+        return {"steps": step}
+
+    transport = Beats()
+    client = Client(server.url, server.keys["mailer"], transport=transport)
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        with _client(server, "shop") as shop:
+            job = shop.enqueue("noop")
+            done = shop.wait(job, timeout=DEADLINE)
+    finally:
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+        client.close()
+    sent = [at for at, carried in transport.beats if carried]
+    assert 1 <= len(sent) <= reporting + 1
+    assert all(later - earlier >= 0.9 for earlier, later in itertools.pairwise(sent))
+    assert done.progress is not None and done.progress["step"] <= done.result["steps"]
