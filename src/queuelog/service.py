@@ -39,6 +39,7 @@ from queuelog.specs import (
     FinishSpec,
     decode_cursor,
     encode_cursor,
+    progress_text,
     stored_json,
 )
 from queuelog.storage.protocol import (
@@ -53,8 +54,6 @@ from queuelog.storage.statements import guard_failure
 _DEFAULT_TYPE = JobTypeConfig()
 # One prune pass deletes at most this many batches (of up to 1,000 jobs per status).
 _PRUNE_MAX_BATCHES = 100
-# A heartbeat's progress, as its compact UTF-8 JSON text, is at most this long.
-MAX_PROGRESS_BYTES = 4096
 
 
 def _unindex(exc: QueueError, batch: bool) -> None:
@@ -101,8 +100,7 @@ class JobService:
         clock: the source of ``now``.
         rng: randomness for backoff jitter; tests pass a seeded one.
         on_ready: called whenever a job may have become ready (wakes long polls).
-        on_finished: called with the ids of jobs just completed, failed or cancelled
-            (wakes the requests awaiting their results).
+        on_finished: called with the ids of jobs just finished (wakes awaiting reads).
         """
         self.storage = storage
         self.settings = settings
@@ -263,10 +261,7 @@ class JobService:
         """Extend a held job's lease; ``progress`` (if any) becomes the job's last one."""
         held = self._held(caller, job_id, lease_token, lease_seconds)
         if progress is not None:
-            text = stored_json(progress)
-            if len(text.encode()) > MAX_PROGRESS_BYTES:
-                raise PayloadTooLarge(f"The progress exceeds {MAX_PROGRESS_BYTES} bytes")
-            held = replace(held, progress_text=text)
+            held = replace(held, progress_text=progress_text(progress))
         return await self.storage.job_heartbeat(held)
 
     async def release(self, caller: ApiKey, job_id: int, lease_token: str) -> Job:

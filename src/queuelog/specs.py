@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from queuelog.clock import rfc3339
-from queuelog.errors import ValidationFailed
+from queuelog.errors import PayloadTooLarge, ValidationFailed
 from queuelog.models import MAX_ID, JsonObject, OnDuplicate, Priority, readonly_dataclass
 
 
@@ -98,6 +98,18 @@ def stored_json(value: Any) -> str:
     """How both backends store a JSON value (payload, result): compact UTF-8 text, never
     NaN. The size limits measure the UTF-8 bytes of this text."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+# A heartbeat's progress, as its compact UTF-8 JSON text, is at most this long.
+MAX_PROGRESS_BYTES = 4096
+
+
+def progress_text(progress: JsonObject) -> str:
+    """A heartbeat's progress as stored; PayloadTooLarge past ``MAX_PROGRESS_BYTES``."""
+    text = stored_json(progress)
+    if len(text.encode()) > MAX_PROGRESS_BYTES:
+        raise PayloadTooLarge(f"The progress exceeds {MAX_PROGRESS_BYTES} bytes")
+    return text
 
 
 def encode_cursor(job_id: int) -> str:
