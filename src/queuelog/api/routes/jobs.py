@@ -164,7 +164,9 @@ async def list_jobs(
         "cancelled is awaited: the answer comes as soon as the job finishes (on any node), "
         "or when the time is up, with the job as it is then (still `pending` or `running`). "
         "A finished job is answered at once. A job the caller may not see is 404 at once, "
-        "as without `wait_seconds`. A `wait_seconds` out of range is 422 `validation`."
+        "as without `wait_seconds` (a worker sees only the jobs it holds, so one that awaits "
+        "its own held job is answered 404 once the job has ended). A `wait_seconds` out of "
+        "range is 422 `validation`."
     ),
     responses=problems(*AUTHED, 404, 422),
 )
