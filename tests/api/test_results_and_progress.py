@@ -178,3 +178,16 @@ def test_a_lease_that_expires_for_good_in_a_claims_rescue_answers_the_wait(
         answered_at, response = waiting.result(timeout=FAR + 10)
     assert response.json()["status"] == "failed"
     assert answered_at - finished_at < 3, "the read waited for its deadline, not the rescue"
+
+
+def test_a_worker_awaiting_its_held_job_is_answered_404_once_it_ended(
+    producer: Api, worker: Api
+) -> None:
+    job = enqueue(producer)
+    held = claim_one(worker)
+    with ThreadPoolExecutor(1) as pool:
+        waiting = _wait_later(pool, worker, job["id"], FAR)
+        time.sleep(0.3)
+        worker.post(f"/jobs/{job['id']}/complete", json={"lease_token": held["lease_token"]})
+        _, response = waiting.result(timeout=FAR + 10)
+    assert response.status_code == 404 and response.json()["type"] == "not-found"
