@@ -32,6 +32,14 @@ def expect(response: httpx.Response, status: int = 200) -> Any:
     return response.json()
 
 
+def fill_queue(url: str, key: str, count: int) -> None:
+    """Enqueue ``count`` jobs (a multiple of 500) in batches of 500."""
+    body = {"jobs": [job_body() for _ in range(500)]}
+    with client(url, key) as c:
+        for _ in range(count // 500):
+            expect(c.post("/jobs/batch", json=body))
+
+
 @dataclass
 class _Task:
     url: str

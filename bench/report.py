@@ -26,6 +26,7 @@ GOALS = [
     ("long-poll p99 <= 50 ms", "latency", "p99_ms", 50, "max"),
     ("claim at large/small <= 1.5", "claim_cost", "ratio", 1.5, "max"),
     ("server RSS <= 150 MB", "rss", "peak_mb", 150, "max"),
+    ("200 awaiting requests slow claims <= 10 %", "waiting", "slowdown_pct", 10, "max"),
 ]
 
 
@@ -73,6 +74,12 @@ def render(results: dict[str, Any]) -> str:
             f"claim: {small['claim_ms_p50']} ms at {small['pending']:,} pending, "
             f"{large['claim_ms_p50']} ms at {large['pending']:,} (x{cost['ratio']})"
         )
+    waits = results.get("waiting", {})
+    if waits:
+        lines.append(
+            f"claims beside 200 awaiting requests: {waits['slowdown_pct']} % slower "
+            f"({waits['claims_alone']:,.0f} -> {waits['claims_beside_200_waits']:,.0f} jobs/s)"
+        )
     lines.append(f"server peak RSS: {results.get('rss', {}).get('peak_mb')} MB\n")
     for goal in results.get("goals", []):
         mark = "met" if goal["met"] else "MISSED"
@@ -91,6 +98,7 @@ SPREAD = [
     ("latency", "p99_ms", False),
     ("claim_cost", "ratio", False),
     ("rss", "peak_mb", False),
+    ("waiting", "slowdown_pct", False),
     ("huey", "enqueue_single", True),
     ("huey", "burn_down", True),
     ("huey", "steady", True),

@@ -23,6 +23,7 @@ from bench.huey_ref import huey_reference
 from bench.parallel import run_parallel
 from bench.report import goals, ratios, render, render_spread, spread
 from bench.server import Keys, Server, prepare_database
+from bench.waits import bench_waiting
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
 
@@ -73,17 +74,10 @@ def bench_enqueue(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
     return result
 
 
-def fill_queue(url: str, key: str, count: int) -> None:
-    body = {"jobs": [clients.job_body() for _ in range(500)]}
-    with clients.client(url, key) as c:
-        for _ in range(count // 500):
-            clients.expect(c.post("/jobs/batch", json=body))
-
-
 def bench_burn_down(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
     result = {}
     for name, limit in (("batch_1", 1), ("batched_50", 50)):
-        fill_queue(url, keys.producer, plan.jobs)
+        clients.fill_queue(url, keys.producer, plan.jobs)
         workers = [
             clients.BurnWorker(url, keys.worker, 90, limit=limit) for _ in range(plan.workers)
         ]
@@ -92,7 +86,7 @@ def bench_burn_down(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
             raise RuntimeError(f"burn-down {name}: {sum(s.count for s in shares)} != {plan.jobs}")
         result[name] = _rate(rate)
     if importlib.util.find_spec("queuelog.client") is not None:
-        fill_queue(url, keys.producer, plan.jobs)
+        clients.fill_queue(url, keys.producer, plan.jobs)
         sdk = [clients.SdkBurnWorker(url, keys.worker, 90) for _ in range(plan.workers)]
         rate, shares = run_parallel(sdk)
         if sum(s.count for s in shares) != plan.jobs:
@@ -146,7 +140,7 @@ def run(plan: Plan, workdir: Path, with_huey: bool) -> dict[str, Any]:
     peaks = []
     for group, sections in (
         ("a", [("enqueue", bench_enqueue)]),
-        ("b", [("burn_down", bench_burn_down)]),
+        ("b", [("burn_down", bench_burn_down), ("waiting", bench_waiting)]),
         ("c", [("latency", bench_latency), ("steady", bench_steady)]),
     ):
         config, keys = prepare_database(workdir / f"server-{group}")

@@ -22,6 +22,7 @@ SECTIONS = {
     "latency",
     "claim_cost",
     "rss",
+    "waiting",
     "huey",
     "ratios",
     "goals",
@@ -51,4 +52,5 @@ def test_quick_benchmark_completes_and_writes_every_section(tmp_path: Path) -> N
     assert {"p50_ms", "p99_ms"} <= results["latency"].keys()
     assert {"enqueue_single", "burn_down", "steady"} <= results["huey"].keys()
     assert results["rss"]["peak_mb"] > 0
+    assert {"claims_alone", "claims_beside_200_waits", "slowdown_pct"} <= results["waiting"].keys()
     assert "queuelog" in done.stdout

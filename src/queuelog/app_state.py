@@ -12,18 +12,25 @@ from queuelog.auth import KeyRing, RateLimiter
 from queuelog.config import Settings
 from queuelog.models import MAX_ID
 from queuelog.service import JobService
-from queuelog.wakeup import Wakeup
+from queuelog.wakeup import Finishes, Wakeup
 
 
 @dataclass
 class AppState:
-    """The service, the key ring, the rate limiter and the claimers' wake-ups of one app."""
+    """The service, the key ring, the rate limiter, the claimers' wake-ups and the
+    result requests' wake-ups of one app."""
 
     settings: Settings
     service: JobService
     keys: KeyRing
     limiter: RateLimiter
     wakeup: Wakeup
+    finishes: Finishes
+
+    def close_waits(self) -> None:
+        """Shutdown: every long poll (claims, results) answers at once."""
+        self.wakeup.close()
+        self.finishes.close()
 
 
 def state_of(request: Request) -> AppState:

@@ -22,10 +22,11 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from queuelog.client import Client, Job, Worker
+from queuelog.client import Client, Job, JobTimeout, Worker
 from queuelog.client.errors import ServerError, ServerUnavailable
 from queuelog.config import PRIORITY_LABELS
 from queuelog.errors import Forbidden, QueueError, Unauthenticated
+from queuelog.models import JobStatus
 
 EXIT_CODES = """\b
 Exit codes:
@@ -34,6 +35,7 @@ Exit codes:
   2  bad usage (unknown option, malformed JSON argument or file)
   3  authentication failed: missing, unknown or revoked key, or the key lacks the role
   4  the server could not be reached or failed (5xx)
+  5  the time to wait (--timeout, --wait) passed before the job finished
 """
 BATCH_MAX = 500
 
@@ -62,6 +64,12 @@ class Unreachable(click.ClickException):
     """The server could not be reached, or failed."""
 
     exit_code = 4
+
+
+class StillRunning(click.ClickException):
+    """The time to wait passed before the job finished."""
+
+    exit_code = 5
 
 
 def failure_for(error: QueueError) -> type[click.ClickException]:
@@ -113,7 +121,8 @@ def reported(what: str) -> Iterator[None]:
 def to_json(value: Any) -> Any:
     """A client value (dataclass, enum, datetime) as plain JSON data."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        fields = [f for f in dataclasses.fields(value) if not callable(getattr(value, f.name))]
+        return {f.name: to_json(getattr(value, f.name)) for f in fields}
     if isinstance(value, enum.Enum):
         return value.name.lower() if isinstance(value.value, int) else value.value
     if isinstance(value, datetime):
@@ -286,6 +295,18 @@ def enqueue_file(client: Client, jobs: list[dict[str, Any]], batch_size: int) ->
     help="JSON lines, one enqueue body each ('-' for standard input); sent in batches.",
 )
 @click.option("--batch-size", default=100, show_default=True, type=click.IntRange(1, BATCH_MAX))
+@click.option("--unique-key", help="While a job with this key is active, make no other.")
+@click.option(
+    "--on-duplicate",
+    type=click.Choice(["keep", "replace"]),
+    help="With --unique-key: keep the active job (default), or give a pending one this payload.",
+)
+@click.option(
+    "--wait",
+    "wait_seconds",
+    type=click.FloatRange(min=0),
+    help="Then await the job up to this many seconds and print its result (as `jobs wait`).",
+)
 @url_option
 @key_option
 @json_option
@@ -296,6 +317,9 @@ def enqueue(
     idempotency_key: str | None,
     from_file: TextIO | None,
     batch_size: int,
+    unique_key: str | None,
+    on_duplicate: str | None,
+    wait_seconds: float | None,
     url: str | None,
     api_key: str | None,
     as_json: bool,
@@ -303,6 +327,8 @@ def enqueue(
     """Enqueue one job of TYPE, or every job of a JSON-lines file (--from-file)."""
     if (from_file is None) == (job_type is None):
         raise click.UsageError("give TYPE [PAYLOAD_JSON] or --from-file FILE, not both")
+    if from_file is not None and (unique_key or on_duplicate or wait_seconds is not None):
+        raise click.UsageError("--unique-key, --on-duplicate and --wait are for one job")
     with Client(url, api_key) as client:
         if from_file is not None:
             created, existing = enqueue_file(client, read_jobs(from_file), batch_size)
@@ -311,8 +337,37 @@ def enqueue(
         assert job_type is not None
         body = _payload(payload)
         with reported("cannot enqueue"):
-            job = client.enqueue(job_type, body, priority=priority, idempotency_key=idempotency_key)
+            job = client.enqueue(
+                job_type,
+                body,
+                priority=priority,
+                idempotency_key=idempotency_key,
+                unique_key=unique_key,
+                on_duplicate=on_duplicate,
+            )
+        if wait_seconds is not None:
+            await_job(client, job.id, wait_seconds, as_json)
+            return
     if as_json:
         print_json(job)
     else:
         click.echo(one_line(f"job {job.id} {job.status.value} ({job.type}, {job.priority.label})"))
+
+
+def await_job(client: Client, job_id: int, timeout: float | None, as_json: bool) -> None:
+    """Await a job and print it: its result (JSON) once completed; exit 1 if it failed or
+    was cancelled, 5 if ``timeout`` seconds passed first."""
+    try:
+        with reported(f"cannot wait for job {job_id}"):
+            job = client.wait(job_id, timeout)
+    except JobTimeout as late:
+        if as_json:
+            print_json(late.job)
+        raise StillRunning(f"job {job_id} is still {late.job.status.value}") from None
+    if as_json:
+        print_json(job)
+    elif job.status is JobStatus.COMPLETED:
+        click.echo(json.dumps(job.result, ensure_ascii=False))
+    if job.status is not JobStatus.COMPLETED:
+        reason = f": {shown(job.error)}" if job.error else ""
+        raise Refused(one_line(f"job {job_id} {job.status.value}{reason}"))

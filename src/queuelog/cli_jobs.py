@@ -10,6 +10,7 @@ from rich.table import Table
 
 from queuelog.cli_client import (
     EXIT_CODES,
+    await_job,
     console,
     json_option,
     key_option,
@@ -83,6 +84,25 @@ def _cell(value: object) -> str:
     if value is None:
         return ""
     return json.dumps(value) if isinstance(value, dict | list) else str(value)
+
+
+@jobs.command("wait", epilog=EXIT_CODES)
+@click.argument("job_id", type=int)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    help="Give up after this many seconds (exit 5); default: wait as long as it takes.",
+)
+@url_option
+@key_option
+@json_option
+def wait(
+    job_id: int, timeout: float | None, url: str | None, api_key: str | None, as_json: bool
+) -> None:
+    """Await a job's end and print its result: exit 0 once completed, 1 if it failed or was
+    cancelled."""
+    with Client(url, api_key) as client:
+        await_job(client, job_id, timeout, as_json)
 
 
 @jobs.command("events", epilog=EXIT_CODES)

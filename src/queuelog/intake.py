@@ -62,6 +62,8 @@ class Intake:
             idempotency_key=spec.idempotency_key,
             fingerprint=spec.fingerprint(max_retries) if spec.idempotency_key else None,
             payload_text=payload_text,
+            unique_key=spec.unique_key,
+            on_duplicate=spec.on_duplicate,
         )
 
     def _check_schema(self, spec: EnqueueSpec, where: dict[str, Any]) -> None:

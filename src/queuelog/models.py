@@ -78,6 +78,18 @@ class EventKind(enum.StrEnum):
     CANCELLED = "cancelled"
     REQUEUED = "requeued"
     RELEASED = "released"
+    REPLACED = "replaced"
+
+
+# Statuses that end a job: a producer awaiting its result is answered at one of these.
+TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+class OnDuplicate(enum.StrEnum):
+    """What an enqueue does when an active job of its principal and type holds its unique key."""
+
+    KEEP = "keep"
+    REPLACE = "replace"
 
 
 @readonly_dataclass
@@ -111,6 +123,8 @@ class Job:
     result: JsonObject | None = None
     fingerprint: str | None = None
     claimed_by: str | None = None  # name of the worker key holding the lease
+    unique_key: str | None = None
+    progress: JsonObject | None = None  # the last progress its worker reported
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hmac
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from queuelog.clock import Clock
@@ -18,13 +19,16 @@ from queuelog.errors import (
 )
 from queuelog.intake import Intake
 from queuelog.models import (
+    TERMINAL,
     ApiKey,
     EventKind,
     Finished,
     Job,
     JobEvent,
     JobStatus,
+    JsonObject,
     MinuteCounts,
+    OnDuplicate,
     QueueStats,
     Role,
 )
@@ -35,6 +39,7 @@ from queuelog.specs import (
     FinishSpec,
     decode_cursor,
     encode_cursor,
+    progress_text,
     stored_json,
 )
 from queuelog.storage.protocol import (
@@ -87,6 +92,7 @@ class JobService:
         clock: Clock,
         rng: random.Random | None = None,
         on_ready: Callable[[], None] | None = None,
+        on_finished: Callable[[Iterable[int]], None] | None = None,
     ) -> None:
         """Args:
         storage: the backend.
@@ -94,12 +100,14 @@ class JobService:
         clock: the source of ``now``.
         rng: randomness for backoff jitter; tests pass a seeded one.
         on_ready: called whenever a job may have become ready (wakes long polls).
+        on_finished: called with the ids of jobs just finished (wakes awaiting reads).
         """
         self.storage = storage
         self.settings = settings
         self.clock = clock
         self._rng = rng or random.Random()
         self._on_ready = on_ready or (lambda: None)
+        self._on_finished = on_finished or (lambda _: None)
         self._intake = Intake(settings)
 
     # -- producers ---------------------------------------------------------
@@ -118,7 +126,9 @@ class JobService:
         except QueueError as exc:
             _unindex(exc, batch)
             raise
-        if any(created for _, created in results):
+        # A replace may have moved a pending job's run_at to now.
+        replacing = any(s.unique_key and s.on_duplicate is OnDuplicate.REPLACE for s in specs)
+        if replacing or any(created for _, created in results):
             self._on_ready()
         return results
 
@@ -131,7 +141,9 @@ class JobService:
         job = await self.get(caller, job_id)
         if not (caller.has(Role.ADMIN) or job.principal == caller.name):
             raise NotFound("No such job")
-        return await self.storage.job_cancel(job_id, caller.name, self.clock.now())
+        cancelled = await self.storage.job_cancel(job_id, caller.name, self.clock.now())
+        self._on_finished([cancelled.id])
+        return cancelled
 
     async def retry(self, caller: ApiKey, job_id: int) -> Job:
         """Dead-letter redrive (admin): failed or cancelled back to pending."""
@@ -239,9 +251,17 @@ class JobService:
         )
 
     async def heartbeat(
-        self, caller: ApiKey, job_id: int, lease_token: str, lease_seconds: int | None = None
+        self,
+        caller: ApiKey,
+        job_id: int,
+        lease_token: str,
+        lease_seconds: int | None = None,
+        progress: JsonObject | None = None,
     ) -> Job:
+        """Extend a held job's lease; ``progress`` (if any) becomes the job's last one."""
         held = self._held(caller, job_id, lease_token, lease_seconds)
+        if progress is not None:
+            held = replace(held, progress_text=progress_text(progress))
         return await self.storage.job_heartbeat(held)
 
     async def release(self, caller: ApiKey, job_id: int, lease_token: str) -> Job:
@@ -259,8 +279,10 @@ class JobService:
         params = [await self._finish_params(caller, spec, now) for spec in specs]
         ready = [p for p in params if isinstance(p, FinishParams)]
         outcomes = await self.storage.job_finish_many(ready, with_jobs) if ready else []
-        if any(not isinstance(o, QueueError) and o.status == JobStatus.PENDING for o in outcomes):
+        answered = [o for o in outcomes if not isinstance(o, QueueError)]
+        if any(o.status == JobStatus.PENDING for o in answered):
             self._on_ready()
+        self._finished(answered)
         done = iter(outcomes)
         # Each spec's answer, in order: its outcome, or why it never reached the storage.
         return [next(done) if isinstance(p, FinishParams) else p for p in params]
@@ -322,7 +344,14 @@ class JobService:
         rescued = await self.storage.job_rescue_expired(now, lambda job: self._retry_at(job, now))
         if any(job.status == JobStatus.PENDING for job in rescued):
             self._on_ready()
+        self._finished(rescued)
         return rescued
+
+    def _finished(self, jobs: Sequence[Job | Finished]) -> None:
+        """Wake the requests awaiting the results of the ``jobs`` that finished."""
+        ids = [job.id for job in jobs if job.status in TERMINAL]
+        if ids:
+            self._on_finished(ids)
 
     async def prune(self) -> int:
         """Delete finished jobs (and their events) older than the retention settings."""

@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from queuelog.clock import rfc3339
-from queuelog.errors import ValidationFailed
-from queuelog.models import JsonObject, Priority, readonly_dataclass
+from queuelog.errors import PayloadTooLarge, ValidationFailed
+from queuelog.models import JsonObject, OnDuplicate, Priority, readonly_dataclass
 
 
 @readonly_dataclass
@@ -25,6 +25,8 @@ class EnqueueSpec:
     run_at: datetime | None = None
     delay_seconds: float | None = None
     idempotency_key: str | None = None
+    unique_key: str | None = None
+    on_duplicate: OnDuplicate = OnDuplicate.KEEP
 
     def fingerprint(self, max_retries: int) -> str:
         """Identifies the request apart from its idempotency key.
@@ -41,6 +43,11 @@ class EnqueueSpec:
             "run_at": rfc3339(self.run_at) if self.run_at else None,
             "delay_seconds": _canonical(self.delay_seconds),
         }
+        # Only when given: the fingerprints of requests without a unique key stay as
+        # they were stored before unique keys existed.
+        if self.unique_key is not None:
+            body["unique_key"] = self.unique_key
+            body["on_duplicate"] = self.on_duplicate.value
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -95,6 +102,17 @@ def stored_json(value: Any) -> str:
 # A page's cursor is the id of its last job, in decimal: the next page holds the older
 # jobs (lower ids). The API's pattern admits up to 18 digits, below MAX_ID.
 CURSOR_PATTERN = r"^[1-9][0-9]{0,17}$"
+
+# A heartbeat's progress, as its compact UTF-8 JSON text, is at most this long.
+MAX_PROGRESS_BYTES = 4096
+
+
+def progress_text(progress: JsonObject) -> str:
+    """A heartbeat's progress as stored; PayloadTooLarge past ``MAX_PROGRESS_BYTES``."""
+    text = stored_json(progress)
+    if len(text.encode()) > MAX_PROGRESS_BYTES:
+        raise PayloadTooLarge(f"The progress exceeds {MAX_PROGRESS_BYTES} bytes")
+    return text
 
 
 def encode_cursor(job_id: int) -> str:

@@ -1,21 +1,27 @@
-"""Wakes long-polling claimers when a job may have become ready.
+"""Wakes long-polling claimers when a job may have become ready, and the requests
+awaiting a job's result when it finishes.
 
 Producers of readiness (enqueue, retry, redrive, lease rescue, and another
-node's notification) call ``notify()`` from any thread once the job is
+node's notification) call ``Wakeup.notify()`` from any thread once the job is
 committed; claimers wait in the event loop. A claimer registers *before* it
 looks for jobs, so a notification that arrives between an empty claim and the
-wait is never lost.
+wait is never lost. ``Finishes`` does the same for the jobs that finished
+(completed, failed, cancelled): it wakes only the waiters of those jobs.
 
 When the server begins to shut down, ``close()`` wakes every waiter for good, so
-long-polling claims answer at once instead of holding the graceful shutdown.
+long polls answer at once instead of holding the graceful shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Collection, Iterable
+from typing import Any, Protocol
+
+
+class _Registry(Protocol):
+    def _discard(self, waiter: Waiter) -> None: ...
 
 
 class Waiter:
@@ -23,9 +29,12 @@ class Waiter:
     enqueue served there) wakes it directly; one from another thread goes through
     the loop's thread-safe queue."""
 
-    def __init__(self, wakeup: Wakeup, types: Collection[str] | None) -> None:
+    def __init__(
+        self, wakeup: _Registry, types: Collection[str] | None, job_id: int | None = None
+    ) -> None:
         self._wakeup = wakeup
         self.types = types  # the job types the claimer may take (None: any)
+        self.job_id = job_id  # the job whose finish it awaits (Finishes)
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self._notified = False
@@ -106,3 +115,52 @@ class Wakeup:
     def _discard(self, waiter: Waiter) -> None:
         with self._lock:
             self._waiters.discard(waiter)
+
+
+class Finishes:
+    """The requests awaiting jobs' results, woken by the transitions that finish them."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[int, set[Waiter]] = {}
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def waiter(self, job_id: int) -> Waiter:
+        """Register a waiter for ``job_id``'s finish; use it as a context manager so it is
+        always removed."""
+        waiter = Waiter(self, None, job_id)
+        with self._lock:
+            self._waiting.setdefault(job_id, set()).add(waiter)
+        return waiter
+
+    @property
+    def waiting(self) -> int:
+        """How many requests await a result now."""
+        with self._lock:
+            return sum(len(waiters) for waiters in self._waiting.values())
+
+    def notify(self, job_ids: Iterable[int] | None) -> None:
+        """Wake the waiters of ``job_ids``; None wakes every waiter (a notification may
+        have been missed: each looks at its job again)."""
+        with self._lock:
+            if job_ids is None:
+                woken = [w for waiters in self._waiting.values() for w in waiters]
+            else:
+                woken = [w for i in set(job_ids) for w in self._waiting.get(i, ())]
+        for waiter in woken:
+            waiter._set()
+
+    def close(self) -> None:
+        """Shutdown: wake every waiter; result requests stop waiting from now on."""
+        with self._lock:
+            self.closed = True
+        self.notify(None)
+
+    def _discard(self, waiter: Waiter) -> None:
+        assert waiter.job_id is not None
+        with self._lock:
+            waiters = self._waiting.get(waiter.job_id)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiting[waiter.job_id]

@@ -92,3 +92,28 @@ def test_docs_load_nothing_from_outside_the_server(anonymous: Api) -> None:
     for asset in ["swagger-ui-bundle.js", "swagger-ui.css"]:
         assert f"/docs/assets/{asset}" in page.text
         assert anonymous.get(f"/docs/assets/{asset}").status_code == 200
+
+
+def test_openapi_documents_unique_jobs_awaited_results_and_progress(anonymous: Api) -> None:
+    spec = anonymous.get("/openapi.json").json()
+    paths, schemas = spec["paths"], spec["components"]["schemas"]
+    get_job = paths["/jobs/{job_id}"]["get"]
+    (wait,) = [p for p in get_job["parameters"] if p["name"] == "wait_seconds"]
+    assert wait["in"] == "query" and wait["schema"]["maximum"] == 30
+    assert "completed, failed or cancelled" in get_job["description"]
+    enqueue = paths["/jobs"]["post"]
+    assert "`replaced`" in enqueue["description"] and "unique_key" in enqueue["description"]
+    assert "replace" in enqueue["responses"]["200"]["description"]
+    assert {"unique_key", "on_duplicate"} <= set(schemas["EnqueueRequest"]["properties"])
+    assert "progress" in schemas["HeartbeatRequest"]["properties"]
+    assert {"unique_key", "progress"} <= set(schemas["JobOut"]["required"])
+    beat = paths["/jobs/{job_id}/heartbeat"]["post"]["responses"]["422"]
+    assert "payload-too-large" in beat["description"] and "4,096" in beat["description"]
+    # Every new refusal is a problem document.
+    for method, path, status in (
+        ("get", "/jobs/{job_id}", "422"),
+        ("post", "/jobs/{job_id}/heartbeat", "422"),
+        ("post", "/jobs", "422"),
+    ):
+        content = paths[path][method]["responses"][status]["content"]
+        assert "application/problem+json" in content, (method, path)

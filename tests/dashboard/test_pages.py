@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 
 from fastapi.testclient import TestClient
@@ -196,3 +197,27 @@ def test_hardening_09_ids_beyond_the_api_s_bounds_are_404(browser: Browser) -> N
         for action in ("retry", "cancel"):
             assert browser.post(f"/ui/jobs/{job_id}/{action}").status_code == 404, job_id
     assert browser.post("/ui/keys/9223372036854775808/revoke").status_code == 404
+
+
+def test_progress_shows_on_the_job_page_the_leases_and_the_jobs_list(
+    browser: Browser, producer: Api, worker: Api
+) -> None:
+    job = enqueue(producer, "noop", unique_key="nightly-7")
+    held = claim_one(worker)
+    progress = {"step": "<b>resize</b>", "done": 3, "of": 10, "notes": "n" * 300}
+    beat = worker.post(
+        f"/jobs/{job['id']}/heartbeat",
+        json={"lease_token": held["lease_token"], "progress": progress},
+    )
+    assert beat.status_code == 200
+    page = browser.get(f"/ui/jobs/{job['id']}").text
+    shown = re.search(r'<pre class="json" id="progress">(.*?)</pre>', page, re.DOTALL)
+    assert shown and json.loads(html.unescape(shown.group(1))) == progress
+    assert "nightly-7" in page and "<b>resize</b>" not in page
+    for listing in (browser.get("/ui").text, browser.get("/ui/jobs?status=running").text):
+        cells = re.findall(r'<td class="progress">(.*?)</td>', listing)
+        assert len(cells) == 1, listing
+        cell = html.unescape(cells[0])
+        assert cell.startswith('{"done": 3, "notes": "nnn') and cell.endswith("…")
+        assert len(cell) == 120
+    assert "None reported." in browser.get(f"/ui/jobs/{enqueue(producer)['id']}").text

@@ -23,8 +23,8 @@ from queuelog.dashboard import dashboard_router
 from queuelog.maintenance import Maintenance
 from queuelog.service import JobService
 from queuelog.storage import open_storage
-from queuelog.storage.protocol import ReadySubscriber, Storage
-from queuelog.wakeup import Wakeup
+from queuelog.storage.protocol import FinishSubscriber, ReadySubscriber, Storage
+from queuelog.wakeup import Finishes, Wakeup
 
 DESCRIPTION = """
 A durable background job queue. Producers enqueue jobs; workers claim them,
@@ -97,7 +97,7 @@ def create_app(
     install_openapi(app, list(settings.types))
     app.state.queuelog = state
     app.state.maintenance = maintenance
-    app.state.metrics = Metrics(state.service)
+    app.state.metrics = Metrics(state.service, state.finishes)
     install_handlers(app)
     _include_routes(app)
     app.add_middleware(InternalErrorMiddleware)  # innermost: the metrics count its 500s
@@ -129,16 +129,23 @@ def _lifespan(
 
 def _state(settings: Settings, storage: Storage, clock: Clock) -> AppState:
     wakeup = Wakeup(settings.server.claim_recheck_seconds)
-    service = JobService(storage, settings, clock, on_ready=wakeup.notify)
+    finishes = Finishes()
+    service = JobService(
+        storage, settings, clock, on_ready=wakeup.notify, on_finished=finishes.notify
+    )
     if isinstance(storage, ReadySubscriber):
         # Jobs made ready on other nodes sharing the database wake this node's claimers.
         storage.subscribe(wakeup.notify)
+    if isinstance(storage, FinishSubscriber):
+        # Jobs finished on other nodes answer this node's requests awaiting them.
+        storage.subscribe_finished(finishes.notify)
     return AppState(
         settings=settings,
         service=service,
         keys=KeyRing(storage, clock),
         limiter=RateLimiter(settings.limits.rate_per_second, settings.limits.rate_burst),
         wakeup=wakeup,
+        finishes=finishes,
     )
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from queuelog.errors import StorageUnavailable
 from queuelog.service import JobService
 from queuelog.storage.health import StorageHealth
+from queuelog.wakeup import Finishes
 
 
 class _JobsCollector:
@@ -56,7 +57,7 @@ class _StorageCollector:
 class Metrics:
     """One registry per app: tests and several apps in one process do not collide."""
 
-    def __init__(self, service: JobService) -> None:
+    def __init__(self, service: JobService, finishes: Finishes) -> None:
         self.registry = CollectorRegistry()
         self._requests = Counter(
             "queuelog_http_requests",
@@ -71,6 +72,12 @@ class Metrics:
             ["method", "route"],
             registry=self.registry,
         )
+        waiting = Gauge(
+            "queuelog_result_waits",
+            "Requests awaiting a job's result now (GET /jobs/{id}?wait_seconds=N)",
+            registry=self.registry,
+        )
+        waiting.set_function(lambda: finishes.waiting)
         self._service = service
         self._jobs = _JobsCollector()
         self.registry.register(self._jobs)

@@ -8,7 +8,7 @@ components, and the job types a request may name are the configured ones.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI
@@ -50,11 +50,16 @@ _TYPE_FIELDS = (
 )
 
 
-def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+def problems(
+    *statuses: int, described: Mapping[int, str] | None = None
+) -> dict[int | str, dict[str, Any]]:
     """The ``responses=`` entry for a route that may answer these problems (and the
-    storage faults, which any route may)."""
+    storage faults, which any route may); ``described`` words a status for this route
+    alone."""
+    said = described or {}
     return {
-        status: {"description": _DESCRIPTIONS[status]} for status in (*statuses, *_STORAGE_FAULTS)
+        status: {"description": said.get(status, _DESCRIPTIONS[status])}
+        for status in (*statuses, *_STORAGE_FAULTS)
     }
 
 
@@ -92,8 +97,8 @@ def _problems_are_problem_json(document: dict[str, Any]) -> None:
     for status, response in _responses(document):
         if status >= 400:
             response["content"] = {PROBLEM_JSON: {"schema": {"$ref": _PROBLEM_REF}}}
-            if status in _DESCRIPTIONS:
-                response["description"] = _DESCRIPTIONS[status]
+            if status in _DESCRIPTIONS and response.get("description") == "Validation Error":
+                response["description"] = _DESCRIPTIONS[status]  # FastAPI's own 422 entry
     # FastAPI's validation-error schemas describe answers queuelog never gives.
     schemas = document.get("components", {}).get("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):

@@ -46,6 +46,7 @@ Label = Annotated[PriorityLabel, BeforeValidator(_lower)]
 AwareTime = Annotated[datetime, BeforeValidator(_rfc3339)]
 IDEMPOTENCY_KEY_PATTERN = r"^[ -~]{1,255}$"  # printable ASCII
 IdempotencyKey = Annotated[StrictStr, Field(pattern=IDEMPOTENCY_KEY_PATTERN)]
+UniqueKey = IdempotencyKey  # the same shape: 1-255 printable ASCII
 
 
 def _integral(value: Any) -> Any:
@@ -122,11 +123,28 @@ class EnqueueRequest(_Request):
     run_at: AwareTime | None = None
     delay_seconds: Number | None = Field(None, ge=0, le=366 * 86_400)
     idempotency_key: IdempotencyKey | None = None
+    unique_key: UniqueKey | None = Field(
+        None,
+        description=(
+            "While a job of this principal and type with this key is pending or running, "
+            "no second one is made: see `on_duplicate`."
+        ),
+    )
+    on_duplicate: Literal["keep", "replace"] | None = Field(
+        None,
+        description=(
+            "With `unique_key`: `keep` (default) answers 200 with the active job; `replace` "
+            "gives a pending one this request's payload, priority and run_at (200, event "
+            "`replaced`), or makes a new job (201) while the one holding the key runs."
+        ),
+    )
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
         if self.run_at is not None and self.delay_seconds is not None:
             raise ValueError("give run_at or delay_seconds, not both")
+        if self.on_duplicate is not None and self.unique_key is None:
+            raise ValueError("on_duplicate needs a unique_key")
         return self
 
 
@@ -154,6 +172,14 @@ class ReleaseRequest(_Request):
 class HeartbeatRequest(_Request):
     lease_token: LeaseToken
     lease_seconds: LeaseSeconds | None = None
+    progress: JsonObject | None = Field(
+        None,
+        description=(
+            "How far the work is: the job shows the last one given (a heartbeat without it "
+            "keeps it). At most 4,096 bytes as compact UTF-8 JSON, else 422 "
+            "`payload-too-large`."
+        ),
+    )
 
 
 class CompleteRequest(_Request):
@@ -223,6 +249,8 @@ class JobOut(BaseModel):
     worker_id: str | None
     error: str | None = Field(description="Shown to admin keys only; null for everyone else.")
     result: JsonObject | None
+    unique_key: str | None
+    progress: JsonObject | None = Field(description="The last progress its worker reported.")
     created_at: str
     updated_at: str
 
@@ -338,6 +366,8 @@ def job_json(job: Job, show_error: bool, lease_token: bool = False) -> dict[str,
         "worker_id": job.worker_id,
         "error": job.error if show_error else None,
         "result": job.result,
+        "unique_key": job.unique_key,
+        "progress": job.progress,
         "created_at": created,
         "updated_at": updated,
     }

@@ -107,7 +107,7 @@ def run(app: FastAPI, host: str, port: int, access_log: bool = False) -> None:
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
-    server = _Server(config, on_shutdown=state.wakeup.close)
+    server = _Server(config, on_shutdown=state.close_waits)
     # uvicorn re-raises the signal that stopped it once it has shut down; with
     # SIGTERM ignored by then, a graceful stop ends the process with status 0.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -1,7 +1,15 @@
 """The Python SDK: ``Client``, ``AsyncClient`` and the ``Worker`` runtime."""
 
 from queuelog.client.aio import AsyncClient
-from queuelog.client.errors import BodyTooLarge, ServerError, ServerUnavailable
+from queuelog.client.errors import (
+    BodyTooLarge,
+    JobCancelled,
+    JobFailed,
+    JobNotCompleted,
+    JobTimeout,
+    ServerError,
+    ServerUnavailable,
+)
 from queuelog.client.outcome import Fail, Retry
 from queuelog.client.policy import RetryPolicy
 from queuelog.client.sync import Client
@@ -17,6 +25,10 @@ __all__ = [
     "Event",
     "Fail",
     "Job",
+    "JobCancelled",
+    "JobFailed",
+    "JobNotCompleted",
+    "JobTimeout",
     "Key",
     "Page",
     "Retry",

@@ -87,6 +87,10 @@ class EnqueueOptions(TypedDict, total=False):
     run_at: datetime | None
     delay_seconds: float | None
     idempotency_key: str | None
+    # While an active job of this type holds the key, no other is made: ``on_duplicate``
+    # "keep" (the server's default) answers it, "replace" gives a pending one this payload.
+    unique_key: str | None
+    on_duplicate: str | None
 
 
 def enqueue_body(
@@ -105,7 +109,8 @@ def enqueue(
     type: str, payload: JsonObject | None = None, **options: Unpack[EnqueueOptions]
 ) -> Call[Job]:
     """Enqueue one job (``POST /jobs``). Returns the new job, or the existing one when the
-    idempotency key was already used for the same request."""
+    idempotency key was already used for the same request, or when an active job holds
+    ``unique_key`` (kept, or given this payload with ``on_duplicate="replace"``)."""
     body = enqueue_body(type, payload, **options)
     return Call("POST", "/jobs", _job, resend=True, json=body)
 
@@ -127,9 +132,18 @@ def enqueue_many(jobs: Iterable[JsonObject]) -> Call[list[Enqueued]]:
     return Call("POST", "/jobs/batch", read, resend=True, json={"jobs": items})
 
 
-def get(job_id: JobRef) -> Call[Job]:
-    """One job (``GET /jobs/{id}``)."""
-    return Call("GET", f"/jobs/{_job_id(job_id)}", _job, resend=True)
+def get(job_id: JobRef, wait_seconds: float = 0) -> Call[Job]:
+    """One job (``GET /jobs/{id}``). With ``wait_seconds`` (up to 30), the server answers
+    once the job is completed, failed or cancelled, or when the time is up."""
+    params = {"wait_seconds": round(wait_seconds, 3)} if wait_seconds > 0 else {}
+    return Call(
+        "GET",
+        f"/jobs/{_job_id(job_id)}",
+        _job,
+        resend=True,
+        params=params,
+        wait_seconds=wait_seconds,
+    )
 
 
 def list_page(
@@ -197,11 +211,19 @@ def claim(
 
 
 def heartbeat(
-    job: JobRef, lease_token: str | None = None, lease_seconds: int | None = None
+    job: JobRef,
+    lease_token: str | None = None,
+    lease_seconds: int | None = None,
+    progress: JsonObject | None = None,
 ) -> Call[Job]:
-    """Extend the lease of a held job. Safe to send again: it only extends the lease."""
+    """Extend the lease of a held job, and give its ``progress`` if any. Safe to send
+    again: it only extends the lease and sets the same progress."""
     body = _drop_none(
-        {"lease_token": _lease_token(job, lease_token), "lease_seconds": lease_seconds}
+        {
+            "lease_token": _lease_token(job, lease_token),
+            "lease_seconds": lease_seconds,
+            "progress": progress,
+        }
     )
     return Call("POST", f"/jobs/{_job_id(job)}/heartbeat", _job, resend=True, json=body)
 

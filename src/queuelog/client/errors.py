@@ -3,7 +3,7 @@ and the client's own (the server could not be reached, or answered something une
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from queuelog.errors import (
     Forbidden,
@@ -18,6 +18,9 @@ from queuelog.errors import (
     UnknownJobType,
     ValidationFailed,
 )
+
+if TYPE_CHECKING:
+    from queuelog.client.types import Job
 
 
 class BodyTooLarge(QueueError):
@@ -39,6 +42,30 @@ class ServerUnavailable(QueueError):
     """The server could not be reached, or the connection broke before it answered."""
 
     slug, status, title = "server-unavailable", 0, "Cannot reach the queuelog server"
+
+
+class JobNotCompleted(Exception):
+    """An awaited job ended without completing; ``job`` is the job as it ended."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(f"job {job.id} is {job.status.value}")
+        self.job = job
+
+
+class JobFailed(JobNotCompleted):
+    """The awaited job failed for good (``job.error`` says why, to admin keys)."""
+
+
+class JobCancelled(JobNotCompleted):
+    """The awaited job was cancelled."""
+
+
+class JobTimeout(TimeoutError):
+    """The awaited job had not finished when the time was up; ``job`` is as it was then."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(f"job {job.id} is still {job.status.value}")
+        self.job = job
 
 
 ERRORS_BY_SLUG: dict[str, type[QueueError]] = {

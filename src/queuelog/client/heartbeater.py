@@ -59,12 +59,15 @@ class Heartbeater:
                     running.next_beat = time.monotonic() + min(1.0, running.lease / 6)
 
     def _beat_one(self, running: Running) -> None:
+        progress = running.take_progress()
         try:
-            self._client.heartbeat(running.job, lease_seconds=max(1, round(running.lease)))
+            lease = max(1, round(running.lease))
+            self._client.heartbeat(running.job, lease_seconds=lease, progress=progress)
             running.next_beat = time.monotonic() + running.lease / 3
         except LOST as error:
             log.warning("job_id=%s lost its lease (%s)", running.job.id, error.slug)
             self.release(running)
         except QueueError as error:
             log.warning("job_id=%s heartbeat failed: %s", running.job.id, error.detail)
+            running.keep_progress(progress)
             running.next_beat = time.monotonic() + min(1.0, running.lease / 6)

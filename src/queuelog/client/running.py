@@ -8,15 +8,16 @@ acknowledger reports its outcome and the heartbeater renews its lease meanwhile.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from queuelog.client.types import Job
+from queuelog.client.types import Job, JsonObject
 from queuelog.errors import InvalidState, NotFound, NotLeaseHolder
 
 log = logging.getLogger("queuelog.worker")
@@ -25,6 +26,9 @@ LOST = (InvalidState, NotLeaseHolder, NotFound)  # the lease is gone: someone el
 # After the shutdown deadline, abandoned jobs are reported within this many seconds (in
 # parallel, one try each) or left to their leases; the threads get as long to finish.
 LATE_SECONDS = 5.0
+# Progress goes out with a heartbeat at most this often.
+PROGRESS_SECONDS = 1.0
+MAX_PROGRESS_BYTES = 4096  # the server's limit on a heartbeat's progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +55,45 @@ class Running:
     abandoned: bool = False  # the shutdown deadline passed: its outcome is dropped
     future: Future[Any] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    last_beat: float = 0.0
+    progress: JsonObject | None = None  # reported by the handler, not yet sent
 
     def __post_init__(self) -> None:
         self.next_beat = self.started + self.lease / 3
+        self.last_beat = self.started
+        # The job the handler gets: its report_progress lands here.
+        self.job = replace(self.job, progress_to=self.report_progress)
+
+    def report_progress(self, progress: JsonObject) -> None:
+        """Keep ``progress`` for the next heartbeat, brought forward to a second after the
+        last one (sooner progress replaces it unsent)."""
+        if not isinstance(progress, dict):
+            raise ValueError("progress must be a JSON object (a dict)")
+        try:
+            # Measured as the server measures it: compact UTF-8 JSON.
+            text = json.dumps(progress, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            size = len(text.encode())
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"progress is not JSON: {error}") from None
+        if size > MAX_PROGRESS_BYTES:
+            raise ValueError(f"progress is {size} bytes as JSON; at most {MAX_PROGRESS_BYTES}")
+        with self.lock:
+            self.progress = dict(progress)
+            soonest = max(self.last_beat + PROGRESS_SECONDS, time.monotonic())
+            self.next_beat = min(self.next_beat, soonest)
+
+    def take_progress(self) -> JsonObject | None:
+        """The progress to send with the heartbeat going out now (None: none new)."""
+        with self.lock:
+            progress, self.progress = self.progress, None
+            self.last_beat = time.monotonic()
+            return progress
+
+    def keep_progress(self, progress: JsonObject | None) -> None:
+        """A heartbeat that did not land: its progress goes with the next, unless newer came."""
+        with self.lock:
+            if self.progress is None:
+                self.progress = progress
 
     def begin(self) -> bool:
         """True, once started, unless the job was abandoned (at the shutdown deadline)."""

@@ -10,6 +10,7 @@ from typing import TypeVar
 import httpx
 
 from queuelog.client import calls
+from queuelog.client.awaiting import Awaiting
 from queuelog.client.calls import Call, answer
 from queuelog.client.errors import ServerError
 from queuelog.client.types import Job
@@ -36,6 +37,12 @@ class Client(Verbs[httpx.Client, httpx.BaseTransport]):
                 delay = self.retry_policy.retry_or_raise(call, error, attempt, self.connection)
             time.sleep(delay)
             attempt += 1
+
+    def follow(self, waiting: Awaiting[T]) -> T:
+        """Send the reads of a wait (``wait``, ``result``) until it is over; its answer."""
+        while (call := waiting.next_call()) is not None:
+            waiting.take(self.send(call))
+        return waiting.finished()
 
     def list(
         self, status: str | None = None, type: str | None = None, page_size: int = 100

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -54,6 +55,23 @@ class Job:
     error: str | None = None
     result: JsonObject | None = None
     lease_token: str | None = field(default=None, repr=False)  # a secret of its worker
+    unique_key: str | None = None
+    progress: JsonObject | None = None
+    # Set by the Worker on the job it hands a handler: where report_progress goes.
+    progress_to: Callable[[JsonObject], None] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    def report_progress(self, progress: JsonObject) -> None:
+        """In a handler: how far the work is (a JSON object of at most 4,096 bytes), sent
+        with the job's next heartbeat, at most one a second; the job shows the last one.
+
+        Raises:
+            ValueError: not a JSON object, too large, or not a job a Worker handed out.
+        """
+        if self.progress_to is None:
+            raise ValueError("report_progress is for the job a Worker hands its handler")
+        self.progress_to(progress)
 
     @classmethod
     def from_json(cls, data: JsonObject) -> Job:
@@ -75,6 +93,8 @@ class Job:
             error=data.get("error"),
             result=data.get("result"),
             lease_token=data.get("lease_token"),
+            unique_key=data.get("unique_key"),
+            progress=data.get("progress"),
         )
 
     @property

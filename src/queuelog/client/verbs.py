@@ -2,7 +2,8 @@
 
 Each verb builds its call in ``calls`` and hands it to the client's ``send``: a blocking
 client returns the answer, an asyncio client a coroutine of it. So a new API call is
-one function in ``calls`` and one line here, and both clients have it.
+one function in ``calls`` and one line here, and both clients have it. A wait (``wait``,
+``result``) is many reads: it is begun in ``awaiting`` and followed by the client.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from queuelog.client import calls
+from queuelog.client import awaiting, calls
+from queuelog.client.awaiting import Awaiting
 from queuelog.client.calls import Call
 from queuelog.client.policy import Connection, RetryPolicy
 
@@ -54,6 +56,43 @@ class Verb(Generic[P, T]):
         @functools.wraps(build)
         def method(*args: P.args, **kwargs: P.kwargs) -> Any:
             return client.send(build(*args, **kwargs))
+
+        return method
+
+
+class _FollowsAwaited(Protocol):
+    def follow(self, waiting: Awaiting[S], /) -> Coroutine[Any, Any, S]: ...
+
+
+class _FollowsBlocking(Protocol):
+    def follow(self, waiting: Awaiting[S], /) -> S: ...
+
+
+class Wait(Generic[P, T]):
+    """A client method that begins a wait with ``start`` and has the client ``follow`` its
+    reads (blocking, or awaited) until it is over."""
+
+    def __init__(self, start: Callable[P, Awaiting[T]]) -> None:
+        self.start = start
+        self.__doc__ = start.__doc__
+
+    @overload
+    def __get__(self, client: None, owner: type) -> Wait[P, T]: ...
+    @overload
+    def __get__(
+        self, client: _FollowsAwaited, owner: type
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    @overload
+    def __get__(self, client: _FollowsBlocking, owner: type) -> Callable[P, T]: ...
+
+    def __get__(self, client: Any, owner: type) -> Any:
+        if client is None:
+            return self
+        start = self.start
+
+        @functools.wraps(start)
+        def method(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return client.follow(start(*args, **kwargs))
 
         return method
 
@@ -103,3 +142,5 @@ class Verbs(Generic[H, X]):
     create_key = Verb(calls.create_key)
     list_keys = Verb(calls.list_keys)
     revoke_key = Verb(calls.revoke_key)
+    wait = Wait(awaiting.wait)
+    result = Wait(awaiting.result)

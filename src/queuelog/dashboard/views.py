@@ -54,6 +54,19 @@ def pretty_json(value: Any) -> str:
     return "".join(parts)
 
 
+# A table cell shows this much of a job's progress; the job's page shows all of it.
+PROGRESS_CELL_CHARS = 120
+_COMPACT = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
+
+
+def progress_cell(value: Any) -> str:
+    """A job's progress on one line for a table cell (cut, with an ellipsis); '' for none."""
+    if value is None:
+        return ""
+    text = _COMPACT.encode(value)
+    return text if len(text) <= PROGRESS_CELL_CHARS else text[: PROGRESS_CELL_CHARS - 1] + "…"
+
+
 @dataclass(frozen=True, slots=True)
 class Bar:
     x: float

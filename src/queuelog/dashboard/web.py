@@ -64,7 +64,12 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=views.when, pretty=views.pretty_json, duration=views.duration)
+    env.filters.update(
+        when=views.when,
+        pretty=views.pretty_json,
+        duration=views.duration,
+        progress=views.progress_cell,
+    )
     return env
 
 

@@ -13,7 +13,7 @@ backend's ``health``, never a driver's own exception.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -27,6 +27,7 @@ from queuelog.models import (
     JobEvent,
     JobStatus,
     JsonObject,
+    OnDuplicate,
     Priority,
     QueueStats,
     Role,
@@ -49,6 +50,10 @@ class NewJob:
     # stored_json(payload), when the caller already encoded it to measure it against
     # the limit: a batch of 500 then encodes each payload once, not twice.
     payload_text: str | None = None
+    # While an active job of this principal and type holds the unique key, no job is
+    # made: the holder is kept, or (replace) a pending holder takes this payload.
+    unique_key: str | None = None
+    on_duplicate: OnDuplicate = OnDuplicate.KEEP
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +95,8 @@ class HeldParams:
     now: datetime
     # A heartbeat's new lease from now; None: the job type's lease.
     lease_seconds: int | None = None
+    # A heartbeat's progress as stored (compact JSON text); None keeps the last one.
+    progress_text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +149,15 @@ class Storage(Protocol):
         existing one comes back with ``created=False``. If its fingerprint
         differs, IdempotencyKeyReused (with ``index``) is raised and nothing is
         inserted.
+
+        Idempotency keys are looked at first. Then a job with a ``unique_key`` that
+        an active job of its principal and type holds (a pending one before a
+        running one) is not inserted: with ``keep`` the holder comes back
+        unchanged; with ``replace`` a pending holder takes the job's payload,
+        priority and run_at (event ``replaced``), while a running holder gives the
+        key up to a new job. Jobs are taken in order, so a later job of the batch
+        sees an earlier one's key. A partial unique index over the active holders
+        decides between concurrent inserts, on any node.
         """
         ...
 
@@ -225,4 +241,16 @@ class ReadySubscriber(Protocol):
 
     def subscribe(self, on_ready: Callable[[], None]) -> None:
         """Call ``on_ready`` (from any thread) whenever a job may have become ready."""
+        ...
+
+
+@runtime_checkable
+class FinishSubscriber(Protocol):
+    """A backend that tells of jobs finished where the service did not see it: by another
+    process sharing the database (PostgreSQL, LISTEN/NOTIFY, a claim's rescue included),
+    or by a claim's rescue of expired leases (SQLite)."""
+
+    def subscribe_finished(self, on_finished: Callable[[Iterable[int] | None], None]) -> None:
+        """Call ``on_finished`` (from any thread) with the ids of jobs that finished, or
+        None when any job may have finished unheard."""
         ...

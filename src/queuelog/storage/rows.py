@@ -62,6 +62,8 @@ def job_from_row(row: Row) -> Job:
         result=_json(row["result"]),
         fingerprint=row["fingerprint"],
         claimed_by=row["claimed_by"],
+        unique_key=row["unique_key"],
+        progress=_json(row["progress"]),
     )
 
 
@@ -140,6 +142,7 @@ def stored_columns(new: NewJob) -> dict[str, Any]:
         "idempotency_key": new.idempotency_key,
         "fingerprint": new.fingerprint,
         "run_at": to_micros(new.run_at),
+        "unique_key": new.unique_key,
     }
 
 
@@ -147,13 +150,14 @@ def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[s
     """The insert of ``jobs`` (one or many) and its bound parameters: the jobs as one
     JSON array, in order, each payload as its stored text (stored as is).
 
-    Jobs alike but for type, payload and priority, without idempotency keys (a
+    Jobs alike but for type, payload and priority, without idempotency or unique keys (a
     producer's usual batch), take ``job_insert_batch_uniform``, which binds what they
     share once; any other take ``job_insert_batch``.
     """
     first = jobs[0]
     alike = all(
         new.idempotency_key is None
+        and new.unique_key is None
         and (new.principal, new.max_retries, new.lease_seconds, new.run_at)
         == (first.principal, first.max_retries, first.lease_seconds, first.run_at)
         for new in jobs
@@ -199,6 +203,7 @@ def inserted_job(new: NewJob, job_id: int, stamp: datetime) -> Job:
         created_at=stamp,
         updated_at=stamp,
         fingerprint=new.fingerprint,
+        unique_key=new.unique_key,
     )
 
 
@@ -239,12 +244,19 @@ def match_inserted(
             out.append((inserted_job(new, job_id, stamp), True))
             continue
         job, created = existing(new)
-        if not created and job.fingerprint != new.fingerprint:
-            raise IdempotencyKeyReused(
-                "This idempotency key was used with a different request", index=index
-            )
-        out.append((job, created))
+        out.append((job if created else check_reused(job, new, index), created))
     return out
+
+
+def check_reused(job: Job, new: NewJob, index: int | None) -> Job:
+    """``job``, which holds ``new``'s idempotency key, unless ``new`` is another request
+    (IdempotencyKeyReused, naming the batch's ``index``)."""
+    if job.fingerprint != new.fingerprint:
+        where = {"index": index} if index is not None else {}
+        raise IdempotencyKeyReused(
+            "This idempotency key was used with a different request", **where
+        )
+    return job
 
 
 def json_param(value: list[Any] | dict[str, Any]) -> str:

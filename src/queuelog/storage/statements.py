@@ -23,6 +23,7 @@ def held_params(held: HeldParams) -> dict[str, Any]:
         "lease_token": held.lease_token,
         "worker_name": held.worker_name,
         "lease_seconds": held.lease_seconds,
+        "progress": held.progress_text,
         "now": to_micros(held.now),
     }
 

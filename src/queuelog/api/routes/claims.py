@@ -16,6 +16,7 @@ from queuelog.api.deps import ServiceDep, Worker
 from queuelog.api.lean import LeanRoute, lean_openapi, read_request
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.responses import JSONResponse
+from queuelog.api.results import hang_up
 from queuelog.api.schemas import (
     BatchCompleteOut,
     BatchCompleteRequest,
@@ -90,7 +91,7 @@ async def claim_or_wait(
     deadline = time.monotonic() + float(body.wait_seconds)
     gone: asyncio.Future[None] | None = None  # done when the client hangs up
     if body.wait_seconds:
-        gone = asyncio.ensure_future(_hang_up(receive))
+        gone = asyncio.ensure_future(hang_up(receive))
         await asyncio.sleep(0)  # one step: a client gone already is heard at once
     try:
         while True:
@@ -117,12 +118,6 @@ async def _until_due(service: JobService, types: Sequence[str] | None) -> float:
     if next_due is None:
         return math.inf
     return max((next_due - service.clock.now()).total_seconds(), 0.001)
-
-
-async def _hang_up(receive: Receive) -> None:
-    """Return when the client has gone (its request's body has been read already)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 _PREFER = (
@@ -206,13 +201,29 @@ def _item(job_id: IdPath, outcome: Job | Finished | QueueError, admin: bool) -> 
     "/{job_id:int}/heartbeat",
     response_model=JobOut,
     summary="Extend the lease of a held job",
-    description="`lease_seconds` defaults to the job type's lease." + _HELD,
-    responses=problems(*AUTHED, 404, 409, 413, 415, 422),
+    description=(
+        "`lease_seconds` defaults to the job type's lease. `progress` (a JSON object, at most "
+        "4,096 bytes as compact UTF-8 JSON) becomes the job's `progress`, shown until the "
+        "next one and after the job ends; a heartbeat without it keeps the last one." + _HELD
+    ),
+    responses=problems(
+        *AUTHED,
+        404,
+        409,
+        413,
+        415,
+        422,
+        described={
+            422: "`validation`, or `payload-too-large`: `progress` exceeds 4,096 bytes.",
+        },
+    ),
 )
 async def heartbeat(
     job_id: IdPath, body: HeartbeatRequest, caller: Worker, service: ServiceDep
 ) -> Response:
-    job = await service.heartbeat(caller, job_id, body.lease_token, body.lease_seconds)
+    job = await service.heartbeat(
+        caller, job_id, body.lease_token, body.lease_seconds, body.progress
+    )
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
 
 

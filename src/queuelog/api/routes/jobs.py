@@ -11,6 +11,7 @@ from queuelog.api.deps import Admin, Canceller, Producer, Reader, ServiceDep
 from queuelog.api.lean import LeanRoute, lean_openapi, read_request
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.responses import JSONResponse
+from queuelog.api.results import job_or_wait
 from queuelog.api.schemas import (
     IDEMPOTENCY_KEY_PATTERN,
     BatchEnqueueOut,
@@ -25,7 +26,7 @@ from queuelog.api.schemas import (
 )
 from queuelog.app_state import IdPath, state_of
 from queuelog.errors import ValidationFailed
-from queuelog.models import JobStatus, Role
+from queuelog.models import JobStatus, OnDuplicate, Role
 from queuelog.specs import CURSOR_PATTERN, EnqueueSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -50,6 +51,8 @@ def _spec(body: EnqueueRequest, header_key: str | None = None) -> EnqueueSpec:
         run_at=body.run_at,
         delay_seconds=body.delay_seconds,
         idempotency_key=key,
+        unique_key=body.unique_key,
+        on_duplicate=OnDuplicate(body.on_duplicate or OnDuplicate.KEEP),
     )
 
 
@@ -72,10 +75,26 @@ def _check_header_key(value: str | None) -> str | None:
         "`Idempotency-Key` header; both given and different is 422), a repeat of the same "
         "request by the same principal answers 200 with the existing job, unchanged; a "
         "different request with the same key is 422 `idempotency-key-reused`. Keys are "
-        "scoped per principal: another producer's key never collides or reveals a job."
+        "scoped per principal: another producer's key never collides or reveals a job.\n\n"
+        "With a `unique_key` (checked after the idempotency key), while a job of this "
+        "principal and type holding it is pending or running: `on_duplicate: keep` (the "
+        "default) makes nothing and answers 200 with that job (a pending one before a "
+        "running one); `replace` gives a pending job this request's `payload`, `priority` "
+        "and `run_at` (200, event `replaced`: a debounce), and makes a new job (201) when "
+        "the job holding the key is running. Once no such job is pending or running, the "
+        "key is free. Two enqueues of one key at once, on any nodes, make one job. "
+        "`on_duplicate` without `unique_key` is 422 `validation`."
     ),
     responses=problems(*AUTHED, 413, 415, 422)
-    | {200: {"model": JobOut, "description": "Same key, same request."}},
+    | {
+        200: {
+            "model": JobOut,
+            "description": (
+                "No job made: the same keyed request repeated, or the active job holding the "
+                "`unique_key` (kept, or replaced)."
+            ),
+        }
+    },
     openapi_extra=lean_openapi(
         EnqueueRequest,
         headers=[
@@ -102,7 +121,11 @@ async def enqueue(request: Request) -> Response:
     "/batch",
     response_model=BatchEnqueueOut,
     summary="Enqueue up to 500 jobs, all or nothing",
-    description="One bad item rejects the whole batch with 422 naming its `index`.",
+    description=(
+        "One bad item rejects the whole batch with 422 naming its `index`. Items take "
+        "`unique_key` and `on_duplicate` as a single enqueue does, in order: a later item "
+        "meets an earlier one's key. `created` is false for an item that made no job."
+    ),
     responses=problems(*AUTHED, 413, 415, 422),
 )
 async def enqueue_batch(
@@ -144,11 +167,35 @@ async def list_jobs(
 @router.get(
     "/{job_id:int}",
     response_model=JobOut,
-    summary="Get one job",
-    responses=problems(*AUTHED, 404),
+    summary="Get one job, or await its result",
+    description=(
+        "With `wait_seconds` (0-30, default 0), a job that is not yet completed, failed or "
+        "cancelled is awaited: the answer comes as soon as the job finishes (on any node), "
+        "or when the time is up, with the job as it is then (still `pending` or `running`). "
+        "A finished job is answered at once. A job the caller may not see is 404 at once, "
+        "as without `wait_seconds` (a worker sees only the jobs it holds, so one that awaits "
+        "its own held job is answered 404 once the job has ended). A `wait_seconds` out of "
+        "range is 422 `validation`."
+    ),
+    responses=problems(*AUTHED, 404, 422),
 )
-async def get_job(job_id: IdPath, caller: Reader, service: ServiceDep) -> Response:
-    job = await service.get(caller, job_id)
+async def get_job(
+    request: Request,
+    job_id: IdPath,
+    caller: Reader,
+    wait_seconds: Annotated[
+        float,
+        Query(
+            ge=0,
+            le=30,
+            description="Await the job's end up to this many seconds (0: answer at once).",
+        ),
+    ] = 0,
+) -> Response:
+    state = state_of(request)
+    job = await job_or_wait(
+        state.service, state.finishes, caller, job_id, wait_seconds, request.receive
+    )
     return JSONResponse(job_json(job, show_error=caller.has(Role.ADMIN)))
 
 

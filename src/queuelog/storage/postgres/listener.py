@@ -1,10 +1,11 @@
-"""LISTEN on a dedicated connection; wake this node when any node made a job ready."""
+"""LISTEN on a dedicated connection; wake this node when any node made a job ready, or
+finished jobs whose results requests here await."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import psycopg
 
@@ -13,6 +14,7 @@ from queuelog.storage.postgres.transactions import Q
 log = logging.getLogger("queuelog.storage.postgres")
 
 CHANNEL = "queuelog_ready"
+FINISHED_CHANNEL = "queuelog_finished"
 APPLICATION = "queuelog-listener"
 
 
@@ -21,7 +23,8 @@ class ReadyListener:
 
     A notification sent while the connection was down is lost, so every
     (re)connection also calls the callbacks once: claimers look again, and the
-    long poll's periodic re-check covers the rest.
+    long poll's periodic re-check covers the rest; every request awaiting a result
+    (finish callbacks called with None) looks at its job again.
     """
 
     def __init__(self, url: str, poll_seconds: float = 0.1, retry_seconds: float = 1.0) -> None:
@@ -29,6 +32,7 @@ class ReadyListener:
         self._poll_seconds = poll_seconds
         self._retry_seconds = retry_seconds
         self._callbacks: list[Callable[[], None]] = []
+        self._finish_callbacks: list[Callable[[Iterable[int] | None], None]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="queuelog-pg-listener", daemon=True)
         self.listening = threading.Event()
@@ -36,6 +40,10 @@ class ReadyListener:
 
     def add(self, callback: Callable[[], None]) -> None:
         self._callbacks.append(callback)
+
+    def add_finished(self, callback: Callable[[Iterable[int] | None], None]) -> None:
+        """Call ``callback`` with the ids of the jobs each notification says finished."""
+        self._finish_callbacks.append(callback)
 
     def start(self) -> None:
         self._thread.start()
@@ -50,6 +58,22 @@ class ReadyListener:
                 callback()
             except Exception:  # one failing callback must not stop the listener
                 log.exception("ready callback failed")
+
+    def _fire_finished(self, ids: list[int] | None) -> None:
+        for callback in list(self._finish_callbacks):
+            try:
+                callback(ids)
+            except Exception:  # one failing callback must not stop the listener
+                log.exception("finish callback failed")
+
+    def _heard(self, channel: str, payload: str, schema: str | None) -> None:
+        if channel == CHANNEL:
+            if payload == schema:
+                self._fire()
+            return
+        of, _, ids = payload.rpartition(":")
+        if of == schema:
+            self._fire_finished([int(i) for i in ids.split(",") if i])
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -68,9 +92,10 @@ class ReadyListener:
             row = conn.execute(Q["current_schema"]).fetchone()
             schema = row[0] if row else None
             conn.execute(f"LISTEN {CHANNEL}")
+            conn.execute(f"LISTEN {FINISHED_CHANNEL}")
             self._fire()
+            self._fire_finished(None)
             self.listening.set()
             while not self._stop.is_set():
-                for notification in conn.notifies(timeout=self._poll_seconds):
-                    if notification.payload == schema:
-                        self._fire()
+                for note in conn.notifies(timeout=self._poll_seconds):
+                    self._heard(note.channel, note.payload, schema)

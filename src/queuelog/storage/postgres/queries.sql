@@ -25,22 +25,29 @@ SELECT set_config('synchronous_commit', %(value)s, false);
 -- nodes of another queue in the same database ignore it.
 SELECT pg_notify('queuelog_ready', current_schema());
 
+-- name: job_finished_notify
+-- Delivered at commit, to every node LISTENing: the schema, a colon and the ids of
+-- the jobs that finished, comma-separated. Requests awaiting their results wake.
+SELECT pg_notify('queuelog_finished', current_schema() || ':' || %(ids)s);
+
 -- name: current_schema
 SELECT current_schema() AS name;
 
 -- name: job_insert_batch
 -- Every job of the JSON array %(jobs)s, in its order, in one statement. A job whose
--- (principal, idempotency_key) is taken is skipped. Ids rise in the array's order.
+-- (principal, idempotency_key) is taken, or whose unique key an active job holds
+-- (jobs_unique_hold), is skipped. Ids rise in the array's order.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
-                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
+                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
+                  unique_key, unique_hold)
 SELECT j.value ->> 'type', j.value ->> 'payload', (j.value ->> 'priority')::integer,
        (j.value ->> 'max_retries')::integer, (j.value ->> 'lease_seconds')::integer,
        j.value ->> 'principal', j.value ->> 'idempotency_key', j.value ->> 'fingerprint',
        (j.value ->> 'run_at')::bigint, (j.value ->> 'run_at')::bigint > %(now)s::bigint,
-       %(now)s, %(now)s
+       %(now)s, %(now)s, j.value ->> 'unique_key', j.value ->> 'unique_key'
 FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS j (value, n)
 ORDER BY j.n
-ON CONFLICT (principal, idempotency_key) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING id, principal, idempotency_key;
 
 -- name: job_insert_batch_uniform
@@ -61,6 +68,30 @@ SELECT * FROM jobs WHERE principal = %(principal)s AND idempotency_key = %(idemp
 
 -- name: job_get
 SELECT * FROM jobs WHERE id = %(id)s;
+
+-- name: job_unique_holder
+-- The active job an enqueue with this unique key meets: a pending one first (the
+-- one a replace updates, even while an older one runs), else the newest running.
+-- Locked, so a claim or a finish on another node waits for this enqueue's decision.
+SELECT * FROM jobs
+WHERE principal = %(principal)s AND type = %(type)s AND unique_key = %(unique_key)s
+  AND status IN ('pending', 'running')
+ORDER BY status = 'pending' DESC, id DESC
+LIMIT 1
+FOR UPDATE;
+
+-- name: job_replace
+-- A debounce: the pending holder of a unique key takes a newer enqueue's payload,
+-- priority and run_at.
+UPDATE jobs
+SET payload = %(payload)s, priority = %(priority)s, run_at = %(run_at)s::bigint,
+    scheduled = %(run_at)s::bigint > %(now)s::bigint, updated_at = %(now)s::bigint
+WHERE id = %(id)s AND status = 'pending'
+RETURNING *;
+
+-- name: job_unique_give_up
+-- A running holder gives its unique key up to the new job a replace makes.
+UPDATE jobs SET unique_hold = NULL WHERE id = %(id)s AND status = 'running';
 
 -- name: job_list
 -- Every job (an admin's view), newest first.
@@ -173,9 +204,11 @@ WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
 RETURNING *;
 
 -- name: job_heartbeat
+-- A heartbeat without progress keeps the last one.
 UPDATE jobs
 SET lease_expires_at = %(now)s::bigint
         + COALESCE(%(lease_seconds)s::integer, lease_seconds)::bigint * 1000000,
+    progress = COALESCE(%(progress)s::text, progress),
     updated_at = %(now)s::bigint
 WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
   AND claimed_by = %(worker_name)s AND lease_expires_at > %(now)s::bigint
@@ -235,10 +268,12 @@ WHERE id = %(id)s AND status = 'pending'
 RETURNING *;
 
 -- name: job_requeue
+-- A redriven job comes back without holding its unique key (another job may hold it
+-- by now); an enqueue with the key still finds it, as a pending job with that key.
 UPDATE jobs
 SET status = 'pending', retry_count = 0, run_at = %(now)s::bigint, scheduled = false,
     claimed_at = NULL, worker_id = NULL, claimed_by = NULL, lease_token = NULL,
-    lease_expires_at = NULL, updated_at = %(now)s::bigint
+    lease_expires_at = NULL, unique_hold = NULL, updated_at = %(now)s::bigint
 WHERE id = %(id)s AND status IN ('failed', 'cancelled')
 RETURNING *;
 
@@ -305,10 +340,11 @@ WHERE at >= %(since)s::bigint AND at < %(until)s::bigint
 GROUP BY bucket, event;
 
 -- name: job_requeue_failed
+-- As job_requeue, for every failed job of a type.
 UPDATE jobs
 SET status = 'pending', retry_count = 0, run_at = %(now)s::bigint, scheduled = false,
     claimed_at = NULL, worker_id = NULL, claimed_by = NULL, lease_token = NULL,
-    lease_expires_at = NULL, updated_at = %(now)s::bigint
+    lease_expires_at = NULL, unique_hold = NULL, updated_at = %(now)s::bigint
 WHERE status = 'failed' AND type = %(type)s
 RETURNING *;
 

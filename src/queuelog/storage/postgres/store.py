@@ -18,7 +18,7 @@ with heartbeats at half a lease.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -176,11 +176,19 @@ class PostgresStorage(SqlReads):
         LISTENs on a dedicated connection (reconnecting if it drops); ``on_ready``
         runs on the listener's thread and must be quick and thread-safe.
         """
+        self._listening().add(on_ready)
+
+    def subscribe_finished(self, on_finished: Callable[[Iterable[int] | None], None]) -> None:
+        """Call ``on_finished`` with the ids of the jobs any node finished (None: any may
+        have, while this node was not listening); from the listener's thread."""
+        self._listening().add_finished(on_finished)
+
+    def _listening(self) -> ReadyListener:
         with self._listener_lock:
             if self._listener is None:
                 self._listener = ReadyListener(self._url)
                 self._listener.start()
-            self._listener.add(on_ready)
+            return self._listener
 
     # -- jobs --------------------------------------------------------------
 

@@ -17,22 +17,23 @@ from psycopg.rows import DictRow
 
 from queuelog.clock import to_micros
 from queuelog.errors import InvalidState, NotFound, QueueError
-from queuelog.models import EventKind, Job, JobStatus
+from queuelog.models import TERMINAL, EventKind, Job, JobStatus
 from queuelog.storage import statements as st
 from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
     event_params,
+    id_status,
     insert_statement,
     job_from_row,
     json_param,
     match_inserted,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
+from queuelog.storage.unique import insert_each, insert_one
 
 PACKAGE = "queuelog.storage.postgres"
 Q = load_queries(PACKAGE)
 Conn = psycopg.Connection[DictRow]
-_INSERT_ATTEMPTS = 5
 
 
 def one(conn: Conn, name: str, args: Mapping[str, Any]) -> DictRow:
@@ -53,6 +54,18 @@ def _notify_ready(conn: Conn) -> None:
     conn.execute(Q["job_ready_notify"])
 
 
+# Ids per finish notification: a notification's payload holds under 8,000 bytes.
+_IDS_PER_NOTIFY = 200
+
+
+def _notify_finished(conn: Conn, jobs: Sequence[Job | DictRow]) -> None:
+    """NOTIFY the ids of the ``jobs`` that finished (completed, failed, cancelled)."""
+    ids = [job_id for job_id, status in map(id_status, jobs) if status in TERMINAL]
+    for start in range(0, len(ids), _IDS_PER_NOTIFY):
+        chunk = ",".join(str(i) for i in ids[start : start + _IDS_PER_NOTIFY])
+        conn.execute(Q["job_finished_notify"], {"ids": chunk})
+
+
 def _get(conn: Conn, job_id: int) -> Job | None:
     row = conn.execute(Q["job_get"], {"id": job_id}).fetchone()
     return job_from_row(row) if row else None
@@ -70,33 +83,28 @@ def apply_migrations(conn: Conn) -> None:
 
 
 def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
+    def execute(name: str, args: Mapping[str, Any]) -> Any:
+        return conn.execute(Q[name], args)
+
+    # Each inserted job's 'enqueued' event is written by the insert (the
+    # jobs_enqueued trigger, migration 0004).
+    if any(new.unique_key is not None for new in jobs):
+        # Job by job: a unique key's holder decides, and may be an earlier job of the batch.
+        each = insert_each(execute, jobs, now)
+        if any(created or replaced for _, created, replaced in each):
+            _notify_ready(conn)
+        return [(job, created) for job, created, _ in each]
     query, args = insert_statement(jobs, now)
     rows = conn.execute(Q[query], args).fetchall()
-    out = match_inserted(jobs, now, rows, lambda new: _insert_or_existing(conn, new, now))
-    # Each inserted job's 'enqueued' event was written by the insert (the
-    # jobs_enqueued trigger, migration 0004).
+    # A job whose idempotency key another insert took (on any node): ON CONFLICT waited
+    # for that insert to commit, so insert_one finds the winner (or inserts, if it is
+    # gone since).
+    out = match_inserted(
+        jobs, now, rows, lambda new: insert_one(execute, new, now, jobs.index(new))[:2]
+    )
     if any(created for _, created in out):
         _notify_ready(conn)
     return out
-
-
-def _insert_or_existing(conn: Conn, new: NewJob, now: datetime) -> tuple[Job, bool]:
-    """Insert, or find the job holding ``(principal, idempotency_key)``.
-
-    ON CONFLICT waits for a concurrent insert of the same key (on any node) to
-    commit or roll back, so the SELECT after it sees the winner. If that job is
-    pruned in between, the insert is simply tried again.
-    """
-    key = {"principal": new.principal, "idempotency_key": new.idempotency_key}
-    for _ in range(_INSERT_ATTEMPTS):
-        query, args = insert_statement([new], now)
-        row = conn.execute(Q[query], args).fetchone()
-        if row is not None:
-            return job_from_row(one(conn, "job_get", {"id": row["id"]})), True
-        existing = conn.execute(Q["job_by_idempotency_key"], key).fetchone()
-        if existing is not None:
-            return job_from_row(existing), False
-    raise RuntimeError("idempotency key kept conflicting with a job that then vanished")
 
 
 def claim(conn: Conn, params: ClaimParams) -> list[Job]:
@@ -123,6 +131,7 @@ def rescue(conn: Conn, now: datetime, retry_at: Callable[[Job], datetime], limit
         if isinstance(outcome, Job):
             rescued.append(outcome)
     _recorded(conn, events, rescued)
+    _notify_finished(conn, rescued)
     return rescued
 
 
@@ -147,11 +156,14 @@ def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueEr
     if params is None:
         events: list[dict[str, Any]] = []
         outcomes = [_finish(conn, item, events) for item in items]
-        _recorded(conn, events, [o for o in outcomes if isinstance(o, Job)])
+        finished = [o for o in outcomes if isinstance(o, Job)]
+        _recorded(conn, events, finished)
+        _notify_finished(conn, finished)
         return outcomes
     rows = conn.execute(Q["job_complete_batch"], params).fetchall()
     if rows:
         conn.execute(Q["event_insert_each"], st.completed_events(rows, items))
+        _notify_finished(conn, rows)
     matched = st.match_completed(
         items, rows, lambda item: st.guard_failure(_get(conn, item.job_id))
     )
@@ -183,7 +195,9 @@ def _finish(
 
 
 def cancel(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:
-    return _transition(conn, "job_cancel", job_id, actor, now, EventKind.CANCELLED)
+    job = _transition(conn, "job_cancel", job_id, actor, now, EventKind.CANCELLED)
+    _notify_finished(conn, [job])
+    return job
 
 
 def requeue(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:

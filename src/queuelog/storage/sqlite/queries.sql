@@ -11,17 +11,20 @@ INSERT INTO schema_migrations (version) VALUES (:version);
 
 -- name: job_insert_batch
 -- Every job of the JSON array :jobs, in its order, in one statement. A job whose
--- (principal, idempotency_key) is taken is skipped. Ids rise in the array's order.
+-- (principal, idempotency_key) is taken, or whose unique key an active job holds
+-- (jobs_unique_hold), is skipped. Ids rise in the array's order.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
-                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
+                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
+                  unique_key, unique_hold)
 SELECT j.value ->> 'type', j.value ->> 'payload', j.value ->> 'priority',
        j.value ->> 'max_retries', j.value ->> 'lease_seconds', j.value ->> 'principal',
        j.value ->> 'idempotency_key', j.value ->> 'fingerprint', j.value ->> 'run_at',
-       (j.value ->> 'run_at') > :now, :now, :now
+       (j.value ->> 'run_at') > :now, :now, :now,
+       j.value ->> 'unique_key', j.value ->> 'unique_key'
 FROM json_each(:jobs) AS j
 WHERE true  -- an upsert's SELECT needs a WHERE clause to parse
 ORDER BY j.key
-ON CONFLICT (principal, idempotency_key) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING id, principal, idempotency_key;
 
 -- name: job_insert_batch_uniform
@@ -43,6 +46,28 @@ SELECT * FROM jobs WHERE principal = :principal AND idempotency_key = :idempoten
 
 -- name: job_get
 SELECT * FROM jobs WHERE id = :id;
+
+-- name: job_unique_holder
+-- The active job an enqueue with this unique key meets: a pending one first (the
+-- one a replace updates, even while an older one runs), else the newest running.
+SELECT * FROM jobs INDEXED BY jobs_unique_key
+WHERE principal = :principal AND type = :type AND unique_key = :unique_key
+  AND unique_key IS NOT NULL AND status IN ('pending', 'running')
+ORDER BY status = 'pending' DESC, id DESC
+LIMIT 1;
+
+-- name: job_replace
+-- A debounce: the pending holder of a unique key takes a newer enqueue's payload,
+-- priority and run_at.
+UPDATE jobs
+SET payload = :payload, priority = :priority, run_at = :run_at, scheduled = :run_at > :now,
+    updated_at = :now
+WHERE id = :id AND status = 'pending'
+RETURNING *;
+
+-- name: job_unique_give_up
+-- A running holder gives its unique key up to the new job a replace makes.
+UPDATE jobs SET unique_hold = NULL WHERE id = :id AND status = 'running';
 
 -- name: job_list
 -- Every job (an admin's view), newest first.
@@ -135,8 +160,10 @@ ORDER BY lease_expires_at
 LIMIT :limit;
 
 -- name: job_heartbeat
+-- A heartbeat without progress keeps the last one.
 UPDATE jobs
 SET lease_expires_at = :now + COALESCE(:lease_seconds, lease_seconds) * 1000000,
+    progress = COALESCE(:progress, progress),
     updated_at = :now
 WHERE id = :id AND status = 'running' AND lease_token = :lease_token
   AND claimed_by = :worker_name AND lease_expires_at > :now
@@ -207,10 +234,12 @@ WHERE id = :id AND status = 'pending'
 RETURNING *;
 
 -- name: job_requeue
+-- A redriven job comes back without holding its unique key (another job may hold it
+-- by now); an enqueue with the key still finds it, as a pending job with that key.
 UPDATE jobs
 SET status = 'pending', retry_count = 0, run_at = :now, scheduled = 0, claimed_at = NULL,
     worker_id = NULL, claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
-    updated_at = :now
+    unique_hold = NULL, updated_at = :now
 WHERE id = :id AND status IN ('failed', 'cancelled')
 RETURNING *;
 
@@ -270,10 +299,11 @@ WHERE at >= :since AND at < :until
 GROUP BY bucket, event;
 
 -- name: job_requeue_failed
+-- As job_requeue, for every failed job of a type.
 UPDATE jobs
 SET status = 'pending', retry_count = 0, run_at = :now, scheduled = 0, claimed_at = NULL,
     worker_id = NULL, claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
-    updated_at = :now
+    unique_hold = NULL, updated_at = :now
 WHERE status = 'failed' AND type = :type
 RETURNING *;
 

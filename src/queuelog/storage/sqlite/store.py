@@ -8,14 +8,14 @@ import os
 import shutil
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from queuelog.clock import to_micros
 from queuelog.errors import QueueError
-from queuelog.models import ApiKey, EventKind, Finished, Job, JobStatus
+from queuelog.models import TERMINAL, ApiKey, EventKind, Finished, Job, JobStatus
 from queuelog.storage.health import StorageHealth
 from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, NewKey
 from queuelog.storage.reads import SqlReads
@@ -50,6 +50,7 @@ class SqliteStorage(SqlReads):
             space_left=lambda: shutil.disk_usage(self.path.parent).free,
             headroom=_SPACE_HEADROOM_BYTES,
         )
+        self._on_finished: list[Callable[[Iterable[int] | None], None]] = []
         self._writer = GroupWriter(
             self._connect, busy_timeout=_BUSY_TIMEOUT_SECONDS, health=self.health
         )
@@ -114,7 +115,18 @@ class SqliteStorage(SqlReads):
         return await self._writer.run(lambda conn: tx.insert_many(conn, jobs, now))
 
     async def job_claim(self, params: ClaimParams) -> list[Job]:
-        return await self._writer.run(lambda conn: tx.claim(conn, params))
+        jobs, rescued = await self._writer.run(lambda conn: tx.claim(conn, params))
+        # Committed now: a lease the claim's rescue failed for good ends that job.
+        ended = [job.id for job in rescued if job.status in TERMINAL]
+        if ended:
+            for on_finished in self._on_finished:
+                on_finished(ended)
+        return jobs
+
+    def subscribe_finished(self, on_finished: Callable[[Iterable[int] | None], None]) -> None:
+        """Call ``on_finished`` with the ids of jobs a claim finished on its way (a lease
+        rescued for good), which the service that asked for the claim does not see."""
+        self._on_finished.append(on_finished)
 
     async def job_heartbeat(self, held: HeldParams) -> Job:
         args = held_params(held)

@@ -23,6 +23,7 @@ from queuelog.storage.rows import (
     match_inserted,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
+from queuelog.storage.unique import insert_each
 
 PACKAGE = "queuelog.storage.sqlite"
 Q = load_queries(PACKAGE)
@@ -77,6 +78,10 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
 def insert_many(
     conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
 ) -> list[tuple[Job, bool]]:
+    if any(new.unique_key is not None for new in jobs):
+        # Job by job: a unique key's holder decides, and may be an earlier job of the batch.
+        each = insert_each(lambda name, args: conn.execute(Q[name], args), jobs, now)
+        return [(job, created) for job, created, _ in each]
     query, args = insert_statement(jobs, now)
     rows = conn.execute(Q[query], args).fetchall()
     # Each inserted job's 'enqueued' event was written by the insert (the
@@ -108,17 +113,19 @@ def rescue(
     return rescued
 
 
-def claim(conn: sqlite3.Connection, params: ClaimParams) -> list[Job]:
-    """Claim up to ``params.limit`` ready jobs, in claim order."""
+def claim(conn: sqlite3.Connection, params: ClaimParams) -> tuple[list[Job], list[Job]]:
+    """Claim up to ``params.limit`` ready jobs, in claim order; and the jobs whose expired
+    leases the claim rescued first."""
+    rescued = []
     if params.retry_at is not None:
-        rescue(conn, params.now, params.retry_at, limit=500)
+        rescued = rescue(conn, params.now, params.retry_at, limit=500)
     conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
     args = st.claim_params(params, types_json(params.types))
     jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]
     jobs.sort(key=st.claim_order)
     if jobs:
         conn.execute(Q["event_insert_each"], st.claimed_events(jobs, params))
-    return jobs
+    return jobs, rescued
 
 
 def finish(

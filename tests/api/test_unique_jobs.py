@@ -1,0 +1,103 @@
+"""Unique jobs over HTTP, on both backends: the answers (201, 200), the `replaced` event,
+batches, the refusals, and idempotency checked first."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tests.conftest import Api, claim_one, enqueue
+
+
+def _post(api: Api, **body: object) -> tuple[int, dict[str, object]]:
+    response = api.post("/jobs", json={"type": "noop", "unique_key": "report-7", **body})
+    return response.status_code, response.json()
+
+
+def test_keep_answers_200_with_the_active_job(producer: Api) -> None:
+    status, first = _post(producer, payload={"v": 1})
+    assert status == 201 and first["unique_key"] == "report-7"
+    status, again = _post(producer, payload={"v": 2}, on_duplicate="keep")
+    assert status == 200 and again == first
+
+
+def test_replace_is_a_debounce_with_a_replaced_event(producer: Api) -> None:
+    _, first = _post(producer, payload={"v": 1})
+    status, replaced = _post(
+        producer, payload={"v": 2}, priority="high", delay_seconds=60, on_duplicate="replace"
+    )
+    assert status == 200 and replaced["id"] == first["id"]
+    assert (replaced["payload"], replaced["priority"]) == ({"v": 2}, "high")
+    assert replaced["run_at"] > first["run_at"]
+    events = producer.get(f"/jobs/{first['id']}/events").json()["events"]
+    assert [e["event"] for e in events] == ["enqueued", "replaced"]
+    assert events[1]["from_status"] == events[1]["to_status"] == "pending"
+
+
+def test_replace_while_the_holder_runs_makes_a_new_job(producer: Api, worker: Api) -> None:
+    _, first = _post(producer)
+    claim_one(worker)
+    status, second = _post(producer, payload={"v": 2}, on_duplicate="replace")
+    assert status == 201 and second["id"] != first["id"]
+    status, kept = _post(producer)
+    assert status == 200 and kept["id"] == second["id"]
+
+
+def test_the_key_is_free_once_the_job_is_cancelled(producer: Api) -> None:
+    _, first = _post(producer)
+    assert producer.post(f"/jobs/{first['id']}/cancel").status_code == 200
+    status, second = _post(producer)
+    assert status == 201 and second["id"] != first["id"]
+
+
+def test_another_producer_s_key_never_collides(producer: Api, as_key: Callable[..., Api]) -> None:
+    _, mine = _post(producer)
+    status, theirs = _post(as_key("other-shop", "producer"))
+    assert status == 201 and theirs["id"] != mine["id"]
+
+
+def test_a_batch_item_meets_an_earlier_items_key(producer: Api) -> None:
+    item = {"type": "noop", "unique_key": "sync-1"}
+    response = producer.post(
+        "/jobs/batch",
+        json={"jobs": [item, {**item, "payload": {"v": 2}, "on_duplicate": "replace"}, item]},
+    )
+    assert response.status_code == 200
+    results = response.json()["jobs"]
+    assert [r["created"] for r in results] == [True, False, False]
+    assert {r["job"]["id"] for r in results} == {results[0]["job"]["id"]}
+    assert results[2]["job"]["payload"] == {"v": 2}
+
+
+def test_the_idempotency_key_is_checked_first(producer: Api) -> None:
+    status, first = _post(producer, idempotency_key="k-1")
+    assert status == 201
+    assert _post(producer, idempotency_key="k-1") == (200, first)
+    status, refused = _post(producer, idempotency_key="k-1", payload={"v": 2})
+    assert status == 422 and refused["type"] == "idempotency-key-reused"
+    # The same idempotency key with another unique key is another request.
+    status, refused = _post(producer, idempotency_key="k-1", unique_key="report-8")
+    assert status == 422 and refused["type"] == "idempotency-key-reused"
+
+
+def test_bad_unique_fields_are_422_validation_and_store_nothing(producer: Api) -> None:
+    bad = [
+        {"unique_key": ""},
+        {"unique_key": "x" * 256},
+        {"unique_key": "caf\u00e9"},
+        {"unique_key": 7},
+        {"on_duplicate": "merge"},
+        {"unique_key": None, "on_duplicate": "keep"},
+    ]
+    for fields in bad:
+        status, problem = _post(producer, **fields)
+        assert status == 422 and problem["type"] == "validation", fields
+    response = producer.post(
+        "/jobs/batch", json={"jobs": [{"type": "noop", "on_duplicate": "keep"}]}
+    )
+    assert response.status_code == 422 and response.json()["type"] == "validation"
+    assert producer.get("/jobs").json()["jobs"] == []
+
+
+def test_jobs_without_a_unique_key_show_null(producer: Api) -> None:
+    job = enqueue(producer)
+    assert job["unique_key"] is None and job["progress"] is None

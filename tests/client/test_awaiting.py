@@ -1,0 +1,215 @@
+"""The SDK's awaited results, unique jobs and progress against a real server:
+``wait``/``result`` on both clients, ``unique_key``/``on_duplicate``, and
+``job.report_progress`` sent with the worker's heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from queuelog.client import (
+    AsyncClient,
+    Client,
+    Job,
+    JobCancelled,
+    JobFailed,
+    JobTimeout,
+    Worker,
+)
+from queuelog.client.awaiting import Awaiting
+from queuelog.errors import NotFound
+from queuelog.models import JobStatus
+from tests.client.test_worker import DEADLINE, running, wait_until
+from tests.realserver import RealServer
+
+
+def _client(server: RealServer, name: str) -> Client:
+    return Client(server.url, server.keys[name])
+
+
+def test_result_returns_what_the_worker_returned(server: RealServer) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1)
+    worker.handler("noop")(lambda job: {"doubled": job.payload["n"] * 2})
+    with _client(server, "shop") as shop, running(worker, server):
+        job = shop.enqueue("noop", {"n": 21})
+        assert shop.result(job, timeout=DEADLINE) == {"doubled": 42}
+        finished = shop.wait(job.id, timeout=DEADLINE)
+        assert finished.status is JobStatus.COMPLETED
+
+
+def test_result_raises_job_failed_with_the_job(server: RealServer) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1)
+
+    @worker.handler("slow")  # no retries: the first failure is the last
+    def fail(job: Job) -> Any:
+        raise RuntimeError("no")
+
+    with _client(server, "shop") as shop, running(worker, server):
+        job = shop.enqueue("slow")
+        with pytest.raises(JobFailed) as failed:
+            shop.result(job, timeout=DEADLINE)
+    assert failed.value.job.id == job.id and failed.value.job.status is JobStatus.FAILED
+
+
+def test_result_raises_job_cancelled_and_a_timeout_leaves_the_job_as_it_is(
+    real_server: RealServer,
+) -> None:
+    with _client(real_server, "shop") as shop:
+        job = shop.enqueue("noop", delay_seconds=3600)
+        started = time.monotonic()
+        with pytest.raises(JobTimeout) as late:
+            shop.result(job, timeout=0.5)
+        assert time.monotonic() - started >= 0.5
+        assert isinstance(late.value, TimeoutError)
+        assert late.value.job.status is JobStatus.PENDING
+        threading.Timer(0.3, shop.cancel, args=(job.id,)).start()
+        with pytest.raises(JobCancelled) as cancelled:
+            shop.result(job, timeout=DEADLINE)
+    assert cancelled.value.job.status is JobStatus.CANCELLED
+
+
+def test_a_wait_longer_than_one_read_sends_several(real_server: RealServer) -> None:
+    """Each read is held at most 30 s by the server; a longer wait reads again."""
+    now = [0.0]
+    waiting = Awaiting(7, timeout=70, then=lambda job: job, clock=lambda: now[0])
+    call = waiting.next_call()
+    assert call is not None and call.params == {"wait_seconds": 30.0}
+    with _client(real_server, "shop") as shop:
+        job = shop.enqueue("noop")
+    waiting.take(job)
+    now[0] = 65.0
+    call = waiting.next_call()
+    assert call is not None and call.params == {"wait_seconds": 5.0}
+    now[0] = 70.0
+    assert waiting.next_call() is None
+    with pytest.raises(JobTimeout):
+        waiting.finished()
+
+
+def test_waiting_on_a_job_the_caller_may_not_see_is_not_found(real_server: RealServer) -> None:
+    with _client(real_server, "shop") as shop, pytest.raises(NotFound):
+        shop.wait(10**12, timeout=5)
+
+
+def test_async_client_waits_and_reads_results(real_server: RealServer) -> None:
+    async def main() -> None:
+        async with (
+            AsyncClient(real_server.url, real_server.keys["shop"]) as shop,
+            AsyncClient(real_server.url, real_server.keys["mailer"]) as mailer,
+        ):
+            job = await shop.enqueue("send_email", {"to": "a@example.com"})
+            waiting = asyncio.ensure_future(shop.result(job, timeout=DEADLINE))
+            await asyncio.sleep(0.2)
+            (held,) = await mailer.claim(types=["send_email"])
+            await mailer.complete(held, {"sent": True})
+            assert await waiting == {"sent": True}
+            other = await shop.enqueue("noop", delay_seconds=3600)
+            with pytest.raises(JobTimeout):
+                await shop.wait(other, timeout=0.2)
+            await shop.cancel(other)
+            with pytest.raises(JobCancelled):
+                await shop.result(other, timeout=DEADLINE)
+
+    asyncio.run(main())
+
+
+def test_enqueue_takes_unique_key_and_on_duplicate(real_server: RealServer) -> None:
+    with _client(real_server, "shop") as shop:
+        first = shop.enqueue("noop", {"v": 1}, unique_key="nightly", delay_seconds=3600)
+        kept = shop.enqueue("noop", {"v": 2}, unique_key="nightly")
+        assert kept.id == first.id and kept.payload == {"v": 1} and kept.unique_key == "nightly"
+        replaced = shop.enqueue("noop", {"v": 3}, unique_key="nightly", on_duplicate="replace")
+        assert replaced.id == first.id and replaced.payload == {"v": 3}
+        assert [e.event for e in shop.events(first)] == ["enqueued", "replaced"]
+        shop.cancel(first)
+
+
+def test_report_progress_reaches_the_job_with_the_heartbeats(server: RealServer) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1)
+    seen: list[dict[str, Any] | None] = []
+    release = threading.Event()
+
+    @worker.handler("noop")
+    def handle(job: Job) -> Any:
+        for step in range(1, 4):
+            job.report_progress({"step": step})
+        with pytest.raises(ValueError):
+            job.report_progress({"big": "x" * 5000})
+        release.wait(DEADLINE)
+        return None
+
+    with _client(server, "shop") as shop, running(worker, server):
+        job = shop.enqueue("noop")
+
+        def shown() -> bool:
+            seen.append(shop.get(job).progress)
+            return seen[-1] == {"step": 3}
+
+        # Sent within about a second, long before the lease's first heartbeat is due.
+        wait_until(shown, "the last progress shown", timeout=DEADLINE)
+        release.set()
+        done = shop.wait(job, timeout=DEADLINE)
+    assert done.progress == {"step": 3}
+    assert {"step": 1} not in seen[1:]  # later reports replaced earlier ones unsent
+
+
+def test_report_progress_outside_a_worker_is_refused(real_server: RealServer) -> None:
+    with _client(real_server, "shop") as shop:
+        job = shop.enqueue("noop")
+        with pytest.raises(ValueError):
+            job.report_progress({"step": 1})
+        shop.cancel(job)
+
+
+class Beats(httpx.HTTPTransport):
+    """A real transport that keeps, for each heartbeat sent, when and whether it carried
+    progress."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.beats: list[tuple[float, bool]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/heartbeat"):
+            carried = "progress" in json.loads(request.content)
+            self.beats.append((time.monotonic(), carried))
+        return super().handle_request(request)
+
+
+def test_progress_goes_out_at_most_once_a_second(server: RealServer) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1)
+    reporting = 2.5
+
+    @worker.handler("noop")  # a 30 s lease: no heartbeat falls due on its own meanwhile
+    def handle(job: Job) -> Any:
+        until = time.monotonic() + reporting
+        step = 0
+        while time.monotonic() < until:
+            step += 1
+            job.report_progress({"step": step})
+            time.sleep(0.02)
+        return {"steps": step}
+
+    transport = Beats()
+    client = Client(server.url, server.keys["mailer"], transport=transport)
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        with _client(server, "shop") as shop:
+            job = shop.enqueue("noop")
+            done = shop.wait(job, timeout=DEADLINE)
+    finally:
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+        client.close()
+    sent = [at for at, carried in transport.beats if carried]
+    assert 1 <= len(sent) <= reporting + 1
+    assert all(later - earlier >= 0.9 for earlier, later in itertools.pairwise(sent))
+    assert done.progress is not None and done.progress["step"] <= done.result["steps"]
