@@ -11,6 +11,7 @@ from starlette.requests import Request
 from queuelog.auth import KeyRing, RateLimiter
 from queuelog.config import Settings
 from queuelog.models import MAX_ID
+from queuelog.scheduler import Scheduler
 from queuelog.service import JobService
 from queuelog.wakeup import Wakeup
 
@@ -24,6 +25,7 @@ class AppState:
     keys: KeyRing
     limiter: RateLimiter
     wakeup: Wakeup
+    schedules: Scheduler
 
 
 def state_of(request: Request) -> AppState:

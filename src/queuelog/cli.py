@@ -7,12 +7,14 @@ import sys
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
 from queuelog.auth import KEY_NAME, KEY_NAME_CHARS, KeyRing
 from queuelog.cli_client import EXIT_CODES, enqueue, one_line, worker
 from queuelog.cli_jobs import jobs
 from queuelog.clock import SystemClock, rfc3339
-from queuelog.config import PRIORITY_LABELS, Settings, load_settings
+from queuelog.config import PRIORITY_LABELS, Settings, config_problem, load_settings
+from queuelog.errors import ValidationFailed
 from queuelog.models import Priority, Role
 from queuelog.storage import open_storage
 from queuelog.storage.protocol import Storage
@@ -29,6 +31,8 @@ config_option = click.option(
 def _settings(config_path: str | None) -> Settings:
     try:
         return load_settings(config_path)
+    except ValidationError as exc:
+        raise click.ClickException(f"cannot load the configuration: {config_problem(exc)}") from exc
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot load the configuration: {exc}") from exc
 
@@ -137,6 +141,8 @@ def keys_create(
                 types or None,
             )
         )
+    except ValidationFailed as exc:
+        raise click.BadParameter(exc.detail, param_hint="--name") from exc
     finally:
         storage.close()
     click.echo(f"created key {key.id} for {key.name} ({', '.join(sorted(roles))})")

@@ -111,6 +111,7 @@ class Job:
     result: JsonObject | None = None
     fingerprint: str | None = None
     claimed_by: str | None = None  # name of the worker key holding the lease
+    schedule: str | None = None  # the schedule that made the job, if one did
 
 
 @dataclass(frozen=True, slots=True)

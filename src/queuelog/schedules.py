@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
 from queuelog.clock import from_micros, to_micros
+from queuelog.models import JsonObject, Priority
 
 # A schedule's name: it also names its jobs' principal, ``schedule:<name>``.
 SCHEDULE_NAME = re.compile(r"[a-z0-9_.-]{1,64}")
@@ -124,3 +125,35 @@ def _placed(wall: datetime, tz: ZoneInfo) -> datetime | None:
     if instant.astimezone(tz).replace(tzinfo=None) != wall:
         return None  # skipped when the clocks went forward
     return instant
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSpec:
+    """A schedule as the config file or an API call gives it, checked for shape."""
+
+    name: str
+    cadence: Cadence
+    type: str
+    payload: JsonObject = field(default_factory=dict)
+    priority: Priority = Priority.LOW
+    overlap: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A schedule as stored: its spec, where it came from, and how it has fired."""
+
+    spec: ScheduleSpec
+    source: str  # "config" or "api"
+    paused: bool
+    next_run_at: datetime
+    last_run_at: datetime | None
+    last_job_id: int | None
+    jobs_made: int
+    fires_skipped: int
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def name(self) -> str:
+        return self.spec.name

@@ -13,13 +13,14 @@ from queuelog.api.lean import register_models
 from queuelog.api.metrics import Metrics, MetricsMiddleware
 from queuelog.api.middleware import BodyLimitMiddleware
 from queuelog.api.problems import install_handlers
-from queuelog.api.routes import claims, jobs, keys, ops
+from queuelog.api.routes import claims, jobs, keys, ops, schedules
 from queuelog.app_state import AppState
 from queuelog.auth import KeyRing, RateLimiter
 from queuelog.clock import Clock, SystemClock
 from queuelog.config import Settings
 from queuelog.dashboard import dashboard_router
 from queuelog.maintenance import Maintenance
+from queuelog.scheduler import Scheduler
 from queuelog.service import JobService
 from queuelog.storage import open_storage
 from queuelog.storage.protocol import ReadySubscriber, Storage
@@ -70,12 +71,14 @@ def create_app(
     """Build the application; it owns (and closes) the storage it is given or opens."""
     storage = storage or open_storage(settings)
     state = _state(settings, storage, clock or SystemClock())
-    maintenance = Maintenance(state.service, settings.sweep_interval_seconds)
+    maintenance = Maintenance(
+        state.service, settings.sweep_interval_seconds, scheduler=state.schedules
+    )
     app = FastAPI(
         title="queuelog",
         version=__version__,
         description=DESCRIPTION,
-        lifespan=_lifespan(maintenance if run_maintenance else None, storage),
+        lifespan=_lifespan(maintenance if run_maintenance else None, storage, state.schedules),
         docs_url=None,
         redoc_url=None,
         # No 307 from /jobs/ to /jobs: it would name the request's own Host header,
@@ -100,12 +103,14 @@ def create_app(
 
 
 def _lifespan(
-    maintenance: Maintenance | None, storage: Storage
+    maintenance: Maintenance | None, storage: Storage, schedules: Scheduler
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Run ``maintenance`` (if any) while the app serves; close the storage at the end."""
+    """Store the config's schedules, run ``maintenance`` (if any) while the app serves;
+    close the storage at the end."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await schedules.sync_config()
         if maintenance is not None:
             maintenance.start()
         try:
@@ -130,6 +135,7 @@ def _state(settings: Settings, storage: Storage, clock: Clock) -> AppState:
         keys=KeyRing(storage, clock),
         limiter=RateLimiter(settings.limits.rate_per_second, settings.limits.rate_burst),
         wakeup=wakeup,
+        schedules=Scheduler(storage, settings, clock, on_ready=wakeup.notify),
     )
 
 
@@ -141,5 +147,6 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(claims.router)
     app.include_router(jobs.router)
     app.include_router(keys.router)
+    app.include_router(schedules.router)
     app.include_router(ops.router)
     app.include_router(dashboard_router(), include_in_schema=False)

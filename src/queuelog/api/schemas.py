@@ -204,6 +204,7 @@ class JobOut(BaseModel):
     result: JsonObject | None
     created_at: str
     updated_at: str
+    schedule: str | None = Field(description="The schedule that made the job, if one did.")
 
 
 class ClaimedJobOut(JobOut):
@@ -311,6 +312,7 @@ def job_json(job: Job, show_error: bool, lease_token: bool = False) -> dict[str,
         "result": job.result,
         "created_at": created,
         "updated_at": updated,
+        "schedule": job.schedule,
     }
     if lease_token:
         body["lease_token"] = job.lease_token

@@ -54,6 +54,7 @@ class Job:
     error: str | None = None
     result: JsonObject | None = None
     lease_token: str | None = field(default=None, repr=False)  # a secret of its worker
+    schedule: str | None = None  # the schedule that made the job, if one did
 
     @classmethod
     def from_json(cls, data: JsonObject) -> Job:
@@ -75,6 +76,7 @@ class Job:
             error=data.get("error"),
             result=data.get("result"),
             lease_token=data.get("lease_token"),
+            schedule=data.get("schedule"),
         )
 
     @property

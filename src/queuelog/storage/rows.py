@@ -62,6 +62,7 @@ def job_from_row(row: Row) -> Job:
         result=_json(row["result"]),
         fingerprint=row["fingerprint"],
         claimed_by=row["claimed_by"],
+        schedule=row["schedule"],
     )
 
 
