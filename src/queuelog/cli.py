@@ -1,4 +1,5 @@
-"""The ``queuelog`` command: serve, migrate, keys; worker, enqueue and jobs (``cli_client``)."""
+"""The ``queuelog`` command: serve, migrate, keys; worker, enqueue, jobs and schedules
+(``cli_client``, ``cli_jobs``, ``cli_schedules``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 from queuelog.auth import KEY_NAME, KEY_NAME_CHARS, KeyRing
 from queuelog.cli_client import EXIT_CODES, enqueue, one_line, worker
 from queuelog.cli_jobs import jobs
+from queuelog.cli_schedules import schedules
 from queuelog.clock import SystemClock, rfc3339
 from queuelog.config import PRIORITY_LABELS, Settings, config_problem, load_settings
 from queuelog.errors import ValidationFailed
@@ -53,6 +55,7 @@ def main() -> None:
 main.add_command(worker)
 main.add_command(enqueue)
 main.add_command(jobs)
+main.add_command(schedules)
 
 
 @main.command()

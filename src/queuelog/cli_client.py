@@ -209,7 +209,7 @@ def worker(
 # -- enqueue ----------------------------------------------------------------------
 
 
-def _payload(text: str | None) -> dict[str, Any]:
+def payload_argument(text: str | None) -> dict[str, Any]:
     if text is None:
         return {}
     try:
@@ -309,7 +309,7 @@ def enqueue(
             click.echo(f"enqueued {created + existing} jobs ({created} new, {existing} existing)")
             return
         assert job_type is not None
-        body = _payload(payload)
+        body = payload_argument(payload)
         with reported("cannot enqueue"):
             job = client.enqueue(job_type, body, priority=priority, idempotency_key=idempotency_key)
     if as_json:

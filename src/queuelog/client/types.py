@@ -164,6 +164,47 @@ class Key:
 
 
 @dataclass(frozen=True, slots=True)
+class Schedule:
+    """A recurring job: ``cron`` (read in ``timezone``) or ``every_seconds``."""
+
+    name: str
+    cron: str | None
+    every_seconds: int | None
+    timezone: str
+    type: str
+    payload: JsonObject
+    priority: Priority
+    overlap: bool
+    paused: bool
+    source: str  # "config" or "api"
+    next_run_at: datetime
+    last_run_at: datetime | None
+    last_job_id: int | None
+    jobs_made: int
+    fires_skipped: int
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> Schedule:
+        return cls(
+            name=str(data["name"]),
+            cron=data.get("cron"),
+            every_seconds=data.get("every_seconds"),
+            timezone=str(data["timezone"]),
+            type=str(data["type"]),
+            payload=dict(data.get("payload") or {}),
+            priority=Priority.from_label(str(data["priority"])),
+            overlap=bool(data["overlap"]),
+            paused=bool(data["paused"]),
+            source=str(data["source"]),
+            next_run_at=_time(data["next_run_at"]),
+            last_run_at=parse_time(data.get("last_run_at")),
+            last_job_id=data.get("last_job_id"),
+            jobs_made=int(data.get("jobs_made", 0)),
+            fires_skipped=int(data.get("fires_skipped", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Page:
     """One page of ``GET /jobs``."""
 
