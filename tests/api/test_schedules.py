@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from queuelog.clock import FakeClock
 from queuelog.config import Settings
@@ -279,3 +280,21 @@ def test_no_key_may_take_a_schedules_principal(admin: Api) -> None:
     response = admin.post("/keys", json=body)
     assert response.status_code == 422
     assert response.json()["type"] == "validation"
+
+
+async def test_metrics_count_jobs_made_and_fires_skipped_per_schedule(
+    admin: Api, scheduler: Scheduler, clock: FakeClock
+) -> None:
+    create(admin, type="noop", overlap=False)
+    for _ in range(3):
+        clock.advance(60)
+        await scheduler.fire_due()
+    text = admin.get("/metrics").text
+    samples = {
+        (s.name, s.labels.get("schedule")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("queuelog_schedule_jobs_made_total", "tick")] == 1
+    assert samples[("queuelog_schedule_fires_skipped_total", "tick")] == 2
+    assert samples[("queuelog_schedule_jobs_made_total", "nightly")] == 0

@@ -92,7 +92,7 @@ def create_app(
     register_models(app)
     app.state.queuelog = state
     app.state.maintenance = maintenance
-    app.state.metrics = Metrics(state.service)
+    app.state.metrics = Metrics(state.service, state.schedules)
     install_handlers(app)
     _include_routes(app)
     app.add_middleware(

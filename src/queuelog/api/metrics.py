@@ -1,4 +1,5 @@
-"""Prometheus metrics: requests and latencies, and jobs by status and type."""
+"""Prometheus metrics: requests and latencies, jobs by status and type, and schedules'
+jobs made and fires skipped."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from queuelog.scheduler import Scheduler
+from queuelog.schedules import Schedule
 from queuelog.service import JobService
 
 
@@ -28,10 +31,33 @@ class _JobsCollector:
         yield gauge
 
 
+class _SchedulesCollector:
+    """Per schedule, the jobs made and the fires skipped, as stored (so the same on every
+    node), read by the scrape that asked for them."""
+
+    def __init__(self) -> None:
+        self.schedules: list[Schedule] = []
+
+    def collect(self) -> Iterator[Metric]:
+        made = CounterMetricFamily(
+            "queuelog_schedule_jobs_made", "Jobs made by each schedule", labels=["schedule"]
+        )
+        skipped = CounterMetricFamily(
+            "queuelog_schedule_fires_skipped",
+            "Fires of each schedule that made no job",
+            labels=["schedule"],
+        )
+        for schedule in self.schedules:
+            made.add_metric([schedule.name], schedule.jobs_made)
+            skipped.add_metric([schedule.name], schedule.fires_skipped)
+        yield made
+        yield skipped
+
+
 class Metrics:
     """One registry per app: tests and several apps in one process do not collide."""
 
-    def __init__(self, service: JobService) -> None:
+    def __init__(self, service: JobService, scheduler: Scheduler | None = None) -> None:
         self.registry = CollectorRegistry()
         self._requests = Counter(
             "queuelog_http_requests",
@@ -49,10 +75,15 @@ class Metrics:
         self._service = service
         self._jobs = _JobsCollector()
         self.registry.register(self._jobs)
+        self._scheduler = scheduler
+        self._schedules = _SchedulesCollector()
+        self.registry.register(self._schedules)
 
     async def exposition(self) -> bytes:
         """The registry in Prometheus' text format, with the jobs counted now."""
         self._jobs.counts = (await self._service.stats()).counts
+        if self._scheduler is not None:
+            self._schedules.schedules = await self._scheduler.list()
         return generate_latest(self.registry)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
