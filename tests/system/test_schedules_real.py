@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -21,25 +21,15 @@ import httpx
 import pytest
 
 from tests.postgres import fresh_schema
-from tests.realserver import RealServer, closing
+from tests.realserver import RealServer, closing, wait_until
 
 pytestmark = pytest.mark.slow
 
 TYPES = {"noop": {"max_retries": 3, "lease_seconds": 30}}
-WAIT = 60.0
 
 
 def every_second(overlap: bool = True) -> dict[str, Any]:
     return {"schedules": {"tick": {"every_seconds": 1, "type": "noop", "overlap": overlap}}}
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def schedule(http: httpx.Client, name: str = "tick") -> dict[str, Any]:
@@ -78,7 +68,7 @@ def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[RealServe
 
 def test_a_one_second_schedule_makes_one_job_a_second(server: RealServer) -> None:
     with server.client(server.keys["root"]) as http:
-        wait_for(lambda: schedule(http)["jobs_made"] >= 5, "five fires")
+        wait_until(lambda: schedule(http)["jobs_made"] >= 5, "five fires")
         jobs = schedule_jobs(http)
         tick = schedule(http)
     assert len(jobs) >= 5
@@ -90,7 +80,7 @@ def test_a_one_second_schedule_makes_one_job_a_second(server: RealServer) -> Non
 
 def test_pause_resume_and_trigger(server: RealServer) -> None:
     with server.client(server.keys["root"]) as http:
-        wait_for(lambda: schedule(http)["jobs_made"] >= 1, "a first fire")
+        wait_until(lambda: schedule(http)["jobs_made"] >= 1, "a first fire")
         assert http.post("/schedules/tick/pause").json()["paused"] is True
         made = schedule(http)["jobs_made"]
         time.sleep(2.5)  # two fire times pass while paused
@@ -101,18 +91,18 @@ def test_pause_resume_and_trigger(server: RealServer) -> None:
         paused = schedule(http)
         assert (paused["jobs_made"], paused["last_job_id"]) == (made + 1, triggered.json()["id"])
         assert http.post("/schedules/tick/resume").json()["paused"] is False
-        wait_for(lambda: schedule(http)["jobs_made"] >= made + 3, "fires after resume")
+        wait_until(lambda: schedule(http)["jobs_made"] >= made + 3, "fires after resume")
 
 
 def test_a_stopped_server_makes_one_catch_up_job_on_start(server: RealServer) -> None:
     with server.client(server.keys["root"]) as http:
-        wait_for(lambda: schedule(http)["jobs_made"] >= 2, "two fires")
+        wait_until(lambda: schedule(http)["jobs_made"] >= 2, "two fires")
     server.terminate()
     time.sleep(4)  # at least four fire times pass with no server
     server.start()
     with server.client(server.keys["root"]) as http:
         before = len(schedule_jobs(http))
-        wait_for(lambda: len(schedule_jobs(http)) >= before + 3, "fires after the restart")
+        wait_until(lambda: len(schedule_jobs(http)) >= before + 3, "fires after the restart")
         times = fire_times(schedule_jobs(http))
     gaps = [b - a for a, b in itertools.pairwise(times)]
     # One jump over the downtime: its missed fires made one job (the latest), not one each.
@@ -125,7 +115,7 @@ def test_a_stopped_server_makes_one_catch_up_job_on_start(server: RealServer) ->
 @pytest.mark.parametrize("server", [False], indirect=True)
 def test_overlap_false_keeps_one_job_pending(server: RealServer) -> None:
     with server.client(server.keys["root"]) as http:
-        wait_for(lambda: schedule(http)["fires_skipped"] >= 3, "three skipped fires")
+        wait_until(lambda: schedule(http)["fires_skipped"] >= 3, "three skipped fires")
         jobs = schedule_jobs(http)
         tick = schedule(http)
     assert [job["status"] for job in jobs] == ["pending"]
@@ -157,10 +147,10 @@ def test_three_postgres_nodes_make_one_job_per_fire_time(tmp_path: Path) -> None
         for node in nodes:
             node.wait_ready()
         with nodes[2].client(key) as http:
-            wait_for(lambda: schedule(http)["jobs_made"] >= 5, "five fires on three nodes")
+            wait_until(lambda: schedule(http)["jobs_made"] >= 5, "five fires on three nodes")
             nodes[0].kill()  # SIGKILL: whatever it was doing, mid-transaction or not
             made = schedule(http)["jobs_made"]
-            wait_for(lambda: schedule(http)["jobs_made"] >= made + 5, "five fires after the kill")
+            wait_until(lambda: schedule(http)["jobs_made"] >= made + 5, "five fires after the kill")
             jobs = schedule_jobs(http)
             tick = schedule(http)
     times = fire_times(jobs)
