@@ -59,6 +59,13 @@ Choices where the contract is silent:
   syntax (422), API key (401), rate limit (429), role (403), then the fields (422)
   and the rules. The first three cost nothing to check and reveal nothing.
 * A claim request may have an empty body (all fields default).
+* Schedules: a job made by a schedule has `run_at` = its fire time and belongs to the
+  principal `schedule:<name>` (no key may have a name starting `schedule:`). A taken
+  schedule name is 409 `invalid-state`, as is deleting a schedule from the config file.
+  Resuming a schedule sets its next run to the next fire time after now (fires missed
+  while paused are not made up). A schedule's answer also carries `jobs_made` and
+  `fires_skipped`. A schedule whose type left the config skips its fires (counted in
+  `fires_skipped`); `trigger` on it is 422 `unknown-job-type`.
 """
 
 
