@@ -16,8 +16,9 @@ from queuelog.cli_jobs import jobs
 from queuelog.cli_schedules import schedules
 from queuelog.clock import SystemClock, rfc3339
 from queuelog.config import PRIORITY_LABELS, Settings, config_problem, load_settings
-from queuelog.errors import ValidationFailed
+from queuelog.errors import QueueError, ValidationFailed
 from queuelog.models import Priority, Role
+from queuelog.scheduler import ScheduleIntake
 from queuelog.storage import open_storage
 from queuelog.storage.protocol import Storage
 
@@ -74,6 +75,10 @@ def serve(config_path: str | None, host: str, port: int, access_log: bool) -> No
     from queuelog.api.server import run
 
     settings = _settings(config_path)
+    try:
+        ScheduleIntake(settings).config_schedules(SystemClock().now())
+    except QueueError as exc:
+        raise click.ClickException(f"cannot load the configuration: {exc.detail}") from exc
     storage = _open(settings)
     plaintext = asyncio.run(KeyRing(storage, SystemClock()).bootstrap_admin())
     if plaintext is not None:

@@ -27,23 +27,14 @@ log = logging.getLogger("queuelog.schedules")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class Scheduler:
-    def __init__(
-        self,
-        storage: Storage,
-        settings: Settings,
-        clock: Clock,
-        on_ready: Callable[[], None] | None = None,
-    ) -> None:
-        self.storage = storage
+class ScheduleIntake:
+    """What a schedule may be: its cadence, and jobs the intake accepts from it."""
+
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.clock = clock
-        self._on_ready = on_ready or (lambda: None)
         self._intake = Intake(settings)
 
-    # -- what a schedule is --------------------------------------------------
-
-    def spec(self, name: str, fields: ScheduleConfig) -> ScheduleSpec:
+    def spec(self, name: str, fields: ScheduleConfig, now: datetime) -> ScheduleSpec:
         """The schedule ``fields`` describe, or the 422 that says why it cannot fire."""
         try:
             cadence = fields.cadence()
@@ -58,10 +49,10 @@ class Scheduler:
             priority=Priority.from_label(fields.priority),
             overlap=fields.overlap,
         )
-        self._job(spec, self.clock.now())  # its jobs must pass the intake
+        self.job(spec, now)  # its jobs must pass the intake
         return spec
 
-    def _job(self, spec: ScheduleSpec, now: datetime) -> NewJob:
+    def job(self, spec: ScheduleSpec, now: datetime) -> NewJob:
         """The job a fire of ``spec`` makes now; a QueueError if the intake refuses it."""
         producer = ApiKey(
             id=0,
@@ -76,16 +67,42 @@ class Scheduler:
         enqueue = EnqueueSpec(type=spec.type, payload=spec.payload, priority=spec.priority)
         return self._intake.new_job(producer, enqueue, now, None)
 
-    # -- the config's schedules -------------------------------------------------
+    def config_schedules(self, now: datetime) -> list[NewSchedule]:
+        """The config file's schedules to store; a QueueError naming the first that cannot
+        fire (its payload refused by its type's schema or the payload limit)."""
+        schedules = []
+        for name, fields in self.settings.schedules.items():
+            try:
+                spec = self.spec(name, fields, now)
+            except QueueError as exc:
+                exc.detail = f"schedules.{name}: {exc.detail}"
+                raise
+            schedules.append(NewSchedule(spec, "config", spec.cadence.next_after(now)))
+        return schedules
+
+
+class Scheduler:
+    def __init__(
+        self,
+        storage: Storage,
+        settings: Settings,
+        clock: Clock,
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.settings = settings
+        self.clock = clock
+        self._on_ready = on_ready or (lambda: None)
+        self.intake = ScheduleIntake(settings)
+
+    def spec(self, name: str, fields: ScheduleConfig) -> ScheduleSpec:
+        """The schedule ``fields`` describe (an API call's), or the 422 that says why not."""
+        return self.intake.spec(name, fields, self.clock.now())
 
     async def sync_config(self) -> None:
         """Create or update the config file's schedules (their pause state is kept)."""
         now = self.clock.now()
-        schedules = [
-            NewSchedule(self.spec(name, fields), "config", fields.cadence().next_after(now))
-            for name, fields in self.settings.schedules.items()
-        ]
-        await self.storage.schedule_sync_config(schedules, now)
+        await self.storage.schedule_sync_config(self.intake.config_schedules(now), now)
 
     # -- the API's verbs ---------------------------------------------------------
 
@@ -122,7 +139,9 @@ class Scheduler:
     async def trigger(self, name: str) -> Job:
         """A job made now, whatever the pause and overlap: an explicit act."""
         schedule = await self.get(name)
-        job = await self.storage.schedule_trigger(name, self._job(schedule.spec, self.clock.now()))
+        job = await self.storage.schedule_trigger(
+            name, self.intake.job(schedule.spec, self.clock.now())
+        )
         self._on_ready()
         return job
 
@@ -148,7 +167,7 @@ class Scheduler:
         fire_at = max(cadence.latest_at_or_before(now), schedule.next_run_at)
         job: NewJob | None
         try:
-            job = dataclasses.replace(self._job(schedule.spec, now), run_at=fire_at)
+            job = dataclasses.replace(self.intake.job(schedule.spec, now), run_at=fire_at)
         except QueueError as exc:
             log.warning("schedule %s: no job made, fire skipped: %s", schedule.name, exc.detail)
             job = None

@@ -6,7 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from pydantic import ValidationError
 
+from queuelog.config import Settings, config_problem
 from queuelog.schedules import Cadence, CadenceError
 
 
@@ -131,3 +133,37 @@ def test_bad_cadences_name_their_field(
         Cadence.parse(cron, every, timezone)
     assert caught.value.field == field
     assert str(caught.value).startswith(field + ": ")
+
+
+@pytest.mark.parametrize(
+    ("name", "schedule", "problem"),
+    [
+        ("Nightly", {"cron": "0 3 * * *"}, "schedules.Nightly: a schedule name is 1-64 of"),
+        ("n", {"cron": "0 3 * * *", "timezone": "Nowhere/City"}, "schedules.n.timezone: unknown"),
+        ("n", {"cron": "0 3 * * *", "type": "gone"}, "schedules.n.type: job type 'gone' is not"),
+        ("n", {"cron": "0 3 * * *", "every_seconds": 5}, "schedules.n.cron: give either cron"),
+        ("n", {"cron": "0 3 * *"}, "schedules.n.cron: must have five fields"),
+        ("n", {"every_seconds": 0}, "schedules.n.every_seconds: Input should be greater"),
+        ("n", {"every_seconds": 5, "priority": "urgent"}, "schedules.n.priority: unknown priority"),
+        ("n", {"every_seconds": 5, "colour": "red"}, "schedules.n.colour: Extra inputs"),
+    ],
+)
+def test_a_bad_config_schedule_is_one_line_naming_it(
+    name: str, schedule: dict[str, object], problem: str
+) -> None:
+    data = {"types": {"noop": {}}, "schedules": {name: {"type": "noop", **schedule}}}
+    with pytest.raises(ValidationError) as refused:
+        Settings.model_validate(data)
+    line = config_problem(refused.value)
+    assert line.startswith(problem), line
+    assert "\n" not in line
+
+
+def test_a_good_config_schedule() -> None:
+    data = {
+        "types": {"noop": {}},
+        "schedules": {"nightly": {"cron": "0  3 * * *", "type": "noop", "priority": "HIGH"}},
+    }
+    nightly = Settings.model_validate(data).schedules["nightly"]
+    assert nightly.priority == "high" and nightly.overlap is True
+    assert nightly.cadence() == Cadence("0 3 * * *", None, "UTC")
