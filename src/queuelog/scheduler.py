@@ -165,12 +165,12 @@ class Scheduler:
         for all the fires missed, not one each."""
         cadence: Cadence = schedule.spec.cadence
         fire_at = max(cadence.latest_at_or_before(now), schedule.next_run_at)
-        job: NewJob | None
+        job: NewJob | None = None
+        refused: str | None = None
         try:
             job = dataclasses.replace(self.intake.job(schedule.spec, now), run_at=fire_at)
-        except QueueError as exc:
-            log.warning("schedule %s: no job made, fire skipped: %s", schedule.name, exc.detail)
-            job = None
+        except QueueError as exc:  # its type left the config, or its schema changed
+            refused = exc.detail
         fire = ScheduleFire(
             name=schedule.name,
             due=schedule.next_run_at,
@@ -180,6 +180,9 @@ class Scheduler:
             now=now,
         )
         outcome, _ = await self.storage.schedule_fire(fire)
-        if outcome is FireOutcome.SKIPPED and job is not None:
+        # Reported by the node that took the fire only, not by every node.
+        if outcome is FireOutcome.SKIPPED and refused is not None:
+            log.warning("schedule %s: no job made, fire skipped: %s", schedule.name, refused)
+        elif outcome is FireOutcome.SKIPPED:
             log.info("schedule %s: fire skipped, its last job is still active", schedule.name)
         return outcome

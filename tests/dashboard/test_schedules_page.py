@@ -45,6 +45,8 @@ def test_pause_resume_and_trigger_buttons(browser: Browser, admin: Api) -> None:
     assert triggered.headers["location"] == f"/ui/jobs/{job_id}"
     page = browser.get("/ui/schedules").text
     assert f'<a href="/ui/jobs/{job_id}">{job_id}</a>' in page
+    job_page = browser.get(f"/ui/jobs/{job_id}").text
+    assert '<dt>schedule</dt><dd><a href="/ui/schedules">tick</a></dd>' in job_page
     assert browser.post("/ui/schedules/tick/resume").status_code == 303
     assert admin.get("/schedules/tick").json()["paused"] is False
 
