@@ -84,10 +84,12 @@ def schedule_json(schedule: Schedule) -> dict[str, Any]:
 _NOT_FOUND = {404: "`not-found`: no such schedule."}
 
 
-def _problems(*statuses: int, **described: str) -> dict[int | str, dict[str, Any]]:
-    """``problems`` with this router's own wording for 404 and 409."""
+def _problems(
+    *statuses: int, described: dict[int, str] | None = None
+) -> dict[int | str, dict[str, Any]]:
+    """``problems`` in this router's own words (404 is always a missing schedule)."""
     answers = problems(*statuses)
-    for status, text in (_NOT_FOUND | {int(k[1:]): v for k, v in described.items()}).items():
+    for status, text in (_NOT_FOUND | (described or {})).items():
         if status in answers:
             answers[status] = {**answers[status], "description": text}
     return answers
@@ -106,9 +108,11 @@ def _problems(*statuses: int, **described: str) -> dict[int | str, dict[str, Any
         413,
         415,
         422,
-        s409="`invalid-state`: a schedule of that name exists.",
-        s422="`validation` (a bad name, cron or timezone; both or neither of `cron` and "
-        "`every_seconds`), `unknown-job-type`, or `payload-too-large`.",
+        described={
+            409: "`invalid-state`: a schedule of that name exists.",
+            422: "`validation` (a bad name, cron or timezone; both or neither of `cron` and "
+            "`every_seconds`), `unknown-job-type`, or `payload-too-large`.",
+        },
     ),
 )
 async def create_schedule(
@@ -146,7 +150,10 @@ async def get_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response
     description="Its jobs already made are kept. A schedule from the config file is 409: "
     "remove it from the file instead.",
     responses=_problems(
-        *AUTHED, 404, 409, s409="`invalid-state`: the schedule comes from the config file."
+        *AUTHED,
+        404,
+        409,
+        described={409: "`invalid-state`: the schedule comes from the config file."},
     ),
 )
 async def delete_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response:
@@ -184,7 +191,10 @@ async def resume_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respo
     summary="Make the schedule's job now (admin)",
     description="Whatever its pause and `overlap`: an explicit act. Sets `last_job_id`.",
     responses=_problems(
-        *AUTHED, 404, 422, s422="`unknown-job-type`: the schedule's type left the config."
+        *AUTHED,
+        404,
+        422,
+        described={422: "`unknown-job-type`: the schedule's type left the config."},
     ),
 )
 async def trigger_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response:
