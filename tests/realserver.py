@@ -17,7 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ QUEUELOG = str(Path(sys.executable).parent / "queuelog")
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
+WAIT_TIMEOUT = 90.0  # any single wait for a server to have done something, on a busy machine
 
 DEFAULT_TYPES: dict[str, dict[str, Any]] = {
     "noop": {"max_retries": 3, "lease_seconds": 30},
@@ -38,6 +39,16 @@ DEFAULT_TYPES: dict[str, dict[str, Any]] = {
         "backoff_cap_seconds": 0.5,
     },
 }
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = WAIT_TIMEOUT) -> None:
+    """Poll ``check`` until it holds; AssertionError naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def free_port() -> int:

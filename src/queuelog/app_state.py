@@ -11,6 +11,7 @@ from starlette.requests import Request
 from queuelog.auth import KeyRing, RateLimiter
 from queuelog.config import Settings
 from queuelog.models import MAX_ID
+from queuelog.scheduler import Scheduler
 from queuelog.service import JobService
 from queuelog.wakeup import Finishes, Wakeup
 
@@ -26,6 +27,7 @@ class AppState:
     limiter: RateLimiter
     wakeup: Wakeup
     finishes: Finishes
+    schedules: Scheduler
 
     def close_waits(self) -> None:
         """Shutdown: every long poll (claims, results) answers at once."""

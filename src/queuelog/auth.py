@@ -15,6 +15,7 @@ from collections.abc import Callable
 from queuelog.clock import Clock
 from queuelog.errors import NotFound, RateLimited, Unauthenticated, ValidationFailed
 from queuelog.models import ApiKey, Priority, Role
+from queuelog.schedules import PRINCIPAL_PREFIX
 from queuelog.storage.protocol import NewKey, Storage
 
 KEY_PREFIX = "ql_"
@@ -112,6 +113,9 @@ class KeyRing:
             raise ValidationFailed("A key needs at least one role")
         if not KEY_NAME.fullmatch(name):
             raise ValidationFailed(f"A key name is 1-64 of {KEY_NAME_CHARS}")
+        if name.startswith(PRINCIPAL_PREFIX):
+            # The schedules' principals: a key of that name would see their jobs.
+            raise ValidationFailed(f"A key name may not start with {PRINCIPAL_PREFIX!r}")
         new, plaintext = _new_key(name, roles, max_priority, types)
         return await self._storage.key_insert(new, self._clock.now()), plaintext
 

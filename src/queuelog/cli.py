@@ -1,4 +1,5 @@
-"""The ``queuelog`` command: serve, migrate, keys; worker, enqueue and jobs (``cli_client``)."""
+"""The ``queuelog`` command: serve, migrate, keys; worker, enqueue, jobs and schedules
+(``cli_client``, ``cli_jobs``, ``cli_schedules``)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ import sys
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
 from queuelog.auth import KEY_NAME, KEY_NAME_CHARS, KeyRing
 from queuelog.cli_client import EXIT_CODES, enqueue, one_line, worker
 from queuelog.cli_jobs import jobs
+from queuelog.cli_schedules import schedules
 from queuelog.clock import SystemClock, rfc3339
-from queuelog.config import PRIORITY_LABELS, Settings, load_settings
+from queuelog.config import PRIORITY_LABELS, Settings, config_problem, load_settings
+from queuelog.errors import QueueError, ValidationFailed
 from queuelog.models import Priority, Role
+from queuelog.scheduler import ScheduleIntake
 from queuelog.storage import open_storage
 from queuelog.storage.protocol import Storage
 
@@ -29,6 +34,8 @@ config_option = click.option(
 def _settings(config_path: str | None) -> Settings:
     try:
         return load_settings(config_path)
+    except ValidationError as exc:
+        raise click.ClickException(f"cannot load the configuration: {config_problem(exc)}") from exc
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot load the configuration: {exc}") from exc
 
@@ -49,6 +56,7 @@ def main() -> None:
 main.add_command(worker)
 main.add_command(enqueue)
 main.add_command(jobs)
+main.add_command(schedules)
 
 
 @main.command()
@@ -67,6 +75,10 @@ def serve(config_path: str | None, host: str, port: int, access_log: bool) -> No
     from queuelog.api.server import run
 
     settings = _settings(config_path)
+    try:
+        ScheduleIntake(settings).config_schedules(SystemClock().now())
+    except QueueError as exc:
+        raise click.ClickException(f"cannot load the configuration: {exc.detail}") from exc
     storage = _open(settings)
     plaintext = asyncio.run(KeyRing(storage, SystemClock()).bootstrap_admin())
     if plaintext is not None:
@@ -137,6 +149,8 @@ def keys_create(
                 types or None,
             )
         )
+    except ValidationFailed as exc:
+        raise click.BadParameter(exc.detail, param_hint="--name") from exc
     finally:
         storage.close()
     click.echo(f"created key {key.id} for {key.name} ({', '.join(sorted(roles))})")

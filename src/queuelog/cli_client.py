@@ -218,7 +218,7 @@ def worker(
 # -- enqueue ----------------------------------------------------------------------
 
 
-def _payload(text: str | None) -> dict[str, Any]:
+def payload_argument(text: str | None) -> dict[str, Any]:
     if text is None:
         return {}
     try:
@@ -335,7 +335,7 @@ def enqueue(
             click.echo(f"enqueued {created + existing} jobs ({created} new, {existing} existing)")
             return
         assert job_type is not None
-        body = _payload(payload)
+        body = payload_argument(payload)
         with reported("cannot enqueue"):
             job = client.enqueue(
                 job_type,

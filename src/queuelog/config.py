@@ -8,9 +8,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from queuelog.models import Priority
+from queuelog.schedules import SCHEDULE_NAME, Cadence, CadenceError
 
 DEFAULT_DATABASE = "sqlite:///./data/queuelog.db"
 
@@ -53,6 +64,28 @@ class JobTypeConfig(_Strict):
     payload_schema: dict[str, Any] | None = None
 
 
+class ScheduleConfig(_Strict):
+    """``[schedules.NAME]``: a recurring job. The cadence rules (one of ``cron`` and
+    ``every_seconds``, five cron fields, a known time zone) are checked by
+    ``Cadence.parse``, for the file and the API alike."""
+
+    cron: StrictStr | None = Field(None, min_length=1, max_length=200)
+    every_seconds: StrictInt | None = Field(None, ge=1, le=366 * 86_400)
+    timezone: StrictStr = Field("UTC", min_length=1, max_length=100)
+    type: StrictStr = Field(min_length=1, max_length=100)
+    payload: dict[str, Any] = Field(default_factory=dict)
+    priority: StrictStr = "low"
+    overlap: StrictBool = True
+
+    @field_validator("priority")
+    @classmethod
+    def _priority(cls, label: str) -> str:
+        return Priority.from_label(label).label
+
+    def cadence(self) -> Cadence:
+        return Cadence.parse(self.cron, self.every_seconds, self.timezone)
+
+
 class Settings(_Strict):
     database: str = DEFAULT_DATABASE
     durability: Literal["full", "normal"] = "full"
@@ -64,6 +97,7 @@ class Settings(_Strict):
     # PostgreSQL: how long a request waits for a pooled connection before it is
     # answered 503 `unavailable`.
     connection_wait_seconds: float = Field(2.0, gt=0)
+    schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
 
     @field_validator("types")
     @classmethod
@@ -72,6 +106,20 @@ class Settings(_Strict):
             if not 1 <= len(name) <= 100 or not name.isprintable():
                 raise ValueError(f"bad job type name: {name!r}")
         return types
+
+    @model_validator(mode="after")
+    def _schedules_can_fire(self) -> Settings:
+        for name, schedule in self.schedules.items():
+            where = f"schedules.{name}"
+            if not SCHEDULE_NAME.fullmatch(name):
+                raise ValueError(f"{where}: a schedule name is 1-64 of a-z 0-9 _ . -")
+            try:
+                schedule.cadence()
+            except CadenceError as exc:
+                raise ValueError(f"{where}.{exc}") from None
+            if schedule.type not in self.types:
+                raise ValueError(f"{where}.type: job type {schedule.type!r} is not configured")
+        return self
 
     def job_type(self, name: str) -> JobTypeConfig | None:
         return self.types.get(name)
@@ -101,6 +149,14 @@ ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
 }
 
 PRIORITY_LABELS = [p.label for p in Priority]
+
+
+def config_problem(exc: ValidationError) -> str:
+    """A refused configuration in one line: the first problem and where it is."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    message = str(first.get("msg", "")).removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
 
 
 def load_settings(

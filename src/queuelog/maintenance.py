@@ -1,4 +1,4 @@
-"""Background maintenance: the lease sweeper and the pruner.
+"""Background maintenance: the lease sweeper, the schedules' fires and the pruner.
 
 Each pass is a ``run_once()`` that is tested on its own, run every sweep
 interval by one task on the server's event loop.
@@ -11,18 +11,25 @@ import contextlib
 import logging
 
 from queuelog.errors import StorageUnavailable
+from queuelog.scheduler import Scheduler
 from queuelog.service import JobService
 
 log = logging.getLogger("queuelog.maintenance")
 
 
 class Maintenance:
-    """Rescues expired leases every ``sweep_interval`` s and prunes every ``prune_interval`` s."""
+    """Rescues expired leases and fires due schedules every ``sweep_interval`` s, and
+    prunes every ``prune_interval`` s."""
 
     def __init__(
-        self, service: JobService, sweep_interval: float = 1.0, prune_interval: float = 60.0
+        self,
+        service: JobService,
+        sweep_interval: float = 1.0,
+        prune_interval: float = 60.0,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.service = service
+        self.scheduler = scheduler
         self.sweep_interval = sweep_interval
         self.prune_every = max(1, round(prune_interval / sweep_interval))
         self._task: asyncio.Task[None] | None = None
@@ -30,6 +37,8 @@ class Maintenance:
     async def run_once(self, prune: bool = True) -> tuple[int, int]:
         """One pass; returns (leases rescued, jobs pruned)."""
         rescued = len(await self.service.rescue_expired())
+        if self.scheduler is not None:
+            await self.scheduler.fire_due()
         pruned = await self.service.prune() if prune else 0
         if rescued or pruned:
             log.info("maintenance: %d expired leases rescued, %d jobs pruned", rescued, pruned)

@@ -125,6 +125,7 @@ class Job:
     claimed_by: str | None = None  # name of the worker key holding the lease
     unique_key: str | None = None
     progress: JsonObject | None = None  # the last progress its worker reported
+    schedule: str | None = None  # the schedule that made the job, if one did
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,13 @@ ROUTES: list[tuple[str, str, dict[str, object] | None, set[str]]] = [
     ("POST", "/keys", {"name": "k", "roles": ["worker"]}, {"admin"}),
     ("GET", "/keys", None, {"admin"}),
     ("DELETE", "/keys/999", None, {"admin"}),
+    ("POST", "/schedules", {"name": "s", "every_seconds": 60, "type": "noop"}, {"admin"}),
+    ("GET", "/schedules", None, {"admin"}),
+    ("GET", "/schedules/s", None, {"admin"}),
+    ("DELETE", "/schedules/s", None, {"admin"}),
+    ("POST", "/schedules/s/pause", None, {"admin"}),
+    ("POST", "/schedules/s/resume", None, {"admin"}),
+    ("POST", "/schedules/s/trigger", None, {"admin"}),
     ("GET", "/stats", None, {"admin"}),
     ("GET", "/metrics", None, {"admin"}),
 ]

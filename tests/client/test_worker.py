@@ -19,7 +19,7 @@ from queuelog.client import Client, Fail, Job, Retry, Worker
 from queuelog.client.acknowledger import ACK_BYTES
 from queuelog.models import JobStatus
 from tests.client.conftest import CONFIG, TYPES
-from tests.realserver import RealServer, closing
+from tests.realserver import RealServer, closing, wait_until
 
 DEADLINE = 90.0  # seconds any single wait in these tests may take, on a busy machine
 
@@ -36,15 +36,6 @@ def running(worker: Worker, server: RealServer) -> Iterator[threading.Thread]:
         thread.join(timeout=DEADLINE)
         client.close()
         assert not thread.is_alive(), "the worker did not stop"
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def admin(server: RealServer) -> Client:

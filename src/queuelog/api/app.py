@@ -14,13 +14,14 @@ from queuelog.api.middleware import BodyLimitMiddleware, InternalErrorMiddleware
 from queuelog.api.openapi import install as install_openapi
 from queuelog.api.openapi import operation_id
 from queuelog.api.problems import install_handlers
-from queuelog.api.routes import claims, jobs, keys, ops
+from queuelog.api.routes import claims, jobs, keys, ops, schedules
 from queuelog.app_state import AppState
 from queuelog.auth import KeyRing, RateLimiter
 from queuelog.clock import Clock, SystemClock
 from queuelog.config import Settings
 from queuelog.dashboard import dashboard_router
 from queuelog.maintenance import Maintenance
+from queuelog.scheduler import Scheduler
 from queuelog.service import JobService
 from queuelog.storage import open_storage
 from queuelog.storage.protocol import FinishSubscriber, ReadySubscriber, Storage
@@ -65,6 +66,13 @@ Choices where the contract is silent:
   and the rules. The first three cost nothing to check and reveal nothing.
 * A claim's body is a JSON object, as every body is: `{}` takes every default (one
   job of any type the key may claim, no wait).
+* Schedules: a job made by a schedule has `run_at` = its fire time and belongs to the
+  principal `schedule:<name>` (no key may have a name starting `schedule:`). A taken
+  schedule name is 409 `invalid-state`, as is deleting a schedule from the config file.
+  Resuming a schedule sets its next run to the next fire time after now (fires missed
+  while paused are not made up). A schedule's answer also carries `jobs_made` and
+  `fires_skipped`. A schedule whose type left the config skips its fires (counted in
+  `fires_skipped`); `trigger` on it is 422 `unknown-job-type`.
 """
 
 
@@ -77,12 +85,14 @@ def create_app(
     """Build the application; it owns (and closes) the storage it is given or opens."""
     storage = storage or open_storage(settings)
     state = _state(settings, storage, clock or SystemClock())
-    maintenance = Maintenance(state.service, settings.sweep_interval_seconds)
+    maintenance = Maintenance(
+        state.service, settings.sweep_interval_seconds, scheduler=state.schedules
+    )
     app = FastAPI(
         title="queuelog",
         version=__version__,
         description=DESCRIPTION,
-        lifespan=_lifespan(maintenance if run_maintenance else None, storage),
+        lifespan=_lifespan(maintenance if run_maintenance else None, storage, state.schedules),
         docs_url=None,
         redoc_url=None,
         # No 307 from /jobs/ to /jobs: it would name the request's own Host header,
@@ -97,7 +107,7 @@ def create_app(
     install_openapi(app, list(settings.types))
     app.state.queuelog = state
     app.state.maintenance = maintenance
-    app.state.metrics = Metrics(state.service, state.finishes)
+    app.state.metrics = Metrics(state.service, state.finishes, state.schedules)
     install_handlers(app)
     _include_routes(app)
     app.add_middleware(InternalErrorMiddleware)  # innermost: the metrics count its 500s
@@ -109,12 +119,14 @@ def create_app(
 
 
 def _lifespan(
-    maintenance: Maintenance | None, storage: Storage
+    maintenance: Maintenance | None, storage: Storage, schedules: Scheduler
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Run ``maintenance`` (if any) while the app serves; close the storage at the end."""
+    """Store the config's schedules, run ``maintenance`` (if any) while the app serves;
+    close the storage at the end."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await schedules.sync_config()
         if maintenance is not None:
             maintenance.start()
         try:
@@ -146,6 +158,7 @@ def _state(settings: Settings, storage: Storage, clock: Clock) -> AppState:
         limiter=RateLimiter(settings.limits.rate_per_second, settings.limits.rate_burst),
         wakeup=wakeup,
         finishes=finishes,
+        schedules=Scheduler(storage, settings, clock, on_ready=wakeup.notify),
     )
 
 
@@ -157,5 +170,6 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(claims.router)
     app.include_router(jobs.router)
     app.include_router(keys.router)
+    app.include_router(schedules.router)
     app.include_router(ops.router)
     app.include_router(dashboard_router(), include_in_schema=False)

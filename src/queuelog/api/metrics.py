@@ -1,4 +1,5 @@
-"""Prometheus metrics: requests and latencies, and jobs by status and type."""
+"""Prometheus metrics: requests and latencies, jobs by status and type, and schedules'
+jobs made and fires skipped."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from queuelog.errors import StorageUnavailable
+from queuelog.scheduler import Scheduler
+from queuelog.schedules import Schedule
 from queuelog.service import JobService
 from queuelog.storage.health import StorageHealth
 from queuelog.wakeup import Finishes
@@ -54,10 +57,35 @@ class _StorageCollector:
         )
 
 
+class _SchedulesCollector:
+    """Per schedule, the jobs made and the fires skipped, as stored (so the same on every
+    node), read by the scrape that asked for them."""
+
+    def __init__(self) -> None:
+        self.schedules: list[Schedule] = []
+
+    def collect(self) -> Iterator[Metric]:
+        made = CounterMetricFamily(
+            "queuelog_schedule_jobs_made", "Jobs made by each schedule", labels=["schedule"]
+        )
+        skipped = CounterMetricFamily(
+            "queuelog_schedule_fires_skipped",
+            "Fires of each schedule that made no job",
+            labels=["schedule"],
+        )
+        for schedule in self.schedules:
+            made.add_metric([schedule.name], schedule.jobs_made)
+            skipped.add_metric([schedule.name], schedule.fires_skipped)
+        yield made
+        yield skipped
+
+
 class Metrics:
     """One registry per app: tests and several apps in one process do not collide."""
 
-    def __init__(self, service: JobService, finishes: Finishes) -> None:
+    def __init__(
+        self, service: JobService, finishes: Finishes, scheduler: Scheduler | None = None
+    ) -> None:
         self.registry = CollectorRegistry()
         self._requests = Counter(
             "queuelog_http_requests",
@@ -82,14 +110,21 @@ class Metrics:
         self._jobs = _JobsCollector()
         self.registry.register(self._jobs)
         self.registry.register(_StorageCollector(service.storage.health))
+        self._scheduler = scheduler
+        self._schedules = _SchedulesCollector()
+        self.registry.register(self._schedules)
 
     async def exposition(self) -> bytes:
-        """The registry in Prometheus' text format, with the jobs counted now (none while
-        the database cannot be read: the storage fault metrics are what matter then)."""
+        """The registry in Prometheus' text format, with the jobs and schedules counted
+        now (none while the database cannot be read: the storage fault metrics are what
+        matter then)."""
         try:
             self._jobs.counts = (await self._service.stats()).counts
+            if self._scheduler is not None:
+                self._schedules.schedules = await self._scheduler.list()
         except StorageUnavailable:
             self._jobs.counts = {}
+            self._schedules.schedules = []
         return generate_latest(self.registry)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:

@@ -253,6 +253,7 @@ class JobOut(BaseModel):
     progress: JsonObject | None = Field(description="The last progress its worker reported.")
     created_at: str
     updated_at: str
+    schedule: str | None = Field(description="The schedule that made the job, if one did.")
 
 
 class ClaimedJobOut(JobOut):
@@ -370,6 +371,7 @@ def job_json(job: Job, show_error: bool, lease_token: bool = False) -> dict[str,
         "progress": job.progress,
         "created_at": created,
         "updated_at": updated,
+        "schedule": job.schedule,
     }
     if lease_token:
         body["lease_token"] = job.lease_token

@@ -13,7 +13,7 @@ from queuelog.client.errors import (
 from queuelog.client.outcome import Fail, Retry
 from queuelog.client.policy import RetryPolicy
 from queuelog.client.sync import Client
-from queuelog.client.types import Acknowledged, Enqueued, Event, Job, Key, Page
+from queuelog.client.types import Acknowledged, Enqueued, Event, Job, Key, Page, Schedule
 from queuelog.client.worker import Worker
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "Page",
     "Retry",
     "RetryPolicy",
+    "Schedule",
     "ServerError",
     "ServerUnavailable",
     "Worker",

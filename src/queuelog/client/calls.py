@@ -9,11 +9,21 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
+from urllib.parse import quote
 
 import httpx
 
 from queuelog.client.errors import ServerError, error_from_item, error_from_problem
-from queuelog.client.types import Acknowledged, Enqueued, Event, Job, JsonObject, Key, Page
+from queuelog.client.types import (
+    Acknowledged,
+    Enqueued,
+    Event,
+    Job,
+    JsonObject,
+    Key,
+    Page,
+    Schedule,
+)
 from queuelog.clock import rfc3339
 
 T = TypeVar("T")
@@ -330,3 +340,76 @@ def revoke_key(key_id: int) -> Call[None]:
         return None
 
     return Call("DELETE", f"/keys/{key_id}", read, resend=True)
+
+
+def list_schedules() -> Call[list[Schedule]]:
+    """Every schedule, by name (admin)."""
+
+    def read(data: Any) -> list[Schedule]:
+        return [Schedule.from_json(s) for s in data["schedules"]]
+
+    return Call("GET", "/schedules", read, resend=True)
+
+
+def create_schedule(
+    name: str,
+    type: str,
+    *,
+    cron: str | None = None,
+    every_seconds: int | None = None,
+    timezone: str | None = None,
+    payload: JsonObject | None = None,
+    priority: str | None = None,
+    overlap: bool | None = None,
+) -> Call[Schedule]:
+    """Create a schedule (admin): ``cron`` (five fields) or ``every_seconds``. Never sent
+    again: a second delivery would find the name taken (409)."""
+    body = _drop_none(
+        {
+            "name": name,
+            "type": type,
+            "cron": cron,
+            "every_seconds": every_seconds,
+            "timezone": timezone,
+            "payload": payload,
+            "priority": priority,
+            "overlap": overlap,
+        }
+    )
+    return Call("POST", "/schedules", Schedule.from_json, resend=False, json=body)
+
+
+def get_schedule(name: str) -> Call[Schedule]:
+    """One schedule (admin)."""
+    return Call("GET", f"/schedules/{_segment(name)}", Schedule.from_json, resend=True)
+
+
+def delete_schedule(name: str) -> Call[None]:
+    """Delete a schedule made through the API (admin); its jobs are kept."""
+
+    def read(_: Any) -> None:
+        return None
+
+    return Call("DELETE", f"/schedules/{_segment(name)}", read, resend=True)
+
+
+def pause_schedule(name: str) -> Call[Schedule]:
+    """Pause a schedule (admin): stored, on every node."""
+    path = f"/schedules/{_segment(name)}/pause"
+    return Call("POST", path, Schedule.from_json, resend=True)
+
+
+def resume_schedule(name: str) -> Call[Schedule]:
+    """Resume a schedule (admin) from its next fire time."""
+    path = f"/schedules/{_segment(name)}/resume"
+    return Call("POST", path, Schedule.from_json, resend=True)
+
+
+def trigger_schedule(name: str) -> Call[Job]:
+    """Make the schedule's job now (admin). Never sent again: each delivery makes a job."""
+    return Call("POST", f"/schedules/{_segment(name)}/trigger", _job, resend=False)
+
+
+def _segment(name: str) -> str:
+    """``name`` as one path segment."""
+    return quote(name, safe="")

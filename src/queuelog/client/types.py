@@ -57,6 +57,7 @@ class Job:
     lease_token: str | None = field(default=None, repr=False)  # a secret of its worker
     unique_key: str | None = None
     progress: JsonObject | None = None
+    schedule: str | None = None  # the schedule that made the job, if one did
     # Set by the Worker on the job it hands a handler: where report_progress goes.
     progress_to: Callable[[JsonObject], None] | None = field(
         default=None, repr=False, compare=False
@@ -95,6 +96,7 @@ class Job:
             lease_token=data.get("lease_token"),
             unique_key=data.get("unique_key"),
             progress=data.get("progress"),
+            schedule=data.get("schedule"),
         )
 
     @property
@@ -178,6 +180,47 @@ class Key:
             created_at=_time(data["created_at"]),
             revoked_at=parse_time(data.get("revoked_at")),
             key=data.get("key"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A recurring job: ``cron`` (read in ``timezone``) or ``every_seconds``."""
+
+    name: str
+    cron: str | None
+    every_seconds: int | None
+    timezone: str
+    type: str
+    payload: JsonObject
+    priority: Priority
+    overlap: bool
+    paused: bool
+    source: str  # "config" or "api"
+    next_run_at: datetime
+    last_run_at: datetime | None
+    last_job_id: int | None
+    jobs_made: int
+    fires_skipped: int
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> Schedule:
+        return cls(
+            name=str(data["name"]),
+            cron=data.get("cron"),
+            every_seconds=data.get("every_seconds"),
+            timezone=str(data["timezone"]),
+            type=str(data["type"]),
+            payload=dict(data.get("payload") or {}),
+            priority=Priority.from_label(str(data["priority"])),
+            overlap=bool(data["overlap"]),
+            paused=bool(data["paused"]),
+            source=str(data["source"]),
+            next_run_at=_time(data["next_run_at"]),
+            last_run_at=parse_time(data.get("last_run_at")),
+            last_job_id=data.get("last_job_id"),
+            jobs_made=int(data.get("jobs_made", 0)),
+            fires_skipped=int(data.get("fires_skipped", 0)),
         )
 
 

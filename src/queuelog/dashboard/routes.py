@@ -10,7 +10,7 @@ from fastapi.responses import RedirectResponse
 from starlette.datastructures import FormData
 
 from queuelog.app_state import state_of
-from queuelog.dashboard import actions, pages
+from queuelog.dashboard import actions, pages, schedules
 from queuelog.dashboard.sessions import SessionStore
 from queuelog.dashboard.web import (
     Dashboard,
@@ -53,6 +53,7 @@ def dashboard_router(session_seconds: int | None = None) -> APIRouter:
     outer = APIRouter(dependencies=[Depends(attach)], route_class=DashboardRoute)
     outer.include_router(router)
     outer.include_router(actions.router)
+    outer.include_router(schedules.router)
     outer.include_router(pages.router)  # last: it ends with the catch-all 404
     return outer
 

@@ -13,6 +13,7 @@ backend's ``health``, never a driver's own exception.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,6 +34,7 @@ from queuelog.models import (
     Role,
     readonly_dataclass,
 )
+from queuelog.schedules import Schedule, ScheduleSpec
 from queuelog.storage.health import StorageHealth
 
 
@@ -129,6 +131,37 @@ class EventCount:
     bucket_start: datetime
     event: EventKind
     count: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewSchedule:
+    """A schedule to store: its spec, its source and its first fire time."""
+
+    spec: ScheduleSpec
+    source: str  # "config" or "api"
+    next_run_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleFire:
+    """One fire of a due schedule: taken only while its ``next_run_at`` is still ``due``.
+
+    ``job`` is None when no job can be made (its type left the config): the fire is
+    then recorded as skipped. The job's ``run_at`` is its fire time, ``fire_at``.
+    """
+
+    name: str
+    due: datetime
+    fire_at: datetime
+    next_run_at: datetime
+    job: NewJob | None
+    now: datetime
+
+
+class FireOutcome(enum.Enum):
+    MADE = "made"  # this fire made a job
+    SKIPPED = "skipped"  # overlap false and the last job still active, or no job to make
+    TAKEN = "taken"  # another node fired it first, or it was paused or deleted meanwhile
 
 
 class Storage(Protocol):
@@ -229,6 +262,50 @@ class Storage(Protocol):
 
     async def key_insert_first_admin(self, key: NewKey, now: datetime) -> ApiKey | None:
         """Insert ``key`` only if no active admin key exists, atomically across nodes."""
+        ...
+
+    # -- schedules ----------------------------------------------------------
+
+    async def schedule_sync_config(self, schedules: Sequence[NewSchedule], now: datetime) -> None:
+        """Make the config's schedules what ``schedules`` says, in one transaction.
+
+        A new one is inserted; an existing one takes the given fields and source
+        but keeps its pause state, and keeps its ``next_run_at`` unless its cadence
+        changed. Config schedules not in ``schedules`` are deleted.
+        """
+        ...
+
+    async def schedule_insert(self, new: NewSchedule, now: datetime) -> Schedule | None:
+        """Insert a schedule; None if one of that name exists."""
+        ...
+
+    async def schedule_get(self, name: str) -> Schedule | None: ...
+    async def schedule_list(self) -> list[Schedule]: ...
+
+    async def schedule_due(self, now: datetime) -> list[Schedule]:
+        """The schedules not paused whose ``next_run_at`` has come."""
+        ...
+
+    async def schedule_delete(self, name: str) -> None:
+        """Delete an API schedule: NotFound, or InvalidState for a config schedule."""
+        ...
+
+    async def schedule_set_paused(
+        self, name: str, paused: bool, next_run_at: datetime | None, now: datetime
+    ) -> Schedule:
+        """Pause or resume (NotFound if missing); ``next_run_at``, if given, is stored too."""
+        ...
+
+    async def schedule_fire(self, fire: ScheduleFire) -> tuple[FireOutcome, Job | None]:
+        """Advance the schedule from ``fire.due`` to ``fire.next_run_at`` and make its
+        job, in one transaction, only if its ``next_run_at`` is still ``fire.due`` and it
+        is not paused: however many nodes fire at once, one makes the job. With
+        ``overlap`` false and the last job pending or running, no job is made and the
+        fire is counted as skipped."""
+        ...
+
+    async def schedule_trigger(self, name: str, job: NewJob) -> Job:
+        """Make the schedule's job now, whatever its pause and overlap (NotFound if missing)."""
         ...
 
 

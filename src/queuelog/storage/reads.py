@@ -10,9 +10,11 @@ from typing import Any
 from queuelog.clock import from_micros, to_micros
 from queuelog.errors import StorageUnavailable
 from queuelog.models import ApiKey, EventKind, Job, JobEvent, QueueStats
+from queuelog.schedules import Schedule
 from queuelog.storage.health import StorageHealth
 from queuelog.storage.protocol import EventCount, JobListParams
 from queuelog.storage.rows import Row, event_from_row, job_from_row, key_from_row
+from queuelog.storage.schedule_rows import schedule_from_row
 
 
 class SqlReads(abc.ABC):
@@ -101,6 +103,17 @@ class SqlReads(abc.ABC):
             EventCount(from_micros(start + r["bucket"] * bucket), EventKind(r["event"]), r["n"])
             for r in await self._read("job_event_counts", args)
         ]
+
+    async def schedule_get(self, name: str) -> Schedule | None:
+        rows = await self._read("schedule_get", {"name": name})
+        return schedule_from_row(rows[0]) if rows else None
+
+    async def schedule_list(self) -> list[Schedule]:
+        return [schedule_from_row(r) for r in await self._read("schedule_list", {})]
+
+    async def schedule_due(self, now: datetime) -> list[Schedule]:
+        rows = await self._read("schedule_due", {"now": to_micros(now)})
+        return [schedule_from_row(r) for r in rows]
 
     async def key_by_hash(self, key_hash: str) -> ApiKey | None:
         rows = await self._read("key_by_hash", {"key_hash": key_hash})

@@ -64,6 +64,7 @@ def job_from_row(row: Row) -> Job:
         claimed_by=row["claimed_by"],
         unique_key=row["unique_key"],
         progress=_json(row["progress"]),
+        schedule=row["schedule"],
     )
 
 

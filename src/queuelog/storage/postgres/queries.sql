@@ -359,3 +359,75 @@ ON CONFLICT (id) DO UPDATE SET probes = storage_probe.probes + 1;
 -- Whether this transaction has written anything (a transaction id is assigned at
 -- its first write), so that its commit proves the database stores again.
 SELECT txid_current_if_assigned() IS NOT NULL AS wrote;
+-- Schedules (migration 0007). ---------------------------------------------------
+
+-- name: schedule_upsert_config
+-- A config schedule takes the file's fields; its pause state stays, and so does its
+-- next fire time unless its cadence changed.
+INSERT INTO schedules (name, cron, every_seconds, timezone, type, payload, priority, overlap,
+                       source, next_run_at, created_at, updated_at)
+VALUES (%(name)s, %(cron)s::text, %(every_seconds)s::integer, %(timezone)s, %(type)s,
+        %(payload)s, %(priority)s, %(overlap)s, %(source)s, %(next_run_at)s, %(now)s, %(now)s)
+ON CONFLICT (name) DO UPDATE
+SET next_run_at = CASE WHEN schedules.cron IS DISTINCT FROM excluded.cron
+                         OR schedules.every_seconds IS DISTINCT FROM excluded.every_seconds
+                         OR schedules.timezone IS DISTINCT FROM excluded.timezone
+                       THEN excluded.next_run_at ELSE schedules.next_run_at END,
+    cron = excluded.cron, every_seconds = excluded.every_seconds,
+    timezone = excluded.timezone, type = excluded.type, payload = excluded.payload,
+    priority = excluded.priority, overlap = excluded.overlap, source = excluded.source,
+    updated_at = excluded.updated_at;
+
+-- name: schedule_config_names
+SELECT name FROM schedules WHERE source = 'config';
+
+-- name: schedule_delete_config
+DELETE FROM schedules WHERE name = %(name)s AND source = 'config';
+
+-- name: schedule_insert
+INSERT INTO schedules (name, cron, every_seconds, timezone, type, payload, priority, overlap,
+                       source, next_run_at, created_at, updated_at)
+VALUES (%(name)s, %(cron)s::text, %(every_seconds)s::integer, %(timezone)s, %(type)s,
+        %(payload)s, %(priority)s, %(overlap)s, %(source)s, %(next_run_at)s, %(now)s, %(now)s)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: schedule_get
+SELECT * FROM schedules WHERE name = %(name)s;
+
+-- name: schedule_list
+SELECT * FROM schedules ORDER BY name;
+
+-- name: schedule_due
+SELECT * FROM schedules
+WHERE NOT paused AND next_run_at <= %(now)s
+ORDER BY next_run_at;
+
+-- name: schedule_delete
+DELETE FROM schedules WHERE name = %(name)s AND source = 'api' RETURNING name;
+
+-- name: schedule_set_paused
+UPDATE schedules
+SET paused = %(paused)s, next_run_at = COALESCE(%(next_run_at)s::bigint, next_run_at),
+    updated_at = %(now)s
+WHERE name = %(name)s
+RETURNING *;
+
+-- name: schedule_advance
+-- Take one fire: only while next_run_at is still the value the firing node read. A
+-- node that fires at once waits for this row's lock, then re-reads the row and
+-- finds next_run_at moved on.
+UPDATE schedules
+SET next_run_at = %(next_run_at)s, last_run_at = %(fire_at)s, updated_at = %(now)s
+WHERE name = %(name)s AND next_run_at = %(due)s AND NOT paused
+RETURNING *;
+
+-- name: schedule_count_skip
+UPDATE schedules SET fires_skipped = fires_skipped + 1 WHERE name = %(name)s;
+
+-- name: schedule_count_made
+UPDATE schedules SET last_job_id = %(job_id)s, jobs_made = jobs_made + 1
+WHERE name = %(name)s;
+
+-- name: job_mark_schedule
+UPDATE jobs SET schedule = %(schedule)s WHERE id = %(id)s RETURNING *;

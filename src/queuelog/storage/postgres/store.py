@@ -31,12 +31,23 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from queuelog.clock import to_micros
 from queuelog.errors import QueueError
 from queuelog.models import ApiKey, Finished, Job, JobStatus
+from queuelog.schedules import Schedule
+from queuelog.storage import schedule_rows as sr
 from queuelog.storage.health import StorageHealth
 from queuelog.storage.postgres import transactions as tx
 from queuelog.storage.postgres.faults import storage_fault
 from queuelog.storage.postgres.listener import ReadyListener
 from queuelog.storage.postgres.transactions import Conn, Q
-from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, NewKey
+from queuelog.storage.protocol import (
+    ClaimParams,
+    FinishParams,
+    FireOutcome,
+    HeldParams,
+    NewJob,
+    NewKey,
+    NewSchedule,
+    ScheduleFire,
+)
 from queuelog.storage.reads import SqlReads
 from queuelog.storage.rows import finished, key_from_row, key_params
 from queuelog.storage.statements import held_params
@@ -235,6 +246,32 @@ class PostgresStorage(SqlReads):
 
     async def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
         return await self._write(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
+
+    # -- schedules ---------------------------------------------------------
+
+    async def schedule_sync_config(self, schedules: Sequence[NewSchedule], now: datetime) -> None:
+        await self._write(lambda conn: sr.sync_config(conn, Q, schedules, now))
+
+    async def schedule_insert(self, new: NewSchedule, now: datetime) -> Schedule | None:
+        return await self._write(lambda conn: sr.insert(conn, Q, new, now))
+
+    async def schedule_delete(self, name: str) -> None:
+        await self._write(lambda conn: sr.delete(conn, Q, name))
+
+    async def schedule_set_paused(
+        self, name: str, paused: bool, next_run_at: datetime | None, now: datetime
+    ) -> Schedule:
+        return await self._write(
+            lambda conn: sr.set_paused(conn, Q, name, paused, next_run_at, now)
+        )
+
+    async def schedule_fire(self, fire: ScheduleFire) -> tuple[FireOutcome, Job | None]:
+        return await self._write(lambda conn: sr.fire(conn, Q, tx.insert_many, fire))
+
+    async def schedule_trigger(self, name: str, job: NewJob) -> Job:
+        return await self._write(
+            lambda conn: sr.trigger(conn, Q, tx.insert_many, name, job, job.run_at)
+        )
 
     # -- keys --------------------------------------------------------------
 

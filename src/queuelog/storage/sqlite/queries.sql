@@ -313,3 +313,71 @@ SELECT 1 AS ok;
 -- name: storage_probe
 INSERT INTO storage_probe (id, probes) VALUES (1, 1)
 ON CONFLICT (id) DO UPDATE SET probes = storage_probe.probes + 1;
+-- Schedules (migration 0007). ---------------------------------------------------
+
+-- name: schedule_upsert_config
+-- A config schedule takes the file's fields; its pause state stays, and so does its
+-- next fire time unless its cadence changed.
+INSERT INTO schedules (name, cron, every_seconds, timezone, type, payload, priority, overlap,
+                       source, next_run_at, created_at, updated_at)
+VALUES (:name, :cron, :every_seconds, :timezone, :type, :payload, :priority, :overlap,
+        :source, :next_run_at, :now, :now)
+ON CONFLICT (name) DO UPDATE
+SET next_run_at = CASE WHEN schedules.cron IS NOT excluded.cron
+                         OR schedules.every_seconds IS NOT excluded.every_seconds
+                         OR schedules.timezone IS NOT excluded.timezone
+                       THEN excluded.next_run_at ELSE schedules.next_run_at END,
+    cron = excluded.cron, every_seconds = excluded.every_seconds,
+    timezone = excluded.timezone, type = excluded.type, payload = excluded.payload,
+    priority = excluded.priority, overlap = excluded.overlap, source = excluded.source,
+    updated_at = excluded.updated_at;
+
+-- name: schedule_config_names
+SELECT name FROM schedules WHERE source = 'config';
+
+-- name: schedule_delete_config
+DELETE FROM schedules WHERE name = :name AND source = 'config';
+
+-- name: schedule_insert
+INSERT INTO schedules (name, cron, every_seconds, timezone, type, payload, priority, overlap,
+                       source, next_run_at, created_at, updated_at)
+VALUES (:name, :cron, :every_seconds, :timezone, :type, :payload, :priority, :overlap,
+        :source, :next_run_at, :now, :now)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: schedule_get
+SELECT * FROM schedules WHERE name = :name;
+
+-- name: schedule_list
+SELECT * FROM schedules ORDER BY name;
+
+-- name: schedule_due
+SELECT * FROM schedules INDEXED BY schedules_due
+WHERE paused = 0 AND next_run_at <= :now
+ORDER BY next_run_at;
+
+-- name: schedule_delete
+DELETE FROM schedules WHERE name = :name AND source = 'api' RETURNING name;
+
+-- name: schedule_set_paused
+UPDATE schedules
+SET paused = :paused, next_run_at = COALESCE(:next_run_at, next_run_at), updated_at = :now
+WHERE name = :name
+RETURNING *;
+
+-- name: schedule_advance
+-- Take one fire: only while next_run_at is still the value the firing node read.
+UPDATE schedules
+SET next_run_at = :next_run_at, last_run_at = :fire_at, updated_at = :now
+WHERE name = :name AND next_run_at = :due AND paused = 0
+RETURNING *;
+
+-- name: schedule_count_skip
+UPDATE schedules SET fires_skipped = fires_skipped + 1 WHERE name = :name;
+
+-- name: schedule_count_made
+UPDATE schedules SET last_job_id = :job_id, jobs_made = jobs_made + 1 WHERE name = :name;
+
+-- name: job_mark_schedule
+UPDATE jobs SET schedule = :schedule WHERE id = :id RETURNING *;

@@ -16,8 +16,19 @@ from typing import Any
 from queuelog.clock import to_micros
 from queuelog.errors import QueueError
 from queuelog.models import TERMINAL, ApiKey, EventKind, Finished, Job, JobStatus
+from queuelog.schedules import Schedule
+from queuelog.storage import schedule_rows as sr
 from queuelog.storage.health import StorageHealth
-from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, NewKey
+from queuelog.storage.protocol import (
+    ClaimParams,
+    FinishParams,
+    FireOutcome,
+    HeldParams,
+    NewJob,
+    NewKey,
+    NewSchedule,
+    ScheduleFire,
+)
 from queuelog.storage.reads import SqlReads
 from queuelog.storage.rows import finished, job_from_row, key_from_row, key_params
 from queuelog.storage.sqlite import transactions as tx
@@ -163,6 +174,32 @@ class SqliteStorage(SqlReads):
 
     async def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
         return await self._writer.run(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
+
+    # -- schedules ---------------------------------------------------------
+
+    async def schedule_sync_config(self, schedules: Sequence[NewSchedule], now: datetime) -> None:
+        await self._writer.run(lambda conn: sr.sync_config(conn, Q, schedules, now))
+
+    async def schedule_insert(self, new: NewSchedule, now: datetime) -> Schedule | None:
+        return await self._writer.run(lambda conn: sr.insert(conn, Q, new, now))
+
+    async def schedule_delete(self, name: str) -> None:
+        await self._writer.run(lambda conn: sr.delete(conn, Q, name))
+
+    async def schedule_set_paused(
+        self, name: str, paused: bool, next_run_at: datetime | None, now: datetime
+    ) -> Schedule:
+        return await self._writer.run(
+            lambda conn: sr.set_paused(conn, Q, name, paused, next_run_at, now)
+        )
+
+    async def schedule_fire(self, fire: ScheduleFire) -> tuple[FireOutcome, Job | None]:
+        return await self._writer.run(lambda conn: sr.fire(conn, Q, tx.insert_many, fire))
+
+    async def schedule_trigger(self, name: str, job: NewJob) -> Job:
+        return await self._writer.run(
+            lambda conn: sr.trigger(conn, Q, tx.insert_many, name, job, job.run_at)
+        )
 
     # -- keys --------------------------------------------------------------
 

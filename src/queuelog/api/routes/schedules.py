@@ -1,0 +1,203 @@
+"""Schedules: recurring jobs (admin). The rules are the Scheduler's."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, StrictStr
+
+from queuelog.api.deps import Admin
+from queuelog.api.openapi import AUTHED, problems
+from queuelog.api.schemas import JobOut, JsonObject, Label, PriorityLabel, job_json
+from queuelog.app_state import state_of
+from queuelog.clock import rfc3339
+from queuelog.config import ScheduleConfig
+from queuelog.scheduler import Scheduler
+from queuelog.schedules import Schedule
+
+router = APIRouter(prefix="/schedules", tags=["schedules"])
+
+
+async def _scheduler(request: Request) -> Scheduler:
+    return state_of(request).schedules
+
+
+SchedulerDep = Annotated[Scheduler, Depends(_scheduler)]
+
+
+class ScheduleCreateRequest(ScheduleConfig):
+    """A schedule to create: ``cron`` (five fields) or ``every_seconds``, not both."""
+
+    name: Annotated[StrictStr, Field(pattern=r"^[a-z0-9_.-]{1,64}$")]
+    payload: JsonObject = Field(default_factory=dict)
+    priority: Label = "low"  # one of the labels, case-insensitive
+
+
+class ScheduleOut(BaseModel):
+    name: str
+    cron: str | None
+    every_seconds: int | None
+    timezone: str
+    type: str
+    payload: JsonObject
+    priority: PriorityLabel
+    overlap: bool
+    paused: bool
+    source: str = Field(description="`config` (from the config file) or `api`.")
+    next_run_at: str
+    last_run_at: str | None = Field(description="The fire time of the last fire taken.")
+    last_job_id: int | None
+    jobs_made: int = Field(description="Jobs this schedule made (fires and triggers).")
+    fires_skipped: int = Field(
+        description="Fires that made no job: overlap false while the last job was pending or "
+        "running, or a job the intake refused (its type left the config)."
+    )
+
+
+class ScheduleListOut(BaseModel):
+    schedules: list[ScheduleOut]
+
+
+def schedule_json(schedule: Schedule) -> dict[str, Any]:
+    spec = schedule.spec
+    return {
+        "name": spec.name,
+        "cron": spec.cadence.cron,
+        "every_seconds": spec.cadence.every_seconds,
+        "timezone": spec.cadence.timezone,
+        "type": spec.type,
+        "payload": spec.payload,
+        "priority": spec.priority.label,
+        "overlap": spec.overlap,
+        "paused": schedule.paused,
+        "source": schedule.source,
+        "next_run_at": rfc3339(schedule.next_run_at),
+        "last_run_at": rfc3339(schedule.last_run_at) if schedule.last_run_at else None,
+        "last_job_id": schedule.last_job_id,
+        "jobs_made": schedule.jobs_made,
+        "fires_skipped": schedule.fires_skipped,
+    }
+
+
+_NOT_FOUND = {404: "`not-found`: no such schedule."}
+
+
+def _problems(
+    *statuses: int, described: dict[int, str] | None = None
+) -> dict[int | str, dict[str, Any]]:
+    """``problems`` in this router's own words (404 is always a missing schedule)."""
+    answers = problems(*statuses)
+    for status, text in (_NOT_FOUND | (described or {})).items():
+        if status in answers:
+            answers[status] = {**answers[status], "description": text}
+    return answers
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=ScheduleOut,
+    summary="Create a schedule (admin)",
+    description="It first fires at its cadence's next time after now (`every_seconds`: the "
+    "next multiple of the interval since the Unix epoch).",
+    responses=_problems(
+        *AUTHED,
+        409,
+        413,
+        415,
+        422,
+        described={
+            409: "`invalid-state`: a schedule of that name exists.",
+            422: "`validation` (a bad name, cron or timezone; both or neither of `cron` and "
+            "`every_seconds`), `unknown-job-type`, or `payload-too-large`.",
+        },
+    ),
+)
+async def create_schedule(
+    body: ScheduleCreateRequest, _: Admin, scheduler: SchedulerDep
+) -> Response:
+    schedule = await scheduler.create(scheduler.spec(body.name, body))
+    headers = {"Location": f"/schedules/{schedule.name}"}
+    return JSONResponse(schedule_json(schedule), status_code=201, headers=headers)
+
+
+@router.get(
+    "",
+    response_model=ScheduleListOut,
+    summary="List schedules (admin)",
+    responses=problems(*AUTHED),
+)
+async def list_schedules(_: Admin, scheduler: SchedulerDep) -> Response:
+    return JSONResponse({"schedules": [schedule_json(s) for s in await scheduler.list()]})
+
+
+@router.get(
+    "/{name}",
+    response_model=ScheduleOut,
+    summary="One schedule (admin)",
+    responses=_problems(*AUTHED, 404),
+)
+async def get_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response:
+    return JSONResponse(schedule_json(await scheduler.get(name)))
+
+
+@router.delete(
+    "/{name}",
+    status_code=204,
+    summary="Delete a schedule (admin)",
+    description="Its jobs already made are kept. A schedule from the config file is 409: "
+    "remove it from the file instead.",
+    responses=_problems(
+        *AUTHED,
+        404,
+        409,
+        described={409: "`invalid-state`: the schedule comes from the config file."},
+    ),
+)
+async def delete_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response:
+    await scheduler.delete(name)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{name}/pause",
+    response_model=ScheduleOut,
+    summary="Pause a schedule (admin)",
+    description="Stored: it holds across restarts and on every node.",
+    responses=_problems(*AUTHED, 404),
+)
+async def pause_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response:
+    return JSONResponse(schedule_json(await scheduler.pause(name)))
+
+
+@router.post(
+    "/{name}/resume",
+    response_model=ScheduleOut,
+    summary="Resume a schedule (admin)",
+    description="It fires next at its next time after now; fires missed while paused are "
+    "not made up.",
+    responses=_problems(*AUTHED, 404),
+)
+async def resume_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response:
+    return JSONResponse(schedule_json(await scheduler.resume(name)))
+
+
+@router.post(
+    "/{name}/trigger",
+    status_code=201,
+    response_model=JobOut,
+    summary="Make the schedule's job now (admin)",
+    description="Whatever its pause and `overlap`: an explicit act. Sets `last_job_id`.",
+    responses=_problems(
+        *AUTHED,
+        404,
+        422,
+        described={422: "`unknown-job-type`: the schedule's type left the config."},
+    ),
+)
+async def trigger_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response:
+    job = await scheduler.trigger(name)
+    headers = {"Location": f"/jobs/{job.id}"}
+    return JSONResponse(job_json(job, show_error=True), status_code=201, headers=headers)

@@ -1,0 +1,188 @@
+"""Scheduler: the rules of recurring jobs. Knows nothing of HTTP or SQL.
+
+Every node runs ``fire_due`` from its maintenance loop; the storage's guarded
+advance decides which node makes each fire's job, so no node leads. A schedule's
+jobs pass the same intake as a producer's (type, payload limit and schema), as the
+producer ``schedule:<name>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from queuelog.clock import Clock
+from queuelog.config import ScheduleConfig, Settings
+from queuelog.errors import InvalidState, NotFound, QueueError, ValidationFailed
+from queuelog.intake import Intake
+from queuelog.models import ApiKey, Job, Priority, Role
+from queuelog.schedules import Cadence, CadenceError, Schedule, ScheduleSpec, principal_of
+from queuelog.specs import EnqueueSpec
+from queuelog.storage.protocol import FireOutcome, NewJob, NewSchedule, ScheduleFire, Storage
+
+log = logging.getLogger("queuelog.schedules")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class ScheduleIntake:
+    """What a schedule may be: its cadence, and jobs the intake accepts from it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._intake = Intake(settings)
+
+    def spec(self, name: str, fields: ScheduleConfig, now: datetime) -> ScheduleSpec:
+        """The schedule ``fields`` describe, or the 422 that says why it cannot fire."""
+        try:
+            cadence = fields.cadence()
+        except CadenceError as exc:
+            errors = [{"loc": ["body", exc.field], "msg": exc.message}]
+            raise ValidationFailed(str(exc), errors=errors) from None
+        spec = ScheduleSpec(
+            name=name,
+            cadence=cadence,
+            type=fields.type,
+            payload=fields.payload,
+            priority=Priority.from_label(fields.priority),
+            overlap=fields.overlap,
+        )
+        self.job(spec, now)  # its jobs must pass the intake
+        return spec
+
+    def job(self, spec: ScheduleSpec, now: datetime) -> NewJob:
+        """The job a fire of ``spec`` makes now; a QueueError if the intake refuses it."""
+        producer = ApiKey(
+            id=0,
+            name=principal_of(spec.name),
+            roles=frozenset({Role.PRODUCER}),
+            max_priority=Priority.CRITICAL,
+            types=None,
+            key_hash="",
+            prefix="",
+            created_at=_EPOCH,
+        )
+        enqueue = EnqueueSpec(type=spec.type, payload=spec.payload, priority=spec.priority)
+        return self._intake.new_job(producer, enqueue, now, None)
+
+    def config_schedules(self, now: datetime) -> list[NewSchedule]:
+        """The config file's schedules to store; a QueueError naming the first that cannot
+        fire (its payload refused by its type's schema or the payload limit)."""
+        schedules = []
+        for name, fields in self.settings.schedules.items():
+            try:
+                spec = self.spec(name, fields, now)
+            except QueueError as exc:
+                exc.detail = f"schedules.{name}: {exc.detail}"
+                raise
+            schedules.append(NewSchedule(spec, "config", spec.cadence.next_after(now)))
+        return schedules
+
+
+class Scheduler:
+    def __init__(
+        self,
+        storage: Storage,
+        settings: Settings,
+        clock: Clock,
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.settings = settings
+        self.clock = clock
+        self._on_ready = on_ready or (lambda: None)
+        self.intake = ScheduleIntake(settings)
+
+    def spec(self, name: str, fields: ScheduleConfig) -> ScheduleSpec:
+        """The schedule ``fields`` describe (an API call's), or the 422 that says why not."""
+        return self.intake.spec(name, fields, self.clock.now())
+
+    async def sync_config(self) -> None:
+        """Create or update the config file's schedules (their pause state is kept)."""
+        now = self.clock.now()
+        await self.storage.schedule_sync_config(self.intake.config_schedules(now), now)
+
+    # -- the API's verbs ---------------------------------------------------------
+
+    async def create(self, spec: ScheduleSpec) -> Schedule:
+        now = self.clock.now()
+        new = NewSchedule(spec, "api", spec.cadence.next_after(now))
+        created = await self.storage.schedule_insert(new, now)
+        if created is None:
+            raise InvalidState(f"A schedule named {spec.name!r} exists")
+        return created
+
+    async def list(self) -> list[Schedule]:
+        return await self.storage.schedule_list()
+
+    async def get(self, name: str) -> Schedule:
+        schedule = await self.storage.schedule_get(name)
+        if schedule is None:
+            raise NotFound("No such schedule")
+        return schedule
+
+    async def delete(self, name: str) -> None:
+        await self.storage.schedule_delete(name)
+
+    async def pause(self, name: str) -> Schedule:
+        return await self.storage.schedule_set_paused(name, True, None, self.clock.now())
+
+    async def resume(self, name: str) -> Schedule:
+        """Resume from the next fire time: fires missed while paused are not made up."""
+        schedule = await self.get(name)
+        now = self.clock.now()
+        next_run_at = schedule.spec.cadence.next_after(now)
+        return await self.storage.schedule_set_paused(name, False, next_run_at, now)
+
+    async def trigger(self, name: str) -> Job:
+        """A job made now, whatever the pause and overlap: an explicit act."""
+        schedule = await self.get(name)
+        job = await self.storage.schedule_trigger(
+            name, self.intake.job(schedule.spec, self.clock.now())
+        )
+        self._on_ready()
+        return job
+
+    # -- firing ------------------------------------------------------------------
+
+    async def fire_due(self) -> dict[FireOutcome, int]:
+        """Fire every due schedule once; how many fires ended each way on this node."""
+        now = self.clock.now()
+        outcomes = dict.fromkeys(FireOutcome, 0)
+        for schedule in await self.storage.schedule_due(now):
+            try:
+                outcomes[await self._fire(schedule, now)] += 1
+            except Exception:  # one broken schedule must not keep the others from firing
+                log.exception("schedule %s: the fire failed", schedule.name)
+        if outcomes[FireOutcome.MADE]:
+            self._on_ready()
+        return outcomes
+
+    async def _fire(self, schedule: Schedule, now: datetime) -> FireOutcome:
+        """Make the job of the latest fire time that has come: after downtime, one job
+        for all the fires missed, not one each."""
+        cadence: Cadence = schedule.spec.cadence
+        fire_at = max(cadence.latest_at_or_before(now), schedule.next_run_at)
+        job: NewJob | None = None
+        refused: str | None = None
+        try:
+            job = dataclasses.replace(self.intake.job(schedule.spec, now), run_at=fire_at)
+        except QueueError as exc:  # its type left the config, or its schema changed
+            refused = exc.detail
+        fire = ScheduleFire(
+            name=schedule.name,
+            due=schedule.next_run_at,
+            fire_at=fire_at,
+            next_run_at=cadence.next_after(now),
+            job=job,
+            now=now,
+        )
+        outcome, _ = await self.storage.schedule_fire(fire)
+        # Reported by the node that took the fire only, not by every node.
+        if outcome is FireOutcome.SKIPPED and refused is not None:
+            log.warning("schedule %s: no job made, fire skipped: %s", schedule.name, refused)
+        elif outcome is FireOutcome.SKIPPED:
+            log.info("schedule %s: fire skipped, its last job is still active", schedule.name)
+        return outcome

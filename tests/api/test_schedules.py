@@ -1,0 +1,300 @@
+"""Schedules through the HTTP API: create, read, pause, resume, trigger, delete, every
+refusal; fires driven by a fake clock through the Scheduler, as the maintenance loop does."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from queuelog.clock import FakeClock
+from queuelog.config import Settings
+from queuelog.errors import UnknownJobType
+from queuelog.scheduler import Scheduler
+from queuelog.storage.protocol import FireOutcome, Storage
+from tests.conftest import Api, make_settings
+
+pytestmark = pytest.mark.anyio
+
+START = datetime(2026, 3, 28, 23, 59, 30, tzinfo=UTC)
+CONFIGURED = {
+    "nightly": {
+        "cron": "0 3 * * *",
+        "timezone": "Europe/Paris",
+        "type": "send_email",
+        "payload": {"to": "ops@example.com"},
+        "priority": "medium",
+        "overlap": False,
+    }
+}
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path, schedules=CONFIGURED)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+def scheduler(storage: Storage, settings: Settings, clock: FakeClock) -> Scheduler:
+    """What every node's maintenance loop runs, on the app's storage and clock."""
+    return Scheduler(storage, settings, clock)
+
+
+def create(admin: Api, **body: Any) -> dict[str, Any]:
+    response = admin.post("/schedules", json={"name": "tick", "every_seconds": 60, **body})
+    assert response.status_code == 201, response.text
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def test_the_config_schedule_is_there_at_start(admin: Api) -> None:
+    response = admin.get("/schedules/nightly")
+    assert response.status_code == 200
+    assert response.json() == {
+        "name": "nightly",
+        "cron": "0 3 * * *",
+        "every_seconds": None,
+        "timezone": "Europe/Paris",
+        "type": "send_email",
+        "payload": {"to": "ops@example.com"},
+        "priority": "medium",
+        "overlap": False,
+        "paused": False,
+        "source": "config",
+        # 03:00 in Paris on the 29th, before the clocks go forward: 01:00 UTC.
+        "next_run_at": "2026-03-29T01:00:00.000000Z",
+        "last_run_at": None,
+        "last_job_id": None,
+        "jobs_made": 0,
+        "fires_skipped": 0,
+    }
+
+
+def test_create_list_get(admin: Api) -> None:
+    made = create(admin, type="noop", payload={"a": 1}, priority="HIGH")
+    assert made["source"] == "api"
+    assert made["priority"] == "high"
+    assert made["next_run_at"] == "2026-03-29T00:00:00.000000Z"  # the next minute on the grid
+    assert made["overlap"] is True and made["timezone"] == "UTC"
+    listed = admin.get("/schedules").json()["schedules"]
+    assert [s["name"] for s in listed] == ["nightly", "tick"]
+    assert admin.get("/schedules/tick").json() == made
+
+
+async def test_a_fire_makes_one_job_of_the_schedule(
+    admin: Api, producer: Api, scheduler: Scheduler, clock: FakeClock
+) -> None:
+    create(admin, type="noop", payload={"a": 1})
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 0
+    clock.advance(30.4)
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 1
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 0  # once per fire time
+    tick = admin.get("/schedules/tick").json()
+    assert tick["last_run_at"] == "2026-03-29T00:00:00.000000Z"
+    assert tick["next_run_at"] == "2026-03-29T00:01:00.000000Z"
+    job = admin.get(f"/jobs/{tick['last_job_id']}").json()
+    assert (job["schedule"], job["type"], job["payload"], job["status"]) == (
+        "tick",
+        "noop",
+        {"a": 1},
+        "pending",
+    )
+    assert job["run_at"] == tick["last_run_at"]
+    events = admin.get(f"/jobs/{job['id']}/events").json()["events"]
+    assert [(e["event"], e["actor"]) for e in events] == [("enqueued", "schedule:tick")]
+    # The schedule's principal is not the producer's: producers do not see its jobs.
+    assert producer.get(f"/jobs/{job['id']}").status_code == 404
+    assert producer.get("/jobs").json()["jobs"] == []
+
+
+async def test_after_downtime_one_job_for_the_latest_missed_fire(
+    admin: Api, scheduler: Scheduler, clock: FakeClock
+) -> None:
+    create(admin, type="noop")
+    clock.advance(30 + 5 * 60 + 20)  # six fire times passed unseen
+    outcomes = await scheduler.fire_due()
+    assert outcomes[FireOutcome.MADE] == 1
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 0
+    tick = admin.get("/schedules/tick").json()
+    assert tick["jobs_made"] == 1
+    assert tick["last_run_at"] == "2026-03-29T00:05:00.000000Z"
+    assert tick["next_run_at"] == "2026-03-29T00:06:00.000000Z"
+
+
+async def test_overlap_false_skips_and_counts(
+    admin: Api, worker: Api, scheduler: Scheduler, clock: FakeClock
+) -> None:
+    create(admin, type="noop", overlap=False)
+    for _ in range(3):
+        clock.advance(60)
+        await scheduler.fire_due()
+    tick = admin.get("/schedules/tick").json()
+    assert (tick["jobs_made"], tick["fires_skipped"]) == (1, 2)
+    jobs = admin.get("/jobs").json()["jobs"]
+    assert len(jobs) == 1
+    # Once the job is done the next fire makes a job again.
+    claimed = worker.post("/jobs/claim", json={}).json()["jobs"][0]
+    done = worker.post(
+        f"/jobs/{claimed['id']}/complete", json={"lease_token": claimed["lease_token"]}
+    )
+    assert done.status_code == 200
+    clock.advance(60)
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 1
+
+
+async def test_pause_resume_trigger(admin: Api, scheduler: Scheduler, clock: FakeClock) -> None:
+    create(admin, type="noop", overlap=False)
+    paused = admin.post("/schedules/tick/pause")
+    assert paused.status_code == 200 and paused.json()["paused"] is True
+    clock.advance(180)
+    assert sum((await scheduler.fire_due()).values()) == 0
+    # trigger ignores pause and overlap, twice over.
+    first = admin.post("/schedules/tick/trigger")
+    second = admin.post("/schedules/tick/trigger")
+    assert first.status_code == second.status_code == 201
+    assert first.headers["location"] == f"/jobs/{first.json()['id']}"
+    assert first.json()["schedule"] == "tick"
+    assert admin.get("/schedules/tick").json()["last_job_id"] == second.json()["id"]
+    resumed = admin.post("/schedules/tick/resume").json()
+    assert resumed["paused"] is False
+    # Fires missed while paused are not made up: the next one is after now.
+    assert resumed["next_run_at"] == "2026-03-29T00:03:00.000000Z"
+
+
+def test_delete(admin: Api) -> None:
+    create(admin, type="noop")
+    assert admin.delete("/schedules/tick").status_code == 204
+    assert admin.get("/schedules/tick").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/schedules/nope"),
+        ("DELETE", "/schedules/nope"),
+        ("POST", "/schedules/nope/pause"),
+        ("POST", "/schedules/nope/resume"),
+        ("POST", "/schedules/nope/trigger"),
+    ],
+)
+def test_unknown_schedule_is_404(admin: Api, method: str, path: str) -> None:
+    response = admin.request(method, path)
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["type"] == "not-found"
+
+
+def test_deleting_a_config_schedule_is_409(admin: Api) -> None:
+    response = admin.delete("/schedules/nightly")
+    assert response.status_code == 409
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["type"] == "invalid-state"
+    assert admin.get("/schedules/nightly").status_code == 200
+
+
+def test_a_taken_name_is_409(admin: Api) -> None:
+    create(admin, type="noop")
+    response = admin.post("/schedules", json={"name": "tick", "every_seconds": 5, "type": "noop"})
+    assert response.status_code == 409
+    assert response.json()["type"] == "invalid-state"
+    assert admin.get("/schedules/tick").json()["every_seconds"] == 60
+
+
+@pytest.mark.parametrize(
+    ("body", "slug", "field"),
+    [
+        ({"cron": "0 3 * * *"}, "validation", "cron"),  # both cron and every_seconds
+        ({"every_seconds": None}, "validation", "cron"),  # neither
+        ({"every_seconds": None, "cron": "0 3 * * * *"}, "validation", "cron"),
+        ({"every_seconds": None, "cron": "99 * * * *"}, "validation", "cron"),
+        ({"every_seconds": 0}, "validation", "every_seconds"),
+        ({"every_seconds": "60"}, "validation", "every_seconds"),
+        ({"timezone": "Mars/Olympus"}, "validation", "timezone"),
+        ({"name": "Nightly Report"}, "validation", "name"),
+        ({"name": "x" * 65}, "validation", "name"),
+        ({"priority": "urgent"}, "validation", "priority"),
+        ({"overlap": "no"}, "validation", "overlap"),
+        ({"status": "paused"}, "validation", "status"),  # no mass assignment
+        ({"type": "unknown"}, "unknown-job-type", None),
+        ({"type": "send_email", "payload": {}}, "validation", "payload"),  # the type's schema
+    ],
+)
+def test_bad_schedules_are_422(
+    admin: Api, body: dict[str, Any], slug: str, field: str | None
+) -> None:
+    request = {"name": "tick", "every_seconds": 60, "type": "noop", **body}
+    response = admin.post("/schedules", json={k: v for k, v in request.items() if v is not None})
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["type"] == slug
+    if field is not None:
+        assert field in {str(part) for e in problem["errors"] for part in e["loc"]}, problem
+    assert admin.get("/schedules/tick").status_code == 404
+
+
+def test_a_payload_over_the_limit_is_422(admin: Api) -> None:
+    big = {"blob": "x" * 70_000}
+    response = admin.post(
+        "/schedules", json={"name": "big", "every_seconds": 60, "type": "noop", "payload": big}
+    )
+    assert response.status_code == 422
+    assert response.json()["type"] == "payload-too-large"
+
+
+async def test_a_schedule_whose_type_left_the_config_is_skipped_and_reported(
+    tmp_path: Path,
+    admin: Api,
+    storage: Storage,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    create(admin, type="resize_image")
+    # The server restarts with a config that no longer has the type.
+    types = {"noop": {}, "send_email": {"payload_schema": {"type": "object"}}}
+    later = Scheduler(storage, make_settings(tmp_path, types=types), clock)
+    clock.advance(60)
+    outcomes = await later.fire_due()
+    assert outcomes[FireOutcome.SKIPPED] == 1
+    assert "schedule tick: no job made" in caplog.text
+    assert "'resize_image' is not configured" in caplog.text
+    tick = admin.get("/schedules/tick").json()
+    assert (tick["jobs_made"], tick["fires_skipped"]) == (0, 1)
+    assert tick["next_run_at"] == "2026-03-29T00:01:00.000000Z"
+    trigger = admin.post("/schedules/tick/trigger")  # the app's own config still has it
+    assert trigger.status_code == 201
+    with pytest.raises(UnknownJobType):
+        await later.trigger("tick")
+
+
+def test_no_key_may_take_a_schedules_principal(admin: Api) -> None:
+    body = {"name": "schedule:tick", "roles": ["producer"]}
+    response = admin.post("/keys", json=body)
+    assert response.status_code == 422
+    assert response.json()["type"] == "validation"
+
+
+async def test_metrics_count_jobs_made_and_fires_skipped_per_schedule(
+    admin: Api, scheduler: Scheduler, clock: FakeClock
+) -> None:
+    create(admin, type="noop", overlap=False)
+    for _ in range(3):
+        clock.advance(60)
+        await scheduler.fire_due()
+    text = admin.get("/metrics").text
+    samples = {
+        (s.name, s.labels.get("schedule")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("queuelog_schedule_jobs_made_total", "tick")] == 1
+    assert samples[("queuelog_schedule_fires_skipped_total", "tick")] == 2
+    assert samples[("queuelog_schedule_jobs_made_total", "nightly")] == 0
