@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from queuelog.models import Priority
 
@@ -42,12 +42,33 @@ class Retention(_Strict):
     failed_seconds: int = Field(30 * 86_400, ge=0)
 
 
+class RateLimit(_Strict):
+    """At most ``jobs`` claims of a type in any window of ``per_seconds``."""
+
+    jobs: StrictInt = Field(ge=1)
+    per_seconds: float = Field(gt=0)
+
+
 class JobTypeConfig(_Strict):
     max_retries: int = Field(3, ge=0, le=25)
     lease_seconds: int = Field(30, ge=1, le=3600)
-    backoff_base_seconds: float = Field(2, gt=0)
+    # 0: a failed attempt is claimable again at once.
+    backoff_base_seconds: float = Field(2, ge=0)
     backoff_cap_seconds: float = Field(3600, gt=0)
     payload_schema: dict[str, Any] | None = None
+    # Flow control, across every worker and node (absent: no limit).
+    concurrency: StrictInt | None = Field(None, ge=1)
+    group_concurrency: StrictInt | None = Field(None, ge=1)
+    rate_limit: RateLimit | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether a claim of this type must count before it takes a job."""
+        return (
+            self.concurrency is not None
+            or self.group_concurrency is not None
+            or self.rate_limit is not None
+        )
 
 
 class Settings(_Strict):
@@ -109,4 +130,19 @@ def load_settings(
         if var in env:
             target = data.setdefault(section, {}) if section else data
             target[key] = env[var]
-    return Settings.model_validate(data)
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_first_problem(exc)) from None
+
+
+class ConfigError(ValueError):
+    """A setting the queue cannot run with; its text is one line naming the setting."""
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """The first refused setting as one line: its dotted name, then why."""
+    error = exc.errors()[0]
+    name = ".".join(str(part) for part in error["loc"]) or "the configuration"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{name}: {error['msg']}{more}"

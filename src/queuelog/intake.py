@@ -62,6 +62,7 @@ class Intake:
             idempotency_key=spec.idempotency_key,
             fingerprint=spec.fingerprint(max_retries) if spec.idempotency_key else None,
             payload_text=payload_text,
+            group=spec.group,
         )
 
     def _check_schema(self, spec: EnqueueSpec, where: dict[str, Any]) -> None:

@@ -80,6 +80,13 @@ class EventKind(enum.StrEnum):
     RELEASED = "released"
 
 
+class TypeEventKind(enum.StrEnum):
+    """What an admin did to a job type (its audit record)."""
+
+    PAUSED = "paused"
+    RESUMED = "resumed"
+
+
 @readonly_dataclass
 class Finished:
     """A finished job's id and new status: the answer to a batch acknowledgement that
@@ -111,6 +118,7 @@ class Job:
     result: JsonObject | None = None
     fingerprint: str | None = None
     claimed_by: str | None = None  # name of the worker key holding the lease
+    group: str | None = None  # the enqueue's group, which group_concurrency counts by
 
 
 @dataclass(frozen=True, slots=True)

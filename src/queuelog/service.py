@@ -16,6 +16,7 @@ from queuelog.errors import (
     QueueError,
     UnknownJobType,
 )
+from queuelog.flow import FlowControl
 from queuelog.intake import Intake
 from queuelog.models import (
     ApiKey,
@@ -101,6 +102,7 @@ class JobService:
         self._rng = rng or random.Random()
         self._on_ready = on_ready or (lambda: None)
         self._intake = Intake(settings)
+        self.flow = FlowControl(storage, settings, clock, self._on_ready)
 
     # -- producers ---------------------------------------------------------
 
@@ -213,8 +215,12 @@ class JobService:
             types=types,
             lease_seconds=lease_seconds,
             retry_at=lambda job: self._retry_at(job, now),
+            limits=self.flow.limits,
+            configured=self.flow.configured,
         )
-        return await self.storage.job_claim(params)
+        jobs = await self.storage.job_claim(params)
+        self.flow.skipped.update(params.skipped)
+        return jobs
 
     def claimable_types(self, caller: ApiKey, types: Sequence[str] | None) -> Sequence[str] | None:
         """The types a claim looks at (None: all); 422/403 for types it may not name."""
@@ -228,14 +234,24 @@ class JobService:
         return types
 
     async def next_due(self, types: Sequence[str] | None) -> datetime | None:
-        """When the next scheduled job of ``types`` becomes ready, if any is waiting."""
-        return await self.storage.job_next_due(self.clock.now(), types)
+        """When the next scheduled job of ``types`` becomes ready, or a rate window of
+        one of them reopens, if either is ahead."""
+        now = self.clock.now()
+        times = [await self.storage.job_next_due(now, types)]
+        times += await self.flow.windows_open(types, now)
+        return min((at for at in times if at is not None), default=None)
 
     def _held(
-        self, caller: ApiKey, job_id: int, lease_token: str, lease_seconds: int | None = None
+        self,
+        caller: ApiKey,
+        job_id: int,
+        lease_token: str,
+        lease_seconds: int | None = None,
+        delay_seconds: float = 0,
     ) -> HeldParams:
+        token = _held_token(lease_token)
         return HeldParams(
-            job_id, _held_token(lease_token), caller.name, self.clock.now(), lease_seconds
+            job_id, token, caller.name, self.clock.now(), lease_seconds, delay_seconds
         )
 
     async def heartbeat(
@@ -244,9 +260,13 @@ class JobService:
         held = self._held(caller, job_id, lease_token, lease_seconds)
         return await self.storage.job_heartbeat(held)
 
-    async def release(self, caller: ApiKey, job_id: int, lease_token: str) -> Job:
-        """Give a held job back unrun: pending at once, the attempt not spent."""
-        job = await self.storage.job_release(self._held(caller, job_id, lease_token))
+    async def release(
+        self, caller: ApiKey, job_id: int, lease_token: str, delay_seconds: float = 0
+    ) -> Job:
+        """Give a held job back unrun: pending again after ``delay_seconds`` (a snooze),
+        the attempt not spent."""
+        held = self._held(caller, job_id, lease_token, delay_seconds=delay_seconds)
+        job = await self.storage.job_release(held)
         self._on_ready()
         return job
 
@@ -261,6 +281,8 @@ class JobService:
         outcomes = await self.storage.job_finish_many(ready, with_jobs) if ready else []
         if any(not isinstance(o, QueueError) and o.status == JobStatus.PENDING for o in outcomes):
             self._on_ready()
+        elif outcomes:
+            self.flow.slots_freed()
         done = iter(outcomes)
         # Each spec's answer, in order: its outcome, or why it never reached the storage.
         return [next(done) if isinstance(p, FinishParams) else p for p in params]
@@ -322,6 +344,8 @@ class JobService:
         rescued = await self.storage.job_rescue_expired(now, lambda job: self._retry_at(job, now))
         if any(job.status == JobStatus.PENDING for job in rescued):
             self._on_ready()
+        elif rescued:
+            self.flow.slots_freed()
         return rescued
 
     async def prune(self) -> int:

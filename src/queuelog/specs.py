@@ -26,6 +26,7 @@ class EnqueueSpec:
     run_at: datetime | None = None
     delay_seconds: float | None = None
     idempotency_key: str | None = None
+    group: str | None = None
 
     def fingerprint(self, max_retries: int) -> str:
         """Identifies the request apart from its idempotency key.
@@ -42,6 +43,8 @@ class EnqueueSpec:
             "run_at": rfc3339(self.run_at) if self.run_at else None,
             "delay_seconds": _canonical(self.delay_seconds),
         }
+        if self.group is not None:  # absent when unset: keys taken before groups still match
+            body["group"] = self.group
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -285,6 +285,7 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
     postgres_only = {
         "admin_bootstrap_lock",
         "current_schema",
+        "flow_lock",
         "job_ready_notify",
         "migrate_lock",
         "session_durability",

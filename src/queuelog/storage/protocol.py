@@ -8,8 +8,9 @@ migrates) its database when it is made, before any request is served.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -25,6 +26,7 @@ from queuelog.models import (
     Priority,
     QueueStats,
     Role,
+    TypeEventKind,
     readonly_dataclass,
 )
 
@@ -43,6 +45,36 @@ class NewJob:
     # stored_json(payload), when the caller already encoded it to measure it against
     # the limit: a batch of 500 then encodes each payload once, not twice.
     payload_text: str | None = None
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowLimits:
+    """A job type's limits, across every worker and node (None: no limit)."""
+
+    concurrency: int | None = None
+    group_concurrency: int | None = None
+    rate_jobs: int | None = None
+    rate_per_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TypePause:
+    """A paused job type: never claimed until an admin resumes it."""
+
+    type: str
+    paused_by: str
+    paused_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TypeEvent:
+    """An admin's act on a job type (its audit record)."""
+
+    type: str
+    at: datetime
+    event: TypeEventKind
+    actor: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +87,12 @@ class ClaimParams:
     lease_seconds: int | None = None
     # When an expired lease is rescued: the job's next run_at if it is retried.
     retry_at: Callable[[Job], datetime] | None = None
+    # The limited types and their limits; a type not named has none.
+    limits: Mapping[str, FlowLimits] = field(default_factory=dict)
+    # Every configured type: what ``types=None`` covers once a limit or a pause applies.
+    configured: Sequence[str] = ()
+    # Filled by the claim: how many times a (type, reason) held a ready job back.
+    skipped: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
 @readonly_dataclass
@@ -84,6 +122,8 @@ class HeldParams:
     now: datetime
     # A heartbeat's new lease from now; None: the job type's lease.
     lease_seconds: int | None = None
+    # A release's delay: pending again this long after now (a snooze).
+    delay_seconds: float = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +210,26 @@ class Storage(Protocol):
         self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500
     ) -> list[Job]:
         """Treat running jobs whose lease has passed as failed attempts."""
+        ...
+
+    async def type_pauses(self) -> list[TypePause]:
+        """The paused job types."""
+        ...
+
+    async def type_set_paused(self, job_type: str, paused: bool, actor: str, now: datetime) -> None:
+        """Pause or resume ``job_type``, with a ``type_events`` row naming ``actor``, in one
+        transaction. Pausing a paused type (or resuming a running one) changes nothing
+        and records nothing."""
+        ...
+
+    async def type_events(self, job_type: str) -> list[TypeEvent]:
+        """What admins did to ``job_type``, oldest first."""
+        ...
+
+    async def type_window_opens(
+        self, job_type: str, now: datetime, limits: FlowLimits
+    ) -> datetime | None:
+        """When ``job_type``'s rate window next has room for a claim, if it has none now."""
         ...
 
     async def job_cancel(self, job_id: int, actor: str, now: datetime) -> Job: ...

@@ -62,6 +62,7 @@ def job_from_row(row: Row) -> Job:
         result=_json(row["result"]),
         fingerprint=row["fingerprint"],
         claimed_by=row["claimed_by"],
+        group=row["job_group"],
     )
 
 
@@ -140,6 +141,7 @@ def stored_columns(new: NewJob) -> dict[str, Any]:
         "idempotency_key": new.idempotency_key,
         "fingerprint": new.fingerprint,
         "run_at": to_micros(new.run_at),
+        "group": new.group,
     }
 
 
@@ -147,7 +149,7 @@ def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[s
     """The insert of ``jobs`` (one or many) and its bound parameters: the jobs as one
     JSON array, in order, each payload as its stored text (stored as is).
 
-    Jobs alike but for type, payload and priority, without idempotency keys (a
+    Jobs alike but for type, payload, priority and group, without idempotency keys (a
     producer's usual batch), take ``job_insert_batch_uniform``, which binds what they
     share once; any other take ``job_insert_batch``.
     """
@@ -162,7 +164,12 @@ def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[s
         rows = [stored_columns(new) for new in jobs]
         return "job_insert_batch", {"jobs": json_param(rows), "now": to_micros(now)}
     varying = [
-        {"type": new.type, "payload": payload_text(new), "priority": int(new.priority)}
+        {
+            "type": new.type,
+            "payload": payload_text(new),
+            "priority": int(new.priority),
+            "group": new.group,
+        }
         for new in jobs
     ]
     return "job_insert_batch_uniform", {
@@ -199,6 +206,7 @@ def inserted_job(new: NewJob, job_id: int, stamp: datetime) -> Job:
         created_at=stamp,
         updated_at=stamp,
         fingerprint=new.fingerprint,
+        group=new.group,
     )
 
 

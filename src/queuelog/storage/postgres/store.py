@@ -206,6 +206,9 @@ class PostgresStorage(SqlReads):
     async def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
         return await self._write(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
 
+    async def type_set_paused(self, job_type: str, paused: bool, actor: str, now: datetime) -> None:
+        await self._write(lambda conn: tx.set_paused(conn, job_type, paused, actor, now))
+
     # -- keys --------------------------------------------------------------
 
     async def key_insert(self, key: NewKey, now: datetime) -> ApiKey:

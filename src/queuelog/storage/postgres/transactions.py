@@ -17,7 +17,8 @@ from psycopg.rows import DictRow
 
 from queuelog.clock import to_micros
 from queuelog.errors import InvalidState, NotFound, QueueError
-from queuelog.models import EventKind, Job, JobStatus
+from queuelog.models import EventKind, Job, JobStatus, TypeEventKind
+from queuelog.storage import flow
 from queuelog.storage import statements as st
 from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
@@ -99,12 +100,39 @@ def _insert_or_existing(conn: Conn, new: NewJob, now: datetime) -> tuple[Job, bo
     raise RuntimeError("idempotency key kept conflicting with a job that then vanished")
 
 
+class _FlowSql:
+    """The flow claim's queries in the claim's transaction, with a lock per limited type."""
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    def rows(self, name: str, args: dict[str, Any]) -> list[DictRow]:
+        return self._conn.execute(Q[name], args).fetchall()
+
+    def run(self, name: str, args: dict[str, Any]) -> None:
+        self._conn.execute(Q[name], args)
+
+    def ids(self, ids: list[int]) -> list[int]:
+        return ids
+
+    def lock(self, types: Sequence[str]) -> None:
+        # Always in the same (sorted) order, so two claims never wait on each other.
+        for name in sorted(types):
+            self._conn.execute(Q["flow_lock"], {"type": name})
+
+
 def claim(conn: Conn, params: ClaimParams) -> list[Job]:
     if params.retry_at is not None:
         rescue(conn, params.now, params.retry_at, limit=500)
     conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
-    types = list(params.types) if params.types is not None else None
-    jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], st.claim_params(params, types))]
+    paused = {r["type"] for r in conn.execute(Q["type_paused"])}
+    scope = flow.scope(params, paused)
+    if scope is None:
+        types = list(params.types) if params.types is not None else None
+        rows = conn.execute(Q["job_claim"], st.claim_params(params, types)).fetchall()
+    else:
+        rows = flow.claim(_FlowSql(conn), params, scope, paused)
+    jobs = [job_from_row(r) for r in rows]
     jobs.sort(key=st.claim_order)
     if jobs:
         conn.execute(Q["event_insert_each"], st.claimed_events(jobs, params))
@@ -226,3 +254,14 @@ def prune(conn: Conn, cutoffs: Mapping[JobStatus, datetime], limit: int) -> int:
         conn.execute(Q["job_events_delete"], {"ids": ids})
         conn.execute(Q["job_delete"], {"ids": ids})
     return len(ids)
+
+
+def set_paused(conn: Conn, job_type: str, paused: bool, actor: str, now: datetime) -> None:
+    """Pause or resume a type; a change records its ``type_events`` row, naming ``actor``."""
+    args = {"type": job_type, "actor": actor, "now": to_micros(now)}
+    changed = conn.execute(Q["type_pause" if paused else "type_resume"], args).fetchone()
+    if changed is not None:
+        kind = TypeEventKind.PAUSED if paused else TypeEventKind.RESUMED
+        conn.execute(Q["type_event_insert"], {**args, "event": kind.value})
+        if not paused:
+            _notify_ready(conn)  # the type's jobs are claimable again, on every node
