@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from queuelog.models import JobStatus, TypeEventKind
+from queuelog.models import JobStatus, Priority, TypeEventKind
 from queuelog.storage.protocol import (
     ClaimParams,
     FinishParams,
@@ -18,7 +18,6 @@ from queuelog.storage.protocol import (
     NewJob,
     Storage,
 )
-from queuelog.models import Priority
 
 pytestmark = pytest.mark.anyio
 

@@ -370,7 +370,7 @@ FOR UPDATE SKIP LOCKED;
 SELECT id, priority, created_at FROM jobs
 WHERE status = 'pending' AND NOT scheduled AND type = %(type)s::text
   AND run_at <= %(now)s::bigint AND job_group IS NULL
-ORDER BY type, priority DESC, created_at, id
+ORDER BY type, job_group, priority DESC, created_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 

@@ -320,7 +320,7 @@ ORDER BY priority DESC, created_at, id
 LIMIT :limit;
 
 -- name: ready_ungrouped
-SELECT id, priority, created_at FROM jobs INDEXED BY jobs_ready_type
+SELECT id, priority, created_at FROM jobs INDEXED BY jobs_ready_group
 WHERE status = 'pending' AND scheduled = 0 AND type = :type AND run_at <= :now
   AND job_group IS NULL
 ORDER BY priority DESC, created_at, id

@@ -3,11 +3,12 @@
 ALTER TABLE jobs ADD COLUMN job_group TEXT;
 -- A claim of a limited or paused type reads its ready jobs type by type, and the
 -- ready jobs of a group-limited type group by group: one seek each, so jobs held
--- back by a limit are never walked past.
+-- back by a limit are never walked past. The group index holds ungrouped jobs too
+-- (job_group IS NULL is a seek on it), so those are not walked past either.
 CREATE INDEX jobs_ready_type ON jobs (type, priority DESC, created_at, id) INCLUDE (run_at)
     WHERE status = 'pending' AND NOT scheduled;
 CREATE INDEX jobs_ready_group ON jobs (type, job_group, priority DESC, created_at, id)
-    INCLUDE (run_at) WHERE status = 'pending' AND NOT scheduled AND job_group IS NOT NULL;
+    INCLUDE (run_at) WHERE status = 'pending' AND NOT scheduled;
 -- Running jobs per type and group: what concurrency and group_concurrency count.
 CREATE INDEX jobs_running_group ON jobs (type, job_group) WHERE status = 'running';
 
