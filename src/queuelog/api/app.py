@@ -13,7 +13,7 @@ from queuelog.api.lean import register_models
 from queuelog.api.metrics import Metrics, MetricsMiddleware
 from queuelog.api.middleware import BodyLimitMiddleware
 from queuelog.api.problems import install_handlers
-from queuelog.api.routes import claims, jobs, keys, ops
+from queuelog.api.routes import claims, jobs, keys, ops, types
 from queuelog.app_state import AppState
 from queuelog.auth import KeyRing, RateLimiter
 from queuelog.clock import Clock, SystemClock
@@ -141,5 +141,6 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(claims.router)
     app.include_router(jobs.router)
     app.include_router(keys.router)
+    app.include_router(types.router)
     app.include_router(ops.router)
     app.include_router(dashboard_router(), include_in_schema=False)

@@ -21,12 +21,13 @@ _DESCRIPTIONS = {
 AUTHED = (401, 403, 429)
 
 
-def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The ``responses=`` entry for a route that may answer these problems."""
+def problems(*statuses: int, **described: str) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` entry for a route that may answer these problems; a route
+    whose problem means something of its own describes it (``e404="..."``)."""
     return {
         status: {
             "model": ProblemOut,
-            "description": _DESCRIPTIONS[status],
+            "description": described.get(f"e{status}", _DESCRIPTIONS[status]),
             "content": {"application/problem+json": {}},
         }
         for status in statuses

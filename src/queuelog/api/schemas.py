@@ -47,6 +47,17 @@ AwareTime = Annotated[datetime, AfterValidator(_aware)]
 IdempotencyKey = Annotated[
     StrictStr, Field(min_length=1, max_length=255), AfterValidator(_printable_ascii)
 ]
+Group = Annotated[
+    StrictStr,
+    Field(
+        min_length=1,
+        max_length=128,
+        description="1-128 printable ASCII: a tenant, an account, a partner. Jobs of one "
+        "group share the type's `group_concurrency`; jobs without a group are not limited "
+        "by it.",
+    ),
+    AfterValidator(_printable_ascii),
+]
 Number = StrictInt | StrictFloat
 RowId = Annotated[StrictInt, Field(ge=1, le=MAX_ID)]
 
@@ -101,6 +112,7 @@ class EnqueueRequest(_Request):
     run_at: AwareTime | None = None
     delay_seconds: Number | None = Field(None, ge=0, le=366 * 86_400)
     idempotency_key: IdempotencyKey | None = None
+    group: Group | None = None
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
@@ -128,6 +140,9 @@ LeaseToken = Annotated[StrictStr, Field(min_length=1, max_length=64)]
 
 class ReleaseRequest(_Request):
     lease_token: LeaseToken
+    delay_seconds: Number = Field(
+        0, ge=0, le=86_400, description="Pending again this long from now (a snooze)."
+    )
 
 
 class HeartbeatRequest(_Request):
@@ -204,6 +219,7 @@ class JobOut(BaseModel):
     result: JsonObject | None
     created_at: str
     updated_at: str
+    group: str | None
 
 
 class ClaimedJobOut(JobOut):
@@ -273,6 +289,33 @@ class KeyListOut(BaseModel):
     keys: list[KeyOut]
 
 
+class RateLimitOut(BaseModel):
+    jobs: int
+    per_seconds: float
+
+
+class TypeCountsOut(BaseModel):
+    pending: int
+    waiting: int
+    running: int
+    failed: int
+
+
+class TypeOut(BaseModel):
+    name: str
+    concurrency: int | None = Field(description="Running jobs of the type at most; null: no limit.")
+    group_concurrency: int | None = Field(description="Running jobs per group at most.")
+    rate_limit: RateLimitOut | None = Field(description="Claims in any window of `per_seconds`.")
+    paused: bool
+    paused_by: str | None = Field(description="The admin key that paused the type.")
+    paused_at: str | None
+    counts: TypeCountsOut
+
+
+class TypeListOut(BaseModel):
+    types: list[TypeOut]
+
+
 class ProblemOut(BaseModel):
     type: str
     title: str
@@ -311,6 +354,7 @@ def job_json(job: Job, show_error: bool, lease_token: bool = False) -> dict[str,
         "result": job.result,
         "created_at": created,
         "updated_at": updated,
+        "group": job.group,
     }
     if lease_token:
         body["lease_token"] = job.lease_token

@@ -48,6 +48,7 @@ def _spec(body: EnqueueRequest, header_key: str | None = None) -> EnqueueSpec:
         run_at=body.run_at,
         delay_seconds=body.delay_seconds,
         idempotency_key=key,
+        group=body.group,
     )
 
 
