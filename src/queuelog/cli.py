@@ -11,6 +11,7 @@ import click
 from queuelog.auth import KEY_NAME, KEY_NAME_CHARS, KeyRing
 from queuelog.cli_client import EXIT_CODES, enqueue, one_line, worker
 from queuelog.cli_jobs import jobs
+from queuelog.cli_types import types
 from queuelog.clock import SystemClock, rfc3339
 from queuelog.config import PRIORITY_LABELS, Settings, load_settings
 from queuelog.models import Priority, Role
@@ -49,6 +50,7 @@ def main() -> None:
 main.add_command(worker)
 main.add_command(enqueue)
 main.add_command(jobs)
+main.add_command(types)
 
 
 @main.command()

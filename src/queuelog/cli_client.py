@@ -280,6 +280,7 @@ def enqueue_file(client: Client, jobs: list[dict[str, Any]], batch_size: int) ->
 @click.argument("payload", metavar="[PAYLOAD_JSON]", required=False)
 @click.option("--priority", type=click.Choice(PRIORITY_LABELS, case_sensitive=False))
 @click.option("--idempotency-key", help="Enqueueing again with the same key does nothing.")
+@click.option("--group", help="The job's group (a tenant, an account): see group_concurrency.")
 @click.option(
     "--from-file",
     type=click.File("r"),
@@ -294,6 +295,7 @@ def enqueue(
     payload: str | None,
     priority: str | None,
     idempotency_key: str | None,
+    group: str | None,
     from_file: TextIO | None,
     batch_size: int,
     url: str | None,
@@ -311,7 +313,9 @@ def enqueue(
         assert job_type is not None
         body = _payload(payload)
         with reported("cannot enqueue"):
-            job = client.enqueue(job_type, body, priority=priority, idempotency_key=idempotency_key)
+            job = client.enqueue(
+                job_type, body, priority=priority, idempotency_key=idempotency_key, group=group
+            )
     if as_json:
         print_json(job)
     else:

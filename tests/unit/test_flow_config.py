@@ -53,9 +53,7 @@ BAD = [
 
 
 @pytest.mark.parametrize(("body", "setting"), BAD)
-def test_a_bad_limit_is_refused_naming_the_setting(
-    tmp_path: Path, body: str, setting: str
-) -> None:
+def test_a_bad_limit_is_refused_naming_the_setting(tmp_path: Path, body: str, setting: str) -> None:
     with pytest.raises(ConfigError) as refused:
         load_settings(config(tmp_path, body), {})
     assert str(refused.value).startswith(f"{setting}: ")

@@ -46,7 +46,7 @@ def test_config_env_names_the_file(tmp_path: Path) -> None:
 def test_config_rejects_unknown_settings_and_bad_values(tmp_path: Path) -> None:
     path = tmp_path / "q.toml"
     path.write_text("typo_setting = 1\n")
-    with pytest.raises(ConfigError, match="^typo_setting: "):
+    with pytest.raises(ConfigError, match=r"^typo_setting: "):
         load_settings(path, {})
-    with pytest.raises(ConfigError, match="^durability: "):
+    with pytest.raises(ConfigError, match=r"^durability: "):
         load_settings(None, {"QUEUELOG_DURABILITY": "sometimes"})

@@ -2,10 +2,10 @@
 
 from queuelog.client.aio import AsyncClient
 from queuelog.client.errors import BodyTooLarge, ServerError, ServerUnavailable
-from queuelog.client.outcome import Fail, Retry
+from queuelog.client.outcome import Fail, Retry, Snooze
 from queuelog.client.policy import RetryPolicy
 from queuelog.client.sync import Client
-from queuelog.client.types import Acknowledged, Enqueued, Event, Job, Key, Page
+from queuelog.client.types import Acknowledged, Enqueued, Event, Job, JobType, Key, Page
 from queuelog.client.worker import Worker
 
 __all__ = [
@@ -17,11 +17,13 @@ __all__ = [
     "Event",
     "Fail",
     "Job",
+    "JobType",
     "Key",
     "Page",
     "Retry",
     "RetryPolicy",
     "ServerError",
     "ServerUnavailable",
+    "Snooze",
     "Worker",
 ]

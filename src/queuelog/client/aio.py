@@ -109,6 +109,9 @@ class AsyncClient:
     create_key = _sends(calls.create_key)
     list_keys = _sends(calls.list_keys)
     revoke_key = _sends(calls.revoke_key)
+    list_types = _sends(calls.list_types)
+    pause_type = _sends(calls.pause_type)
+    resume_type = _sends(calls.resume_type)
 
     async def aclose(self) -> None:
         await self._http.aclose()

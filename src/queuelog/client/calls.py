@@ -9,11 +9,21 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
+from urllib.parse import quote
 
 import httpx
 
 from queuelog.client.errors import ServerError, error_from_item, error_from_problem
-from queuelog.client.types import Acknowledged, Enqueued, Event, Job, JsonObject, Key, Page
+from queuelog.client.types import (
+    Acknowledged,
+    Enqueued,
+    Event,
+    Job,
+    JobType,
+    JsonObject,
+    Key,
+    Page,
+)
 from queuelog.clock import rfc3339
 
 T = TypeVar("T")
@@ -88,6 +98,7 @@ def enqueue_body(
     run_at: datetime | None = None,
     delay_seconds: float | None = None,
     idempotency_key: str | None = None,
+    group: str | None = None,
 ) -> JsonObject:
     """The JSON body of one job to enqueue. Without ``idempotency_key`` a new one is made,
     so that sending the same body again can never create a second job."""
@@ -100,6 +111,7 @@ def enqueue_body(
             "run_at": rfc3339(run_at) if run_at is not None else None,
             "delay_seconds": delay_seconds,
             "idempotency_key": idempotency_key or new_idempotency_key(),
+            "group": group,
         }
     )
 
@@ -113,9 +125,11 @@ def enqueue(
     run_at: datetime | None = None,
     delay_seconds: float | None = None,
     idempotency_key: str | None = None,
+    group: str | None = None,
 ) -> Call[Job]:
     """Enqueue one job (``POST /jobs``). Returns the new job, or the existing one when the
-    idempotency key was already used for the same request."""
+    idempotency key was already used for the same request. ``group`` (a tenant, an
+    account) is what the type's ``group_concurrency`` counts by."""
     body = enqueue_body(
         type,
         payload,
@@ -124,6 +138,7 @@ def enqueue(
         run_at=run_at,
         delay_seconds=delay_seconds,
         idempotency_key=idempotency_key,
+        group=group,
     )
     return Call("POST", "/jobs", _job, resend=True, json=body)
 
@@ -224,10 +239,15 @@ def heartbeat(
     return Call("POST", f"/jobs/{_job_id(job)}/heartbeat", _job, resend=True, json=body)
 
 
-def release(job: JobRef, *, lease_token: str | None = None) -> Call[Job]:
-    """Give a held job back unrun: pending again, its attempt not spent. Sent again after a
-    broken connection: the lease token guards it (409 if the first landed)."""
-    body = {"lease_token": _lease_token(job, lease_token)}
+def release(
+    job: JobRef, *, delay_seconds: float | None = None, lease_token: str | None = None
+) -> Call[Job]:
+    """Give a held job back unrun: pending again (after ``delay_seconds``, a snooze), its
+    attempt not spent. Sent again after a broken connection: the lease token guards it
+    (409 if the first landed)."""
+    body = _drop_none(
+        {"lease_token": _lease_token(job, lease_token), "delay_seconds": delay_seconds}
+    )
     return Call("POST", f"/jobs/{_job_id(job)}/release", _job, resend=True, json=body)
 
 
@@ -326,3 +346,22 @@ def revoke_key(key_id: int) -> Call[None]:
         return None
 
     return Call("DELETE", f"/keys/{key_id}", read, resend=True)
+
+
+def list_types() -> Call[list[JobType]]:
+    """Every configured job type with its limits, pause and counts (admin)."""
+
+    def read(data: Any) -> list[JobType]:
+        return [JobType.from_json(t) for t in data["types"]]
+
+    return Call("GET", "/types", read, resend=True)
+
+
+def pause_type(name: str) -> Call[JobType]:
+    """Pause a job type (admin): never claimed until resumed. Safe to send again."""
+    return Call("POST", f"/types/{quote(name, safe='')}/pause", JobType.from_json, resend=True)
+
+
+def resume_type(name: str) -> Call[JobType]:
+    """Resume a paused job type (admin). Safe to send again."""
+    return Call("POST", f"/types/{quote(name, safe='')}/resume", JobType.from_json, resend=True)

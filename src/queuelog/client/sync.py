@@ -106,6 +106,9 @@ class Client:
     create_key = _sends(calls.create_key)
     list_keys = _sends(calls.list_keys)
     revoke_key = _sends(calls.revoke_key)
+    list_types = _sends(calls.list_types)
+    pause_type = _sends(calls.pause_type)
+    resume_type = _sends(calls.resume_type)
 
     def close(self) -> None:
         self._http.close()

@@ -54,6 +54,7 @@ class Job:
     error: str | None = None
     result: JsonObject | None = None
     lease_token: str | None = field(default=None, repr=False)  # a secret of its worker
+    group: str | None = None
 
     @classmethod
     def from_json(cls, data: JsonObject) -> Job:
@@ -75,6 +76,7 @@ class Job:
             error=data.get("error"),
             result=data.get("result"),
             lease_token=data.get("lease_token"),
+            group=data.get("group"),
         )
 
     @property
@@ -167,3 +169,30 @@ class Page:
 
     jobs: list[Job]
     next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobType:
+    """A configured job type (``GET /types``): its limits, pause and jobs by status."""
+
+    name: str
+    concurrency: int | None
+    group_concurrency: int | None
+    rate_limit: JsonObject | None  # {"jobs", "per_seconds"}
+    paused: bool
+    paused_by: str | None
+    paused_at: datetime | None
+    counts: dict[str, int]
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> JobType:
+        return cls(
+            name=str(data["name"]),
+            concurrency=data.get("concurrency"),
+            group_concurrency=data.get("group_concurrency"),
+            rate_limit=data.get("rate_limit"),
+            paused=bool(data["paused"]),
+            paused_by=data.get("paused_by"),
+            paused_at=parse_time(data.get("paused_at")),
+            counts={str(k): int(v) for k, v in dict(data["counts"]).items()},
+        )
