@@ -73,11 +73,15 @@ def bench_enqueue(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
     return result
 
 
-def fill_queue(url: str, key: str, count: int) -> None:
-    body = {"jobs": [clients.job_body() for _ in range(500)]}
+def fill_queue(url: str, key: str, count: int, job_type: str = "noop", groups: int = 0) -> None:
+    """``count`` jobs of ``job_type``; with ``groups``, spread over that many groups."""
     with clients.client(url, key) as c:
-        for _ in range(count // 500):
-            clients.expect(c.post("/jobs/batch", json=body))
+        for start in range(0, count - count % 500, 500):
+            jobs = [
+                clients.job_body(job_type, f"g{(start + i) % groups}" if groups else None)
+                for i in range(500)
+            ]
+            clients.expect(c.post("/jobs/batch", json={"jobs": jobs}))
 
 
 def bench_burn_down(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
@@ -98,6 +102,26 @@ def bench_burn_down(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
         if sum(s.count for s in shares) != plan.jobs:
             raise RuntimeError(f"burn-down sdk: {sum(s.count for s in shares)} != {plan.jobs}")
         result["sdk_worker"] = _rate(rate)
+    return result
+
+
+def bench_flow(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
+    """Burn-downs of claim 50 + batch complete: a type without limits, one whose limits
+    never bind, and one with group_concurrency = 1 over 1,000 groups."""
+    result = {}
+    modes = (("unlimited", "noop", 0, 0.0), ("never_binds", "wide", 0, 0.0))
+    modes += (("groups_1000", "tenant", 1000, 1.0),)
+    for name, job_type, groups, wait in modes:
+        fill_queue(url, keys.producer, plan.jobs, job_type, groups)
+        workers = [
+            clients.BurnWorker(url, keys.worker, 90, limit=50, types=[job_type], wait=wait)
+            for _ in range(plan.workers)
+        ]
+        rate, shares = run_parallel(workers)
+        if sum(s.count for s in shares) != plan.jobs:
+            raise RuntimeError(f"flow {name}: {sum(s.count for s in shares)} != {plan.jobs}")
+        result[name] = _rate(rate)
+    result["never_binds_ratio"] = round(result["never_binds"] / result["unlimited"], 2)
     return result
 
 
@@ -146,7 +170,7 @@ def run(plan: Plan, workdir: Path, with_huey: bool) -> dict[str, Any]:
     peaks = []
     for group, sections in (
         ("a", [("enqueue", bench_enqueue)]),
-        ("b", [("burn_down", bench_burn_down)]),
+        ("b", [("burn_down", bench_burn_down), ("flow", bench_flow)]),
         ("c", [("latency", bench_latency), ("steady", bench_steady)]),
     ):
         config, keys = prepare_database(workdir / f"server-{group}")

@@ -28,6 +28,15 @@ rate_per_second = 0
 [types.noop]
 max_retries = 3
 lease_seconds = 60
+[types.wide]  # limits far above the workers: they never bind
+max_retries = 3
+lease_seconds = 60
+concurrency = 100000
+group_concurrency = 100000
+[types.tenant]  # one running job per group
+max_retries = 3
+lease_seconds = 60
+group_concurrency = 1
 """
 
 
