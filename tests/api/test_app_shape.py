@@ -51,6 +51,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/keys"): KEY,
     ("GET", "/keys"): KEY,
     ("DELETE", "/keys/{key_id:int}"): KEY,
+    ("GET", "/types"): KEY,
+    ("POST", "/types/{job_type}/pause"): KEY,
+    ("POST", "/types/{job_type}/resume"): KEY,
     ("GET", "/stats"): KEY,
     ("GET", "/metrics"): KEY,
     ("GET", "/ui/static/{name}"): UI_PUBLIC,
@@ -64,11 +67,14 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/ui/jobs/{job_id}"): UI_LOGIN,
     ("GET", "/ui/retry-failed"): UI_LOGIN,
     ("GET", "/ui/keys"): UI_LOGIN,
+    ("GET", "/ui/types"): UI_LOGIN,
     ("POST", "/ui/jobs/{job_id}/retry"): UI_LOGIN,
     ("POST", "/ui/jobs/{job_id}/cancel"): UI_LOGIN,
     ("POST", "/ui/retry-failed"): UI_LOGIN,
     ("POST", "/ui/keys"): UI_LOGIN,
     ("POST", "/ui/keys/{key_id}/revoke"): UI_LOGIN,
+    ("POST", "/ui/types/{job_type}/pause"): UI_LOGIN,
+    ("POST", "/ui/types/{job_type}/resume"): UI_LOGIN,
 }
 
 _AUTHENTICATE = get_args(CurrentKey)[1].dependency
