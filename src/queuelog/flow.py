@@ -50,14 +50,16 @@ class FlowControl:
         self.configured = tuple(sorted(settings.types))
         # (type, reason) -> claims in which that limit held back a ready job.
         self.skipped: Counter[tuple[str, str]] = Counter()
-        self._slots = any(
-            lim.concurrency is not None or lim.group_concurrency is not None
-            for lim in self.limits.values()
+        # The types whose running jobs hold slots: their end may let a waiting claim in.
+        self.slot_types = frozenset(
+            name
+            for name, lim in self.limits.items()
+            if lim.concurrency is not None or lim.group_concurrency is not None
         )
 
     def slots_freed(self) -> None:
         """A running job ended: a claim waiting on a concurrency limit may now succeed."""
-        if self._slots:
+        if self.slot_types:
             self._on_ready()
 
     async def windows_open(self, types: Sequence[str] | None, now: datetime) -> list[datetime]:

@@ -305,7 +305,13 @@ class JobService:
             if text is not None and len(text.encode()) > limit:
                 return PayloadTooLarge(f"The result exceeds {limit} bytes")
             return FinishParams(
-                spec.job_id, token, caller.name, now, result=spec.result, result_text=text
+                spec.job_id,
+                token,
+                caller.name,
+                now,
+                result=spec.result,
+                result_text=text,
+                slot_types=self.flow.slot_types,
             )
         # A failure's retry time depends on the job, which is read first. A caller who
         # does not hold the job is answered from that read, before its error text is
@@ -327,6 +333,7 @@ class JobService:
             error=sanitize_error(spec.error),
             retryable=spec.retryable,
             retry_at=retry_at,
+            slot_types=self.flow.slot_types,
         )
 
     def _retry_at(self, job: Job, now: datetime) -> datetime:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -80,3 +81,30 @@ async def test_a_saturated_group_of_many_pending_jobs_is_not_walked(
             plan = row["QUERY PLAN"][0]["Plan"]
             # No step of the plan walks the 100,000 jobs of the held-back group.
             assert _max_rows(plan) <= 10, (name, plan)
+
+
+async def test_a_freed_slot_and_a_resume_reach_the_other_node(
+    nodes: list[PostgresStorage],
+) -> None:
+    woken = threading.Event()
+    nodes[1].subscribe(woken.set)
+    listener = nodes[1]._listener
+    assert listener is not None and listener.listening.wait(10)
+    await nodes[0].job_insert_many([job("limited"), job("free")], T0)
+    claimed = await nodes[0].job_claim(params(limit=2))
+    assert len(claimed) == 2
+    woken.clear()
+    by_type = {j.type: j for j in claimed}
+    slots = frozenset({"limited"})
+    free = by_type["free"]
+    await nodes[0].job_finish_many([FinishParams(free.id, free.lease_token or "", "w", T0)])
+    # Jobs of a type without a concurrency limit free no slot: nothing to tell.
+    assert not await asyncio.to_thread(woken.wait, 1.0)
+    held = by_type["limited"]
+    item = FinishParams(held.id, held.lease_token or "", "w", T0, slot_types=slots)
+    await nodes[0].job_finish_many([item])
+    assert await asyncio.to_thread(woken.wait, 10), "a freed slot on node 0 did not reach node 1"
+    await nodes[0].type_set_paused("free", True, "root", T0)
+    woken.clear()
+    await nodes[0].type_set_paused("free", False, "root", T0)
+    assert await asyncio.to_thread(woken.wait, 10), "a resume on node 0 did not reach node 1"

@@ -110,6 +110,9 @@ class FinishParams:
     # stored_json(result), when the caller already encoded it to measure it against
     # the limit: the text stored, so a result is encoded once.
     result_text: str | None = None
+    # The types with concurrency limits: a backend shared by several processes tells
+    # the others when a job of one of them ends (a slot is free).
+    slot_types: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,7 +175,9 @@ def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueEr
     if params is None:
         events: list[dict[str, Any]] = []
         outcomes = [_finish(conn, item, events) for item in items]
-        _recorded(conn, events, [o for o in outcomes if isinstance(o, Job)])
+        finished = [o for o in outcomes if isinstance(o, Job)]
+        _recorded(conn, events, finished)
+        _slots_freed(conn, items, finished)
         return outcomes
     rows = conn.execute(Q["job_complete_batch"], params).fetchall()
     if rows:
@@ -183,7 +185,17 @@ def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueEr
     matched = st.match_completed(
         items, rows, lambda item: st.guard_failure(_get(conn, item.job_id))
     )
-    return [o if isinstance(o, QueueError) else job_from_row(o) for o in matched]
+    jobs = [o if isinstance(o, QueueError) else job_from_row(o) for o in matched]
+    _slots_freed(conn, items, [j for j in jobs if isinstance(j, Job)])
+    return jobs
+
+
+def _slots_freed(conn: Conn, items: Sequence[FinishParams], ended: Sequence[Job]) -> None:
+    """NOTIFY when a job of a concurrency-limited type ended: claims waiting for its slot
+    on other nodes look again (a job made pending has notified already)."""
+    slot_types = items[0].slot_types if items else frozenset()
+    if any(j.type in slot_types and j.status != JobStatus.PENDING for j in ended):
+        _notify_ready(conn)
 
 
 def _recorded(conn: Conn, events: Sequence[dict[str, Any]], jobs: Sequence[Job]) -> None:
