@@ -102,7 +102,8 @@ def test_pausing_an_unknown_type_is_404(admin: Api) -> None:
         assert response.status_code == 404
         assert response.json()["type"] == "not-found"
         assert response.headers["content-type"].startswith("application/problem+json")
-    assert admin.post(f"/types/{'x' * 101}/pause").status_code == 422
+    too_long = admin.post(f"/types/{'x' * 101}/pause")
+    assert too_long.status_code == 422 and too_long.json()["type"] == "validation"
 
 
 def test_a_paused_type_is_not_claimed_and_enqueues_still_land(
@@ -190,6 +191,7 @@ def test_new_routes_are_in_the_openapi_document(anonymous: Api) -> None:
         responses = paths[path]["post"]["responses"]
         assert "application/problem+json" in responses["404"]["content"]
         assert "not configured" in responses["404"]["description"]
+        assert "application/problem+json" in responses["422"]["content"]
     assert "403" in paths["/types"]["get"]["responses"]
     release = paths["/jobs/{job_id}/release"]["post"]
     assert "delay_seconds" in release["description"]

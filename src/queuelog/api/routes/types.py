@@ -18,6 +18,7 @@ router = APIRouter(prefix="/types", tags=["types"])
 TypeName = Annotated[str, Path(min_length=1, max_length=100, description="A configured job type.")]
 
 _NO_TYPE = "`not-found`: the job type is not configured."
+_BAD_NAME = "`validation`: the type name is longer than 100 characters."
 
 
 def type_json(state: TypeState) -> dict[str, Any]:
@@ -62,7 +63,7 @@ async def list_types(_: Admin, service: ServiceDep) -> Response:
         "holds across restarts. Pausing a paused type changes nothing. The change is "
         "recorded with the admin key's name. 200 with the type's entry."
     ),
-    responses=problems(*AUTHED, 404, e404=_NO_TYPE),
+    responses=problems(*AUTHED, 404, 422, e404=_NO_TYPE, e422=_BAD_NAME),
 )
 async def pause_type(job_type: TypeName, caller: Admin, service: ServiceDep) -> Response:
     state = await service.flow.set_paused(caller, job_type, True)
@@ -78,7 +79,7 @@ async def pause_type(job_type: TypeName, caller: Admin, service: ServiceDep) -> 
         "a type that is not paused changes nothing. The change is recorded with the admin "
         "key's name. 200 with the type's entry."
     ),
-    responses=problems(*AUTHED, 404, e404=_NO_TYPE),
+    responses=problems(*AUTHED, 404, 422, e404=_NO_TYPE, e422=_BAD_NAME),
 )
 async def resume_type(job_type: TypeName, caller: Admin, service: ServiceDep) -> Response:
     state = await service.flow.set_paused(caller, job_type, False)
