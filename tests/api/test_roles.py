@@ -28,6 +28,9 @@ ROUTES: list[tuple[str, str, dict[str, object] | None, set[str]]] = [
     ("POST", "/keys", {"name": "k", "roles": ["worker"]}, {"admin"}),
     ("GET", "/keys", None, {"admin"}),
     ("DELETE", "/keys/999", None, {"admin"}),
+    ("GET", "/types", None, {"admin"}),
+    ("POST", "/types/noop/pause", None, {"admin"}),
+    ("POST", "/types/noop/resume", None, {"admin"}),
     ("GET", "/stats", None, {"admin"}),
     ("GET", "/metrics", None, {"admin"}),
 ]
