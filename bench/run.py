@@ -170,10 +170,11 @@ def run(plan: Plan, workdir: Path, with_huey: bool) -> dict[str, Any]:
     peaks = []
     for group, sections in (
         ("a", [("enqueue", bench_enqueue)]),
-        ("b", [("burn_down", bench_burn_down), ("flow", bench_flow)]),
+        ("b", [("burn_down", bench_burn_down)]),
         ("c", [("latency", bench_latency), ("steady", bench_steady)]),
+        ("d", [("flow", bench_flow)]),
     ):
-        config, keys = prepare_database(workdir / f"server-{group}")
+        config, keys = prepare_database(workdir / f"server-{group}", flow=group == "d")
         with Server(config) as server:
             for name, fn in sections:
                 out[name] = _section(name, fn, plan, server.url, keys)
