@@ -17,6 +17,7 @@ FLOW_TYPES: dict[str, Any] = {
     "partner": {"concurrency": 2},
     "tenant": {"group_concurrency": 1},
     "metered": {"rate_limit": {"jobs": 2, "per_seconds": 10}},
+    "instant": {"backoff_base_seconds": 0},
 }
 
 
@@ -195,3 +196,14 @@ def test_new_routes_are_in_the_openapi_document(anonymous: Api) -> None:
     assert "403" in paths["/types"]["get"]["responses"]
     release = paths["/jobs/{job_id}/release"]["post"]
     assert "delay_seconds" in release["description"]
+
+
+def test_a_zero_backoff_base_makes_a_failed_attempt_claimable_at_once(
+    producer: Api, worker: Api
+) -> None:
+    job = enqueue(producer, "instant")
+    held = claim_one(worker, types=["instant"])
+    body = {"lease_token": held["lease_token"], "error": "flaky"}
+    failed = worker.post(f"/jobs/{job['id']}/fail", json=body).json()
+    assert failed["status"] == "pending" and failed["retry_count"] == 1
+    assert claim_one(worker, types=["instant"])["id"] == job["id"]  # the clock stood still
