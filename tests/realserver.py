@@ -17,7 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -97,7 +97,7 @@ class RealServer:
     over the base settings (SQLite in ``directory``, full durability, no rate limit, a
     0.2 s sweep); ``env`` is added to the environment of the server and of the CLI, which
     has no other ``QUEUELOG_*`` variable: ``{"QUEUELOG_DATABASE_URL": url}`` serves
-    PostgreSQL instead of the SQLite file.
+    PostgreSQL instead of the SQLite file. ``serve_args`` are added to ``queuelog serve``.
     """
 
     def __init__(
@@ -106,6 +106,7 @@ class RealServer:
         types: Mapping[str, Mapping[str, Any]] | None = None,
         config: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
+        serve_args: Sequence[str] = (),
     ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
@@ -121,6 +122,7 @@ class RealServer:
         settings["types"] = types if types is not None else DEFAULT_TYPES
         self.config.write_text(toml_text(settings))
         self.environ = clean_environ(**(env or {}))
+        self.serve_args = tuple(serve_args)
         self.keys: dict[str, str] = {}
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
@@ -198,8 +200,9 @@ class RealServer:
         self.starts += 1
         self.port = free_port()
         with self.log_path.open("wb") as log:
+            port = str(self.port)
             self.process = subprocess.Popen(
-                [QUEUELOG, "serve", "--config", str(self.config), "--port", str(self.port)],
+                [QUEUELOG, "serve", "--config", str(self.config), "--port", port, *self.serve_args],
                 env=self.environ,
                 stdout=log,
                 stderr=subprocess.STDOUT,

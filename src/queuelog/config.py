@@ -29,9 +29,12 @@ class Limits(_Strict):
 
 class Server(_Strict):
     """What ``queuelog serve`` lets in: beyond ``limit_concurrency`` open connections
-    (or requests in flight), a request is answered 503."""
+    (or requests in flight), a request is answered 503. A long-poll claim is woken when a
+    job is made ready; it also looks again every ``claim_recheck_seconds``, for jobs made
+    ready where no notification reaches it."""
 
     limit_concurrency: int = Field(1000, ge=1)
+    claim_recheck_seconds: float = Field(1.0, gt=0, le=30)
 
 
 class Retention(_Strict):
@@ -111,6 +114,7 @@ ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
     "QUEUELOG_RATE_PER_SECOND": ("limits", "rate_per_second"),
     "QUEUELOG_RATE_BURST": ("limits", "rate_burst"),
     "QUEUELOG_LIMIT_CONCURRENCY": ("server", "limit_concurrency"),
+    "QUEUELOG_CLAIM_RECHECK_SECONDS": ("server", "claim_recheck_seconds"),
 }
 
 PRIORITY_LABELS = [p.label for p in Priority]

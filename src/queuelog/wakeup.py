@@ -75,7 +75,10 @@ def _expire(future: asyncio.Future[bool]) -> None:
 
 
 class Wakeup:
-    def __init__(self) -> None:
+    def __init__(self, recheck_seconds: float = 1.0) -> None:
+        # Waiters also look again this often, for wake-ups they cannot hear (another
+        # process writing to the same database without notifying).
+        self.recheck_seconds = recheck_seconds
         self._waiters: set[Waiter] = set()
         self._lock = threading.Lock()
         self.closed = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
 from queuelog.api.routes import claims
@@ -55,3 +56,38 @@ async def test_a_long_poll_whose_channel_fails_raises_the_failure(
     body = ClaimRequest(wait_seconds=5)
     with pytest.raises(RuntimeError, match="channel broken"):
         await claims.claim_or_wait(service, Wakeup(), worker, body, broken)
+
+
+async def test_a_long_poll_looks_again_every_recheck_for_jobs_it_was_not_told_of(
+    sqlite: SqliteStorage, settings: Settings, clock: FakeClock
+) -> None:
+    service, producer, worker = await _service_and_keys(sqlite, settings, clock)
+    assert settings.sqlite_path is not None
+    other = SqliteStorage(settings.sqlite_path)  # another process: it notifies no one here
+    try:
+
+        async def never_gone() -> dict[str, Any]:
+            await anyio.sleep_forever()
+            raise AssertionError
+
+        body = ClaimRequest(wait_seconds=20)
+        async with anyio.create_task_group() as tasks:
+            answers: list[list[Any]] = []
+
+            async def wait_for_a_job() -> None:
+                wakeup = Wakeup(recheck_seconds=0.2)
+                jobs = await claims.claim_or_wait(service, wakeup, worker, body, never_gone)
+                answers.append(jobs)
+
+            tasks.start_soon(wait_for_a_job)
+            await anyio.sleep(0.5)
+            assert answers == []
+            ((job, _),) = await JobService(other, settings, clock).enqueue_many(
+                producer, [EnqueueSpec(type="noop")]
+            )
+            with anyio.fail_after(10):  # far before the wait's 20 s: found by a recheck
+                while not answers:
+                    await anyio.sleep(0.05)
+        assert [j.id for j in answers[0]] == [job.id]
+    finally:
+        other.close()

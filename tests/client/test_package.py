@@ -41,7 +41,17 @@ def test_the_sdk_never_imports_the_package_root() -> None:
 
 
 def test_the_package_version_is_the_sdks_user_agent() -> None:
-    from queuelog.client.policy import Connection
+    import httpx
 
-    user_agent = Connection.resolve("http://127.0.0.1:1").headers()["User-Agent"]
-    assert user_agent == f"queuelog-python/{queuelog.__version__}"
+    from queuelog.client import Client
+
+    sent: list[httpx.Request] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json={"keys": []})
+
+    with Client("http://127.0.0.1:1", "k", transport=httpx.MockTransport(server)) as client:
+        client.list_keys()
+    assert sent[0].headers["User-Agent"] == f"queuelog-python/{queuelog.__version__}"
+    assert sent[0].headers["Authorization"] == "Bearer k"

@@ -1,75 +1,60 @@
-"""``queuelog serve`` hands uvicorn the right options (the server itself is not started)."""
+"""``queuelog serve``: its access log, its connection limit and its collector tuning."""
 
 from __future__ import annotations
 
 import gc
-import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+import httpx
 import pytest
-import uvicorn
-from click.testing import CliRunner
 
 from queuelog.api import server
-from queuelog.cli import main
+from queuelog.config import load_settings
+from tests.realserver import RealServer, closing
+
+
+def _logged_requests(tmp_path: Path, *serve_args: str) -> str:
+    with closing(RealServer(tmp_path, serve_args=serve_args)) as real:
+        real.start()
+        assert httpx.get(f"{real.url}/healthz?probe=1", timeout=10).status_code == 200
+        real.terminate()
+        return real.log()
+
+
+@pytest.mark.slow
+def test_serve_writes_no_access_log_by_default(tmp_path: Path) -> None:
+    log = _logged_requests(tmp_path)
+    assert "Uvicorn running" in log or "Application startup complete" in log, log
+    assert "/healthz?probe=1" not in log
+
+
+@pytest.mark.slow
+def test_serve_access_log_flag_turns_it_on(tmp_path: Path) -> None:
+    assert '"GET /healthz?probe=1 HTTP/1.1" 200' in _logged_requests(tmp_path, "--access-log")
+
+
+def test_limit_concurrency_comes_from_the_file_then_the_environment(tmp_path: Path) -> None:
+    # A real server's 503 beyond the limit: test_hardening_03 in tests/test_hardening_http.py.
+    path = tmp_path / "q.toml"
+    path.write_text("[server]\nlimit_concurrency = 50\n")
+    assert load_settings(environ={}).server.limit_concurrency == 1000
+    assert load_settings(path, environ={}).server.limit_concurrency == 50
+    env = {"QUEUELOG_LIMIT_CONCURRENCY": "7"}
+    assert load_settings(path, environ=env).server.limit_concurrency == 7
 
 
 @pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    seen: dict[str, Any] = {}
-
-    def fake_run(self: uvicorn.Server) -> None:
-        seen["access_log"] = self.config.access_log
-        seen["limit_concurrency"] = self.config.limit_concurrency
-        seen["gc_threshold"] = gc.get_threshold()
-        seen["gc_frozen"] = gc.get_freeze_count()
-
-    monkeypatch.setattr(server._Server, "run", fake_run)
-    # serve ignores SIGTERM before it runs the server; give the test process its handler back.
-    handler = signal.getsignal(signal.SIGTERM)
+def collector() -> Iterator[None]:
     threshold = gc.get_threshold()
-    yield seen
-    signal.signal(signal.SIGTERM, handler)
+    yield
     gc.unfreeze()
     gc.set_threshold(*threshold)
 
 
-def serve(tmp_path: Path, *args: str, toml: str = "", env: dict[str, str] | None = None) -> None:
-    config = tmp_path / "queuelog.toml"
-    config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n{toml}')
-    result = CliRunner().invoke(main, ["serve", "--config", str(config), *args], env=env)
-    assert result.exit_code == 0, result.output
-
-
-def test_serve_writes_no_access_log_by_default(tmp_path: Path, captured: dict[str, Any]) -> None:
-    serve(tmp_path)
-    assert captured["access_log"] is False
-
-
-def test_serve_access_log_flag_turns_it_on(tmp_path: Path, captured: dict[str, Any]) -> None:
-    serve(tmp_path, "--access-log")
-    assert captured["access_log"] is True
-
-
-def test_serve_freezes_what_startup_built_before_serving(
-    tmp_path: Path, captured: dict[str, Any]
-) -> None:
-    assert gc.get_freeze_count() == 0
-    serve(tmp_path)
-    assert captured["gc_threshold"][0] == server.GC_THRESHOLDS[0]
-    assert captured["gc_frozen"] > 10_000  # the modules, the app and its models
-
-
-def test_serve_caps_concurrent_connections_as_configured(
-    tmp_path: Path, captured: dict[str, Any]
-) -> None:
-    serve(tmp_path)
-    assert captured["limit_concurrency"] == 1000
-    serve(tmp_path, toml="[server]\nlimit_concurrency = 50\n")
-    assert captured["limit_concurrency"] == 50
-    serve(
-        tmp_path, toml="[server]\nlimit_concurrency = 50\n", env={"QUEUELOG_LIMIT_CONCURRENCY": "7"}
-    )
-    assert captured["limit_concurrency"] == 7
+@pytest.mark.usefixtures("collector")
+def test_the_server_freezes_what_startup_built_and_collects_less_often() -> None:
+    gc.unfreeze()
+    server.tune_gc()
+    assert gc.get_threshold() == server.GC_THRESHOLDS
+    assert gc.get_freeze_count() > 10_000  # the modules loaded so far

@@ -50,3 +50,15 @@ def test_config_rejects_unknown_settings_and_bad_values(tmp_path: Path) -> None:
         load_settings(path, {})
     with pytest.raises(ConfigError, match=r"^durability: "):
         load_settings(None, {"QUEUELOG_DURABILITY": "sometimes"})
+
+
+def test_claim_recheck_seconds_from_the_file_then_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "q.toml"
+    path.write_text("[server]\nclaim_recheck_seconds = 5\n")
+    assert load_settings(path, environ={}).server.claim_recheck_seconds == 5
+    env = {"QUEUELOG_CLAIM_RECHECK_SECONDS": "0.5"}
+    assert load_settings(path, environ=env).server.claim_recheck_seconds == 0.5
+    assert load_settings(environ={}).server.claim_recheck_seconds == 1.0
+    for bad in ("0", "31", "soon"):
+        with pytest.raises(ConfigError, match="claim_recheck_seconds"):
+            load_settings(path, environ={"QUEUELOG_CLAIM_RECHECK_SECONDS": bad})

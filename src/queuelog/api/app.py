@@ -119,7 +119,7 @@ def _lifespan(
 
 
 def _state(settings: Settings, storage: Storage, clock: Clock) -> AppState:
-    wakeup = Wakeup()
+    wakeup = Wakeup(settings.server.claim_recheck_seconds)
     service = JobService(storage, settings, clock, on_ready=wakeup.notify)
     if isinstance(storage, ReadySubscriber):
         # Jobs made ready on other nodes sharing the database wake this node's claimers.

@@ -23,9 +23,9 @@ HEAD_TIMEOUT_SECONDS = 10
 MAX_HEAD_BYTES = 64 * 1024
 # An idle connection between two requests is closed after this long.
 KEEP_ALIVE_SECONDS = 5
-# Python's cyclic collector, tuned for a server (see _tune_gc): the youngest generation
-# is collected every 20,000 allocations instead of 700, the middle one after every 20
-# of those and the oldest after every 20 of the middle one's (instead of 10 and 10).
+# Python's cyclic collector, tuned for a server (see tune_gc): the youngest generation
+# is collected far less often than by default, the older ones after twice as many
+# collections of the one below.
 GC_THRESHOLDS = (20_000, 20, 20)
 
 
@@ -111,19 +111,19 @@ def run(app: FastAPI, host: str, port: int, access_log: bool = False) -> None:
     # uvicorn re-raises the signal that stopped it once it has shut down; with
     # SIGTERM ignored by then, a graceful stop ends the process with status 0.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _tune_gc()
+    tune_gc()
     server.run()
 
 
-def _tune_gc() -> None:
+def tune_gc() -> None:
     """Keep the cyclic collector off what serving never frees.
 
     Everything alive once the app is built (modules, FastAPI's routes and models,
     pydantic's validators) lives as long as the process, yet every full collection
     walked it again, taking a share of the event loop's time under load. Frozen,
-    those objects are never scanned; and with the young generation collected every
-    20,000 allocations instead of 700, a request's short-lived objects are mostly
-    freed by reference counting before a collection sees them.
+    those objects are never scanned; and with the young generation collected far less
+    often (``GC_THRESHOLDS``), a request's short-lived objects are mostly freed by
+    reference counting before a collection sees them.
     """
     gc.collect()
     gc.freeze()

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
 import httpx
@@ -89,57 +89,35 @@ def _job(data: Any) -> Job:
     return Job.from_json(data)
 
 
+class EnqueueOptions(TypedDict, total=False):
+    """How a job is enqueued, beside its type and payload; each may be left out (or None)."""
+
+    priority: str | None
+    max_retries: int | None
+    run_at: datetime | None
+    delay_seconds: float | None
+    idempotency_key: str | None
+    group: str | None  # a tenant, an account: what the type's group_concurrency counts by
+
+
 def enqueue_body(
-    type: str,
-    payload: JsonObject | None = None,
-    *,
-    priority: str | None = None,
-    max_retries: int | None = None,
-    run_at: datetime | None = None,
-    delay_seconds: float | None = None,
-    idempotency_key: str | None = None,
-    group: str | None = None,
+    type: str, payload: JsonObject | None = None, **options: Unpack[EnqueueOptions]
 ) -> JsonObject:
     """The JSON body of one job to enqueue. Without ``idempotency_key`` a new one is made,
     so that sending the same body again can never create a second job."""
-    return _drop_none(
-        {
-            "type": type,
-            "payload": payload if payload is not None else {},
-            "priority": priority,
-            "max_retries": max_retries,
-            "run_at": rfc3339(run_at) if run_at is not None else None,
-            "delay_seconds": delay_seconds,
-            "idempotency_key": idempotency_key or new_idempotency_key(),
-            "group": group,
-        }
-    )
+    body: dict[str, Any] = _drop_none({**options})
+    if "run_at" in body:
+        body["run_at"] = rfc3339(body["run_at"])
+    body["idempotency_key"] = body.get("idempotency_key") or new_idempotency_key()
+    return {"type": type, "payload": payload if payload is not None else {}, **body}
 
 
 def enqueue(
-    type: str,
-    payload: JsonObject | None = None,
-    *,
-    priority: str | None = None,
-    max_retries: int | None = None,
-    run_at: datetime | None = None,
-    delay_seconds: float | None = None,
-    idempotency_key: str | None = None,
-    group: str | None = None,
+    type: str, payload: JsonObject | None = None, **options: Unpack[EnqueueOptions]
 ) -> Call[Job]:
     """Enqueue one job (``POST /jobs``). Returns the new job, or the existing one when the
-    idempotency key was already used for the same request. ``group`` (a tenant, an
-    account) is what the type's ``group_concurrency`` counts by."""
-    body = enqueue_body(
-        type,
-        payload,
-        priority=priority,
-        max_retries=max_retries,
-        run_at=run_at,
-        delay_seconds=delay_seconds,
-        idempotency_key=idempotency_key,
-        group=group,
-    )
+    idempotency key was already used for the same request."""
+    body = enqueue_body(type, payload, **options)
     return Call("POST", "/jobs", _job, resend=True, json=body)
 
 

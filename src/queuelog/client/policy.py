@@ -50,15 +50,24 @@ class Connection:
         user = parsed.userinfo.partition(b":")[0]
         return str(parsed.copy_with(userinfo=user + b":***"))
 
-    def headers(self) -> dict[str, str]:
+    def client_args(self) -> dict[str, Any]:
+        """The arguments of an httpx client that sends to this server with this key."""
         headers = {"User-Agent": f"queuelog-python/{__version__}"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+        return {"base_url": self.url, "headers": headers}
 
-    def timeout_for(self, call: Call[Any]) -> httpx.Timeout:
-        # A long-poll claim is answered up to wait_seconds late by design.
-        return httpx.Timeout(self.timeout + call.wait_seconds, connect=self.timeout)
+    def request_of(self, call: Call[Any]) -> dict[str, Any]:
+        """The arguments of httpx's ``request`` that send ``call``."""
+        return {
+            "method": call.method,
+            "url": call.path,
+            "json": call.json,
+            "params": call.params,
+            "headers": call.headers,
+            # A long-poll claim is answered up to wait_seconds late by design.
+            "timeout": httpx.Timeout(self.timeout + call.wait_seconds, connect=self.timeout),
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,76 +2,35 @@
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import TracebackType
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import TypeVar
 
 import httpx
 
 from queuelog.client import calls
 from queuelog.client.calls import Call, answer
 from queuelog.client.errors import ServerError
-from queuelog.client.policy import Connection, RetryPolicy
 from queuelog.client.types import Job
+from queuelog.client.verbs import Verbs
 from queuelog.errors import RateLimited
 
-P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def _sends(build: Callable[P, Call[T]]) -> Callable[Concatenate[Client, P], T]:
-    """A method that builds a call with ``build`` and sends it."""
+class Client(Verbs[httpx.Client, httpx.BaseTransport]):
+    """A blocking queuelog client over httpx."""
 
-    @functools.wraps(build)
-    def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self.send(build(*args, **kwargs))
-
-    return method
-
-
-class Client:
-    """A blocking queuelog client over httpx.
-
-    Args:
-        url: Server address; default ``$QUEUELOG_URL``, else ``http://127.0.0.1:8000``.
-        api_key: The key to send; default ``$QUEUELOG_API_KEY``.
-        timeout: Seconds per request (a long-poll claim gets its ``wait_seconds`` on top).
-        retry_policy: When a send that failed is tried again (see ``RetryPolicy``).
-        transport: An httpx transport to send through (tests, proxies).
-    """
-
-    def __init__(
-        self,
-        url: str | None = None,
-        api_key: str | None = None,
-        *,
-        timeout: float = 10.0,
-        retry_policy: RetryPolicy | None = None,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.connection = Connection.resolve(url, api_key, timeout)
-        self.retry_policy = retry_policy or RetryPolicy()
-        self._http = httpx.Client(
-            base_url=self.connection.url,
-            headers=self.connection.headers(),
-            transport=transport,
-        )
+    def _open(self, transport: httpx.BaseTransport | None) -> httpx.Client:
+        return httpx.Client(transport=transport, **self.connection.client_args())
 
     def send(self, call: Call[T]) -> T:
         """Send one call, trying again after connection failures where that is safe."""
         attempt = 1
         while True:
             try:
-                response = self._http.request(
-                    call.method,
-                    call.path,
-                    json=call.json,
-                    params=call.params,
-                    headers=call.headers,
-                    timeout=self.connection.timeout_for(call),
-                )
+                response = self._http.request(**self.connection.request_of(call))
                 return answer(call, response)
             except (httpx.HTTPError, ServerError, RateLimited) as error:
                 delay = self.retry_policy.retry_or_raise(call, error, attempt, self.connection)
@@ -89,26 +48,6 @@ class Client:
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
-
-    enqueue = _sends(calls.enqueue)
-    enqueue_many = _sends(calls.enqueue_many)
-    get = _sends(calls.get)
-    list_page = _sends(calls.list_page)
-    events = _sends(calls.events)
-    cancel = _sends(calls.cancel)
-    retry = _sends(calls.retry)
-    claim = _sends(calls.claim)
-    heartbeat = _sends(calls.heartbeat)
-    release = _sends(calls.release)
-    complete = _sends(calls.complete)
-    complete_many = _sends(calls.complete_many)
-    fail = _sends(calls.fail)
-    create_key = _sends(calls.create_key)
-    list_keys = _sends(calls.list_keys)
-    revoke_key = _sends(calls.revoke_key)
-    list_types = _sends(calls.list_types)
-    pause_type = _sends(calls.pause_type)
-    resume_type = _sends(calls.resume_type)
 
     def close(self) -> None:
         self._http.close()

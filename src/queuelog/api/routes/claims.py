@@ -39,10 +39,6 @@ router = APIRouter(prefix="/jobs", tags=["workers"])
 # The hottest operations: see api/lean.py.
 lean = APIRouter(prefix="/jobs", tags=["workers"], route_class=LeanRoute)
 
-# A waiting claim also looks again this often, as a fallback for wake-ups it cannot
-# hear (another process writing to the same database without notifying).
-_RECHECK_SECONDS = 1.0
-
 _HELD = (
     " 404 if there is no such job; 409 `invalid-state` if it is not running; 409 "
     "`not-lease-holder` if another worker holds it, the lease token is stale, or the lease "
@@ -114,7 +110,7 @@ async def claim_or_wait(
                 if jobs or remaining <= 0 or wakeup.closed:
                     return jobs
                 remaining = min(remaining, await _until_due(service, types))
-                await waiter.wait(min(remaining, _RECHECK_SECONDS), until=gone)
+                await waiter.wait(min(remaining, wakeup.recheck_seconds), until=gone)
     finally:
         if gone is not None:
             gone.cancel()

@@ -1,0 +1,108 @@
+"""The SDK's verbs, listed once for ``Client`` and ``AsyncClient``.
+
+Each verb builds its call in ``calls`` and hands it to the client's ``send``: a blocking
+client returns the answer, an asyncio client a coroutine of it. So a new API call is
+one function in ``calls`` and one line here, and both clients have it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
+
+from queuelog.client import calls
+from queuelog.client.calls import Call
+from queuelog.client.policy import Connection, RetryPolicy
+
+P = ParamSpec("P")
+T = TypeVar("T")
+S = TypeVar("S")
+H = TypeVar("H")  # the httpx client
+X = TypeVar("X")  # its transport
+
+
+class _SendsAwaited(Protocol):
+    def send(self, call: Call[S], /) -> Coroutine[Any, Any, S]: ...
+
+
+class _SendsBlocking(Protocol):
+    def send(self, call: Call[S], /) -> S: ...
+
+
+class Verb(Generic[P, T]):
+    """A client method that builds its call with ``build`` and sends it."""
+
+    def __init__(self, build: Callable[P, Call[T]]) -> None:
+        self.build = build
+        self.__doc__ = build.__doc__
+
+    @overload
+    def __get__(self, client: None, owner: type) -> Verb[P, T]: ...
+    @overload
+    def __get__(
+        self, client: _SendsAwaited, owner: type
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    @overload
+    def __get__(self, client: _SendsBlocking, owner: type) -> Callable[P, T]: ...
+
+    def __get__(self, client: Any, owner: type) -> Any:
+        if client is None:
+            return self
+        build = self.build
+
+        @functools.wraps(build)
+        def method(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return client.send(build(*args, **kwargs))
+
+        return method
+
+
+class Verbs(Generic[H, X]):
+    """What both clients share: how they are made, and their verbs. Each adds its own
+    ``send`` (blocking or awaited) and the httpx client it sends with."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 10.0,
+        retry_policy: RetryPolicy | None = None,
+        transport: X | None = None,
+    ) -> None:
+        """
+        Args:
+            url: Server address; default ``$QUEUELOG_URL``, else ``http://127.0.0.1:8000``.
+            api_key: The key to send; default ``$QUEUELOG_API_KEY``.
+            timeout: Seconds per request (a long-poll claim gets its ``wait_seconds`` on top).
+            retry_policy: When a send that failed is tried again (see ``RetryPolicy``).
+            transport: An httpx transport to send through (tests, proxies); an async one
+                for ``AsyncClient``.
+        """
+        self.connection = Connection.resolve(url, api_key, timeout)
+        self.retry_policy = retry_policy or RetryPolicy()
+        self._http = self._open(transport)
+
+    def _open(self, transport: X | None) -> H:
+        raise NotImplementedError
+
+    enqueue = Verb(calls.enqueue)
+    enqueue_many = Verb(calls.enqueue_many)
+    get = Verb(calls.get)
+    list_page = Verb(calls.list_page)
+    events = Verb(calls.events)
+    cancel = Verb(calls.cancel)
+    retry = Verb(calls.retry)
+    claim = Verb(calls.claim)
+    heartbeat = Verb(calls.heartbeat)
+    release = Verb(calls.release)
+    complete = Verb(calls.complete)
+    complete_many = Verb(calls.complete_many)
+    fail = Verb(calls.fail)
+    create_key = Verb(calls.create_key)
+    list_keys = Verb(calls.list_keys)
+    revoke_key = Verb(calls.revoke_key)
+    list_types = Verb(calls.list_types)
+    pause_type = Verb(calls.pause_type)
+    resume_type = Verb(calls.resume_type)
