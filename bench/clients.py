@@ -18,8 +18,11 @@ import httpx
 PAYLOAD = {"data": "x" * 88}
 
 
-def job_body() -> dict[str, Any]:
-    return {"type": "noop", "payload": PAYLOAD}
+def job_body(job_type: str = "noop", group: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": job_type, "payload": PAYLOAD}
+    if group is not None:
+        body["group"] = group
+    return body
 
 
 def client(url: str, key: str) -> httpx.Client:
@@ -32,12 +35,16 @@ def expect(response: httpx.Response, status: int = 200) -> Any:
     return response.json()
 
 
-def fill_queue(url: str, key: str, count: int) -> None:
-    """Enqueue ``count`` jobs (a multiple of 500) in batches of 500."""
-    body = {"jobs": [job_body() for _ in range(500)]}
+def fill_queue(url: str, key: str, count: int, job_type: str = "noop", groups: int = 0) -> None:
+    """Enqueue ``count`` jobs (a multiple of 500) of ``job_type`` in batches of 500; with
+    ``groups``, spread over that many groups."""
     with client(url, key) as c:
-        for _ in range(count // 500):
-            expect(c.post("/jobs/batch", json=body))
+        for start in range(0, count - count % 500, 500):
+            jobs = [
+                job_body(job_type, f"g{(start + i) % groups}" if groups else None)
+                for i in range(500)
+            ]
+            expect(c.post("/jobs/batch", json={"jobs": jobs}))
 
 
 @dataclass
@@ -161,11 +168,15 @@ class EnqueueBatch(_Task):
         return done, {}
 
 
-def claim_and_complete(c: httpx.Client, limit: int, wait: float = 0) -> int:
+def claim_and_complete(
+    c: httpx.Client, limit: int, wait: float = 0, types: list[str] | None = None
+) -> int:
     """One worker step: claim up to ``limit`` jobs, acknowledge them; the jobs done."""
     body: dict[str, Any] = {"limit": limit}
     if wait:
         body["wait_seconds"] = wait
+    if types:
+        body["types"] = types
     jobs = expect(c.post("/jobs/claim", json=body))["jobs"]
     if limit == 1:
         for job in jobs:
@@ -180,15 +191,19 @@ def claim_and_complete(c: httpx.Client, limit: int, wait: float = 0) -> int:
 
 @dataclass
 class BurnWorker(_Task):
-    """Claims and completes until the queue is empty (or time is up)."""
+    """Claims and completes until the queue is empty (or time is up). ``wait``: how
+    long an empty claim long-polls before the worker takes the queue for empty (jobs
+    held back by a group limit are claimable once another worker's job ends)."""
 
     limit: int = 1
+    types: list[str] | None = None
+    wait: float = 0
 
     def run(self) -> tuple[int, dict[str, Any]]:
         deadline = time.monotonic() + self.seconds
         done = 0
         while time.monotonic() < deadline:
-            got = claim_and_complete(self.c, self.limit)
+            got = claim_and_complete(self.c, self.limit, self.wait, self.types)
             if not got:
                 break
             done += got

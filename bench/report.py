@@ -13,6 +13,9 @@ ROWS = [
     ("burn-down, claim 1 + complete", "burn_down", "batch_1", "burn_down"),
     ("burn-down, claim 50 + batch complete", "burn_down", "batched_50", "burn_down"),
     ("burn-down, SDK Worker", "burn_down", "sdk_worker", "burn_down"),
+    ("burn-down, claim 50, type without limits", "flow", "unlimited", "burn_down"),
+    ("  limits that never bind", "flow", "never_binds", "burn_down"),
+    ("  group_concurrency = 1, 1,000 groups", "flow", "groups_1000", "burn_down"),
     ("steady state, completed", "steady", "completed", "steady"),
 ]
 
@@ -25,6 +28,7 @@ GOALS = [
     ("long-poll p50 <= 5 ms", "latency", "p50_ms", 5, "max"),
     ("long-poll p99 <= 50 ms", "latency", "p99_ms", 50, "max"),
     ("claim at large/small <= 1.5", "claim_cost", "ratio", 1.5, "max"),
+    ("limits that never bind >= 0.9x none", "flow", "never_binds_ratio", 0.9, "min"),
     ("server RSS <= 150 MB", "rss", "peak_mb", 150, "max"),
     ("200 awaiting requests slow claims <= 10 %", "waiting", "slowdown_pct", 10, "max"),
 ]

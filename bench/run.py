@@ -95,6 +95,26 @@ def bench_burn_down(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
     return result
 
 
+def bench_flow(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
+    """Burn-downs of claim 50 + batch complete: a type without limits, one whose limits
+    never bind, and one with group_concurrency = 1 over 1,000 groups."""
+    result = {}
+    modes = (("unlimited", "noop", 0, 0.0), ("never_binds", "wide", 0, 0.0))
+    modes += (("groups_1000", "tenant", 1000, 1.0),)
+    for name, job_type, groups, wait in modes:
+        clients.fill_queue(url, keys.producer, plan.jobs, job_type, groups)
+        workers = [
+            clients.BurnWorker(url, keys.worker, 90, limit=50, types=[job_type], wait=wait)
+            for _ in range(plan.workers)
+        ]
+        rate, shares = run_parallel(workers)
+        if sum(s.count for s in shares) != plan.jobs:
+            raise RuntimeError(f"flow {name}: {sum(s.count for s in shares)} != {plan.jobs}")
+        result[name] = _rate(rate)
+    result["never_binds_ratio"] = round(result["never_binds"] / result["unlimited"], 2)
+    return result
+
+
 def bench_steady(plan: Plan, url: str, keys: Keys) -> dict[str, float]:
     seconds = plan.steady_seconds
     tasks: list[Any] = [clients.SteadyProducer(url, keys.producer, seconds)]
@@ -142,8 +162,9 @@ def run(plan: Plan, workdir: Path, with_huey: bool) -> dict[str, Any]:
         ("a", [("enqueue", bench_enqueue)]),
         ("b", [("burn_down", bench_burn_down), ("waiting", bench_waiting)]),
         ("c", [("latency", bench_latency), ("steady", bench_steady)]),
+        ("d", [("flow", bench_flow)]),
     ):
-        config, keys = prepare_database(workdir / f"server-{group}")
+        config, keys = prepare_database(workdir / f"server-{group}", flow=group == "d")
         with Server(config) as server:
             for name, fn in sections:
                 out[name] = _section(name, fn, plan, server.url, keys)

@@ -30,6 +30,20 @@ max_retries = 3
 lease_seconds = 60
 """
 
+# The flow-control section's server also has limited types (a claim that names none
+# of them, or no type at all, then counts type by type: the other sections do not).
+FLOW_TYPES = """
+[types.wide]  # limits far above the workers: they never bind
+max_retries = 3
+lease_seconds = 60
+concurrency = 100000
+group_concurrency = 100000
+[types.tenant]  # one running job per group
+max_retries = 3
+lease_seconds = 60
+group_concurrency = 1
+"""
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -44,12 +58,13 @@ class Keys:
     worker: str
 
 
-def prepare_database(workdir: Path) -> tuple[Path, Keys]:
-    """Write the config, migrate the database and create the bench's keys."""
+def prepare_database(workdir: Path, flow: bool = False) -> tuple[Path, Keys]:
+    """Write the config (with ``flow``, the limited types too), migrate the database
+    and create the bench's keys."""
     workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / "queuelog.db"
     config = workdir / "queuelog.toml"
-    config.write_text(CONFIG.format(db=db))
+    config.write_text(CONFIG.format(db=db) + (FLOW_TYPES if flow else ""))
     storage = SqliteStorage(db, durability="full")
     try:
         keys = asyncio.run(_create_keys(KeyRing(storage, SystemClock())))

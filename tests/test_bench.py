@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = {
     "enqueue",
     "burn_down",
+    "flow",
     "steady",
     "latency",
     "claim_cost",

@@ -13,6 +13,7 @@ from queuelog.client import (
     Retry,
     RetryPolicy,
     ServerUnavailable,
+    Snooze,
     Worker,
 )
 
@@ -24,6 +25,7 @@ __all__ = [
     "Retry",
     "RetryPolicy",
     "ServerUnavailable",
+    "Snooze",
     "Worker",
     "__version__",
 ]

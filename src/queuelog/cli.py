@@ -8,14 +8,14 @@ import sys
 from typing import Any
 
 import click
-from pydantic import ValidationError
 
 from queuelog.auth import KEY_NAME, KEY_NAME_CHARS, KeyRing
 from queuelog.cli_client import EXIT_CODES, enqueue, one_line, worker
 from queuelog.cli_jobs import jobs
 from queuelog.cli_schedules import schedules
+from queuelog.cli_types import types
 from queuelog.clock import SystemClock, rfc3339
-from queuelog.config import PRIORITY_LABELS, Settings, config_problem, load_settings
+from queuelog.config import PRIORITY_LABELS, Settings, load_settings
 from queuelog.errors import QueueError, ValidationFailed
 from queuelog.models import Priority, Role
 from queuelog.scheduler import ScheduleIntake
@@ -34,9 +34,7 @@ config_option = click.option(
 def _settings(config_path: str | None) -> Settings:
     try:
         return load_settings(config_path)
-    except ValidationError as exc:
-        raise click.ClickException(f"cannot load the configuration: {config_problem(exc)}") from exc
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # a ConfigError names the setting in one line
         raise click.ClickException(f"cannot load the configuration: {exc}") from exc
 
 
@@ -57,6 +55,7 @@ main.add_command(worker)
 main.add_command(enqueue)
 main.add_command(jobs)
 main.add_command(schedules)
+main.add_command(types)
 
 
 @main.command()

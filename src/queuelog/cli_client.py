@@ -289,6 +289,7 @@ def enqueue_file(client: Client, jobs: list[dict[str, Any]], batch_size: int) ->
 @click.argument("payload", metavar="[PAYLOAD_JSON]", required=False)
 @click.option("--priority", type=click.Choice(PRIORITY_LABELS, case_sensitive=False))
 @click.option("--idempotency-key", help="Enqueueing again with the same key does nothing.")
+@click.option("--group", help="The job's group (a tenant, an account): see group_concurrency.")
 @click.option(
     "--from-file",
     type=click.File("r"),
@@ -315,6 +316,7 @@ def enqueue(
     payload: str | None,
     priority: str | None,
     idempotency_key: str | None,
+    group: str | None,
     from_file: TextIO | None,
     batch_size: int,
     unique_key: str | None,
@@ -344,6 +346,7 @@ def enqueue(
                 idempotency_key=idempotency_key,
                 unique_key=unique_key,
                 on_duplicate=on_duplicate,
+                group=group,
             )
         if wait_seconds is not None:
             await_job(client, job.id, wait_seconds, as_json)

@@ -56,12 +56,33 @@ class Retention(_Strict):
     failed_seconds: int = Field(30 * 86_400, ge=0)
 
 
+class RateLimit(_Strict):
+    """At most ``jobs`` claims of a type in any window of ``per_seconds``."""
+
+    jobs: StrictInt = Field(ge=1)
+    per_seconds: float = Field(gt=0)
+
+
 class JobTypeConfig(_Strict):
     max_retries: int = Field(3, ge=0, le=25)
     lease_seconds: int = Field(30, ge=1, le=3600)
-    backoff_base_seconds: float = Field(2, gt=0)
+    # 0: a failed attempt is claimable again at once.
+    backoff_base_seconds: float = Field(2, ge=0)
     backoff_cap_seconds: float = Field(3600, gt=0)
     payload_schema: dict[str, Any] | None = None
+    # Flow control, across every worker and node (absent: no limit).
+    concurrency: StrictInt | None = Field(None, ge=1)
+    group_concurrency: StrictInt | None = Field(None, ge=1)
+    rate_limit: RateLimit | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether a claim of this type must count before it takes a job."""
+        return (
+            self.concurrency is not None
+            or self.group_concurrency is not None
+            or self.rate_limit is not None
+        )
 
 
 class ScheduleConfig(_Strict):
@@ -151,14 +172,6 @@ ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
 PRIORITY_LABELS = [p.label for p in Priority]
 
 
-def config_problem(exc: ValidationError) -> str:
-    """A refused configuration in one line: the first problem and where it is."""
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first.get("loc", ()))
-    message = str(first.get("msg", "")).removeprefix("Value error, ")
-    return f"{where}: {message}" if where else message
-
-
 def load_settings(
     path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> Settings:
@@ -173,4 +186,20 @@ def load_settings(
         if var in env:
             target = data.setdefault(section, {}) if section else data
             target[key] = env[var]
-    return Settings.model_validate(data)
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_first_problem(exc)) from None
+
+
+class ConfigError(ValueError):
+    """A setting the queue cannot run with; its text is one line naming the setting."""
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """The first refused setting as one line: its dotted name, then why."""
+    error = exc.errors()[0]
+    name = ".".join(str(part) for part in error["loc"]) or "the configuration"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{name}: {message}{more}"

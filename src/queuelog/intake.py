@@ -64,6 +64,7 @@ class Intake:
             payload_text=payload_text,
             unique_key=spec.unique_key,
             on_duplicate=spec.on_duplicate,
+            group=spec.group,
         )
 
     def _check_schema(self, spec: EnqueueSpec, where: dict[str, Any]) -> None:

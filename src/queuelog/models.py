@@ -92,6 +92,13 @@ class OnDuplicate(enum.StrEnum):
     REPLACE = "replace"
 
 
+class TypeEventKind(enum.StrEnum):
+    """What an admin did to a job type (its audit record)."""
+
+    PAUSED = "paused"
+    RESUMED = "resumed"
+
+
 @readonly_dataclass
 class Finished:
     """A finished job's id and new status: the answer to a batch acknowledgement that
@@ -126,6 +133,7 @@ class Job:
     unique_key: str | None = None
     progress: JsonObject | None = None  # the last progress its worker reported
     schedule: str | None = None  # the schedule that made the job, if one did
+    group: str | None = None  # the enqueue's group, which group_concurrency counts by
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from queuelog.errors import (
     QueueError,
     UnknownJobType,
 )
+from queuelog.flow import FlowControl
 from queuelog.intake import Intake
 from queuelog.models import (
     TERMINAL,
@@ -109,6 +110,7 @@ class JobService:
         self._on_ready = on_ready or (lambda: None)
         self._on_finished = on_finished or (lambda _: None)
         self._intake = Intake(settings)
+        self.flow = FlowControl(storage, settings, clock, self._on_ready)
 
     # -- producers ---------------------------------------------------------
 
@@ -225,8 +227,12 @@ class JobService:
             types=types,
             lease_seconds=lease_seconds,
             retry_at=lambda job: self._retry_at(job, now),
+            limits=self.flow.limits,
+            configured=self.flow.configured,
         )
-        return await self.storage.job_claim(params)
+        jobs = await self.storage.job_claim(params)
+        self.flow.skipped.update(params.skipped)
+        return jobs
 
     def claimable_types(self, caller: ApiKey, types: Sequence[str] | None) -> Sequence[str] | None:
         """The types a claim looks at (None: all); 422/403 for types it may not name."""
@@ -240,14 +246,29 @@ class JobService:
         return types
 
     async def next_due(self, types: Sequence[str] | None) -> datetime | None:
-        """When the next scheduled job of ``types`` becomes ready, if any is waiting."""
-        return await self.storage.job_next_due(self.clock.now(), types)
+        """When the next scheduled job of ``types`` becomes ready, or a rate window of
+        one of them reopens, if either is ahead."""
+        now = self.clock.now()
+        times = [await self.storage.job_next_due(now, types)]
+        times += await self.flow.windows_open(types, now)
+        return min((at for at in times if at is not None), default=None)
 
     def _held(
-        self, caller: ApiKey, job_id: int, lease_token: str, lease_seconds: int | None = None
+        self,
+        caller: ApiKey,
+        job_id: int,
+        lease_token: str,
+        lease_seconds: int | None = None,
+        delay_seconds: float = 0,
     ) -> HeldParams:
+        token = _held_token(lease_token)
         return HeldParams(
-            job_id, _held_token(lease_token), caller.name, self.clock.now(), lease_seconds
+            job_id,
+            token,
+            caller.name,
+            self.clock.now(),
+            lease_seconds=lease_seconds,
+            delay_seconds=delay_seconds,
         )
 
     async def heartbeat(
@@ -264,9 +285,13 @@ class JobService:
             held = replace(held, progress_text=progress_text(progress))
         return await self.storage.job_heartbeat(held)
 
-    async def release(self, caller: ApiKey, job_id: int, lease_token: str) -> Job:
-        """Give a held job back unrun: pending at once, the attempt not spent."""
-        job = await self.storage.job_release(self._held(caller, job_id, lease_token))
+    async def release(
+        self, caller: ApiKey, job_id: int, lease_token: str, delay_seconds: float = 0
+    ) -> Job:
+        """Give a held job back unrun: pending again after ``delay_seconds`` (a snooze),
+        the attempt not spent."""
+        held = self._held(caller, job_id, lease_token, delay_seconds=delay_seconds)
+        job = await self.storage.job_release(held)
         self._on_ready()
         return job
 
@@ -282,6 +307,8 @@ class JobService:
         answered = [o for o in outcomes if not isinstance(o, QueueError)]
         if any(o.status == JobStatus.PENDING for o in answered):
             self._on_ready()
+        elif outcomes:
+            self.flow.slots_freed()
         self._finished(answered)
         done = iter(outcomes)
         # Each spec's answer, in order: its outcome, or why it never reached the storage.
@@ -305,7 +332,13 @@ class JobService:
             if text is not None and len(text.encode()) > limit:
                 return PayloadTooLarge(f"The result exceeds {limit} bytes")
             return FinishParams(
-                spec.job_id, token, caller.name, now, result=spec.result, result_text=text
+                spec.job_id,
+                token,
+                caller.name,
+                now,
+                result=spec.result,
+                result_text=text,
+                slot_types=self.flow.slot_types,
             )
         # A failure's retry time depends on the job, which is read first. A caller who
         # does not hold the job is answered from that read, before its error text is
@@ -327,6 +360,7 @@ class JobService:
             error=sanitize_error(spec.error),
             retryable=spec.retryable,
             retry_at=retry_at,
+            slot_types=self.flow.slot_types,
         )
 
     def _retry_at(self, job: Job, now: datetime) -> datetime:
@@ -344,6 +378,8 @@ class JobService:
         rescued = await self.storage.job_rescue_expired(now, lambda job: self._retry_at(job, now))
         if any(job.status == JobStatus.PENDING for job in rescued):
             self._on_ready()
+        elif rescued:
+            self.flow.slots_freed()
         self._finished(rescued)
         return rescued
 

@@ -27,6 +27,7 @@ class EnqueueSpec:
     idempotency_key: str | None = None
     unique_key: str | None = None
     on_duplicate: OnDuplicate = OnDuplicate.KEEP
+    group: str | None = None
 
     def fingerprint(self, max_retries: int) -> str:
         """Identifies the request apart from its idempotency key.
@@ -48,6 +49,8 @@ class EnqueueSpec:
         if self.unique_key is not None:
             body["unique_key"] = self.unique_key
             body["on_duplicate"] = self.on_duplicate.value
+        if self.group is not None:  # absent when unset: keys taken before groups still match
+            body["group"] = self.group
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -58,6 +58,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/schedules/{name}/pause"): KEY,
     ("POST", "/schedules/{name}/resume"): KEY,
     ("POST", "/schedules/{name}/trigger"): KEY,
+    ("GET", "/types"): KEY,
+    ("POST", "/types/{job_type}/pause"): KEY,
+    ("POST", "/types/{job_type}/resume"): KEY,
     ("GET", "/stats"): KEY,
     ("GET", "/metrics"): KEY,
     ("GET", "/ui/static/{name}"): UI_PUBLIC,
@@ -75,11 +78,14 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/ui/schedules/{name}/pause"): UI_LOGIN,
     ("POST", "/ui/schedules/{name}/resume"): UI_LOGIN,
     ("POST", "/ui/schedules/{name}/trigger"): UI_LOGIN,
+    ("GET", "/ui/types"): UI_LOGIN,
     ("POST", "/ui/jobs/{job_id}/retry"): UI_LOGIN,
     ("POST", "/ui/jobs/{job_id}/cancel"): UI_LOGIN,
     ("POST", "/ui/retry-failed"): UI_LOGIN,
     ("POST", "/ui/keys"): UI_LOGIN,
     ("POST", "/ui/keys/{key_id}/revoke"): UI_LOGIN,
+    ("POST", "/ui/types/{job_type}/pause"): UI_LOGIN,
+    ("POST", "/ui/types/{job_type}/resume"): UI_LOGIN,
 }
 
 _AUTHENTICATE = get_args(CurrentKey)[1].dependency

@@ -35,6 +35,9 @@ ROUTES: list[tuple[str, str, dict[str, object] | None, set[str]]] = [
     ("POST", "/schedules/s/pause", None, {"admin"}),
     ("POST", "/schedules/s/resume", None, {"admin"}),
     ("POST", "/schedules/s/trigger", None, {"admin"}),
+    ("GET", "/types", None, {"admin"}),
+    ("POST", "/types/noop/pause", None, {"admin"}),
+    ("POST", "/types/noop/resume", None, {"admin"}),
     ("GET", "/stats", None, {"admin"}),
     ("GET", "/metrics", None, {"admin"}),
 ]

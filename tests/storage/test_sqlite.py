@@ -17,7 +17,6 @@ from queuelog.errors import IdempotencyKeyReused
 from queuelog.models import EventKind, Priority
 from queuelog.storage.protocol import NewJob
 from queuelog.storage.sqlfile import load_migrations
-from queuelog.storage.sqlite import transactions as tx
 from queuelog.storage.sqlite.store import Q, SqliteStorage
 from queuelog.storage.sqlite.transactions import _statements
 from tests.storage.test_conformance import T0, claim, new_job
@@ -119,8 +118,12 @@ async def test_a_database_of_the_previous_schema_records_enqueued_events_once(
                 conn.execute("INSERT INTO schema_migrations VALUES (?)", (version,))
         # A job enqueued before the upgrade, with the event the code wrote then.
         conn.row_factory = sqlite3.Row
-        ((old, _),) = tx.insert_many(conn, [new_job()], T0)
-        old_id = old.id
+        # Written as that schema's insert was (later migrations add columns).
+        old_id = conn.execute(
+            "INSERT INTO jobs (type, payload, principal, run_at, created_at, updated_at)"
+            " VALUES ('noop', '{}', 'shop', :t, :t, :t) RETURNING id",
+            {"t": to_micros(T0)},
+        ).fetchone()[0]
         event = {"job_id": old_id, "at": to_micros(T0), "event": "enqueued"}
         conn.execute(
             "INSERT INTO job_events (job_id, at, event, to_status, actor)"

@@ -4,12 +4,13 @@ and both daylight-saving changes of Europe/Paris."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
-from queuelog.config import Settings, config_problem
+from queuelog.config import ConfigError, Settings, load_settings
 from queuelog.schedules import Cadence, CadenceError
+from tests.realserver import toml_text
 
 
 def utc(*args: int) -> datetime:
@@ -149,12 +150,15 @@ def test_bad_cadences_name_their_field(
     ],
 )
 def test_a_bad_config_schedule_is_one_line_naming_it(
-    name: str, schedule: dict[str, object], problem: str
+    name: str, schedule: dict[str, object], problem: str, tmp_path: Path
 ) -> None:
-    data = {"types": {"noop": {}}, "schedules": {name: {"type": "noop", **schedule}}}
-    with pytest.raises(ValidationError) as refused:
-        Settings.model_validate(data)
-    line = config_problem(refused.value)
+    path = tmp_path / "q.toml"
+    path.write_text(
+        toml_text({"types": {"noop": {}}, "schedules": {name: {"type": "noop", **schedule}}})
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path, environ={})
+    line = str(refused.value)
     assert line.startswith(problem), line
     assert "\n" not in line
 

@@ -14,7 +14,7 @@ from queuelog.api.middleware import BodyLimitMiddleware, InternalErrorMiddleware
 from queuelog.api.openapi import install as install_openapi
 from queuelog.api.openapi import operation_id
 from queuelog.api.problems import install_handlers
-from queuelog.api.routes import claims, jobs, keys, ops, schedules
+from queuelog.api.routes import claims, jobs, keys, ops, schedules, types
 from queuelog.app_state import AppState
 from queuelog.auth import KeyRing, RateLimiter
 from queuelog.clock import Clock, SystemClock
@@ -171,5 +171,6 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(jobs.router)
     app.include_router(keys.router)
     app.include_router(schedules.router)
+    app.include_router(types.router)
     app.include_router(ops.router)
     app.include_router(dashboard_router(), include_in_schema=False)

@@ -20,10 +20,12 @@ from queuelog.wakeup import Finishes
 
 class _JobsCollector:
     """Jobs by status and type, as counted by the scrape that asked for them (the count
-    is a database read, awaited by the /metrics route before the registry is rendered)."""
+    is a database read, awaited by the /metrics route before the registry is rendered),
+    and what flow control did."""
 
-    def __init__(self) -> None:
+    def __init__(self, service: JobService) -> None:
         self.counts: dict[tuple[str, str], int] = {}
+        self._flow = service.flow
 
     def collect(self) -> Iterator[Metric]:
         gauge = GaugeMetricFamily(
@@ -32,6 +34,21 @@ class _JobsCollector:
         for (status, job_type), count in self.counts.items():
             gauge.add_metric([status, job_type], count)
         yield gauge
+        running = GaugeMetricFamily(
+            "queuelog_type_running", "Running jobs of each configured type", labels=["type"]
+        )
+        for job_type, count in self._flow.running_counts(self.counts).items():
+            running.add_metric([job_type], count)
+        yield running
+        skipped = CounterMetricFamily(
+            "queuelog_claims_skipped",
+            "Claims in which a limit held back a ready job, by type and reason "
+            "(paused, concurrency, group_concurrency, rate_limit); counted by this node",
+            labels=["type", "reason"],
+        )
+        for (job_type, reason), count in sorted(self._flow.skipped.items()):
+            skipped.add_metric([job_type, reason], count)
+        yield skipped
 
 
 class _StorageCollector:
@@ -107,7 +124,7 @@ class Metrics:
         )
         waiting.set_function(lambda: finishes.waiting)
         self._service = service
-        self._jobs = _JobsCollector()
+        self._jobs = _JobsCollector(service)
         self.registry.register(self._jobs)
         self.registry.register(_StorageCollector(service.storage.health))
         self._scheduler = scheduler

@@ -47,6 +47,15 @@ AwareTime = Annotated[datetime, BeforeValidator(_rfc3339)]
 IDEMPOTENCY_KEY_PATTERN = r"^[ -~]{1,255}$"  # printable ASCII
 IdempotencyKey = Annotated[StrictStr, Field(pattern=IDEMPOTENCY_KEY_PATTERN)]
 UniqueKey = IdempotencyKey  # the same shape: 1-255 printable ASCII
+Group = Annotated[
+    StrictStr,
+    Field(
+        pattern=r"^[ -~]{1,128}$",
+        description="1-128 printable ASCII: a tenant, an account, a partner. Jobs of one "
+        "group share the type's `group_concurrency`; jobs without a group are not limited "
+        "by it.",
+    ),
+]
 
 
 def _integral(value: Any) -> Any:
@@ -138,6 +147,7 @@ class EnqueueRequest(_Request):
             "`replaced`), or makes a new job (201) while the one holding the key runs."
         ),
     )
+    group: Group | None = None
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
@@ -167,6 +177,9 @@ LeaseToken = Annotated[StrictStr, Field(min_length=1, max_length=64)]
 
 class ReleaseRequest(_Request):
     lease_token: LeaseToken
+    delay_seconds: Number = Field(
+        0, ge=0, le=86_400, description="Pending again this long from now (a snooze)."
+    )
 
 
 class HeartbeatRequest(_Request):
@@ -254,6 +267,7 @@ class JobOut(BaseModel):
     created_at: str
     updated_at: str
     schedule: str | None = Field(description="The schedule that made the job, if one did.")
+    group: str | None
 
 
 class ClaimedJobOut(JobOut):
@@ -328,6 +342,33 @@ class ProblemError(BaseModel):
     msg: str
 
 
+class RateLimitOut(BaseModel):
+    jobs: int
+    per_seconds: float
+
+
+class TypeCountsOut(BaseModel):
+    pending: int
+    waiting: int
+    running: int
+    failed: int
+
+
+class TypeOut(BaseModel):
+    name: str
+    concurrency: int | None = Field(description="Running jobs of the type at most; null: no limit.")
+    group_concurrency: int | None = Field(description="Running jobs per group at most.")
+    rate_limit: RateLimitOut | None = Field(description="Claims in any window of `per_seconds`.")
+    paused: bool
+    paused_by: str | None = Field(description="The admin key that paused the type.")
+    paused_at: str | None
+    counts: TypeCountsOut
+
+
+class TypeListOut(BaseModel):
+    types: list[TypeOut]
+
+
 class ProblemOut(BaseModel):
     """An RFC 9457 problem; `type` is a stable slug."""
 
@@ -372,6 +413,7 @@ def job_json(job: Job, show_error: bool, lease_token: bool = False) -> dict[str,
         "created_at": created,
         "updated_at": updated,
         "schedule": job.schedule,
+        "group": job.group,
     }
     if lease_token:
         body["lease_token"] = job.lease_token

@@ -10,10 +10,19 @@ from queuelog.client.errors import (
     ServerError,
     ServerUnavailable,
 )
-from queuelog.client.outcome import Fail, Retry
+from queuelog.client.outcome import Fail, Retry, Snooze
 from queuelog.client.policy import RetryPolicy
 from queuelog.client.sync import Client
-from queuelog.client.types import Acknowledged, Enqueued, Event, Job, Key, Page, Schedule
+from queuelog.client.types import (
+    Acknowledged,
+    Enqueued,
+    Event,
+    Job,
+    JobType,
+    Key,
+    Page,
+    Schedule,
+)
 from queuelog.client.worker import Worker
 
 __all__ = [
@@ -29,6 +38,7 @@ __all__ = [
     "JobFailed",
     "JobNotCompleted",
     "JobTimeout",
+    "JobType",
     "Key",
     "Page",
     "Retry",
@@ -36,5 +46,6 @@ __all__ = [
     "Schedule",
     "ServerError",
     "ServerUnavailable",
+    "Snooze",
     "Worker",
 ]

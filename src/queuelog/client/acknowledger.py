@@ -44,17 +44,20 @@ class Acknowledger:
         self._thread.join(timeout=timeout)
 
     def report(self, running: Running, outcome: Outcome) -> None:
-        """A completion joins the next batch; a failure is sent now."""
+        """A completion joins the next batch; a failure or a snooze is sent now."""
         if outcome.completed:
             self._acks.put((running, outcome))
             return
         try:
-            self._client.fail(
-                running.job,
-                outcome.error or "failed",
-                retryable=outcome.retryable,
-                retry_in_seconds=outcome.retry_in_seconds,
-            )
+            if outcome.snooze_seconds is not None:
+                self._client.release(running.job, delay_seconds=outcome.snooze_seconds)
+            else:
+                self._client.fail(
+                    running.job,
+                    outcome.error or "failed",
+                    retryable=outcome.retryable,
+                    retry_in_seconds=outcome.retry_in_seconds,
+                )
             log_outcome(running, outcome.label)
         except LOST as error:
             log_outcome(running, f"lost ({error.slug})", logging.WARNING)

@@ -19,6 +19,7 @@ from queuelog.client.types import (
     Enqueued,
     Event,
     Job,
+    JobType,
     JsonObject,
     Key,
     Page,
@@ -101,6 +102,7 @@ class EnqueueOptions(TypedDict, total=False):
     # "keep" (the server's default) answers it, "replace" gives a pending one this payload.
     unique_key: str | None
     on_duplicate: str | None
+    group: str | None  # a tenant, an account: what the type's group_concurrency counts by
 
 
 def enqueue_body(
@@ -238,10 +240,15 @@ def heartbeat(
     return Call("POST", f"/jobs/{_job_id(job)}/heartbeat", _job, resend=True, json=body)
 
 
-def release(job: JobRef, *, lease_token: str | None = None) -> Call[Job]:
-    """Give a held job back unrun: pending again, its attempt not spent. Sent again after a
-    broken connection: the lease token guards it (409 if the first landed)."""
-    body = {"lease_token": _lease_token(job, lease_token)}
+def release(
+    job: JobRef, *, delay_seconds: float | None = None, lease_token: str | None = None
+) -> Call[Job]:
+    """Give a held job back unrun: pending again (after ``delay_seconds``, a snooze), its
+    attempt not spent. Sent again after a broken connection: the lease token guards it
+    (409 if the first landed)."""
+    body = _drop_none(
+        {"lease_token": _lease_token(job, lease_token), "delay_seconds": delay_seconds}
+    )
     return Call("POST", f"/jobs/{_job_id(job)}/release", _job, resend=True, json=body)
 
 
@@ -413,3 +420,22 @@ def trigger_schedule(name: str) -> Call[Job]:
 def _segment(name: str) -> str:
     """``name`` as one path segment."""
     return quote(name, safe="")
+
+
+def list_types() -> Call[list[JobType]]:
+    """Every configured job type with its limits, pause and counts (admin)."""
+
+    def read(data: Any) -> list[JobType]:
+        return [JobType.from_json(t) for t in data["types"]]
+
+    return Call("GET", "/types", read, resend=True)
+
+
+def pause_type(name: str) -> Call[JobType]:
+    """Pause a job type (admin): never claimed until resumed. Safe to send again."""
+    return Call("POST", f"/types/{_segment(name)}/pause", JobType.from_json, resend=True)
+
+
+def resume_type(name: str) -> Call[JobType]:
+    """Resume a paused job type (admin). Safe to send again."""
+    return Call("POST", f"/types/{_segment(name)}/resume", JobType.from_json, resend=True)

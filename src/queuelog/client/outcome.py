@@ -35,21 +35,39 @@ class Fail(Exception):
         self.reason = reason
 
 
+class Snooze(Exception):
+    """Raise from a handler to give the job back unrun: pending again in ``seconds``
+    (0-86,400), its attempt not spent (a partner said 429, the tenant is busy).
+
+    Args:
+        seconds: How long from now until the job may be claimed again.
+    """
+
+    def __init__(self, seconds: float = 0) -> None:
+        if not 0 <= seconds <= 86_400:
+            raise ValueError("a snooze lasts 0 to 86,400 seconds")
+        super().__init__(f"snoozed for {seconds} s")
+        self.seconds = seconds
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What to tell the server about one job: complete it, or fail it."""
+    """What to tell the server about one job: complete it, fail it, or snooze it."""
 
     completed: bool
     result: JsonObject | None = None
     error: str | None = None
     retryable: bool = True
     retry_in_seconds: float | None = None
+    snooze_seconds: float | None = None  # set: released unrun, pending again this much later
 
     @property
     def label(self) -> str:
-        """For the log: completed, retry or failed."""
+        """For the log: completed, snoozed, retry or failed."""
         if self.completed:
             return "completed"
+        if self.snooze_seconds is not None:
+            return "snoozed"
         return "retry" if self.retryable else "failed"
 
 
@@ -74,7 +92,10 @@ def _sendable(text: str) -> str:
 
 
 def outcome_of_error(error: BaseException) -> Outcome:
-    """A handler's exception fails the job: ``Fail`` for good, anything else to retry."""
+    """A handler's exception fails the job: ``Fail`` for good, anything else to retry;
+    ``Snooze`` gives it back unrun."""
+    if isinstance(error, Snooze):
+        return Outcome(completed=False, snooze_seconds=error.seconds)
     if isinstance(error, Fail):
         return Outcome(completed=False, error=_sendable(error.reason), retryable=False)
     if isinstance(error, Retry):

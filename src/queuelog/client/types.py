@@ -74,6 +74,8 @@ class Job:
             raise ValueError("report_progress is for the job a Worker hands its handler")
         self.progress_to(progress)
 
+    group: str | None = None
+
     @classmethod
     def from_json(cls, data: JsonObject) -> Job:
         return cls(
@@ -97,6 +99,7 @@ class Job:
             unique_key=data.get("unique_key"),
             progress=data.get("progress"),
             schedule=data.get("schedule"),
+            group=data.get("group"),
         )
 
     @property
@@ -230,3 +233,30 @@ class Page:
 
     jobs: list[Job]
     next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobType:
+    """A configured job type (``GET /types``): its limits, pause and jobs by status."""
+
+    name: str
+    concurrency: int | None
+    group_concurrency: int | None
+    rate_limit: JsonObject | None  # {"jobs", "per_seconds"}
+    paused: bool
+    paused_by: str | None
+    paused_at: datetime | None
+    counts: dict[str, int]
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> JobType:
+        return cls(
+            name=str(data["name"]),
+            concurrency=data.get("concurrency"),
+            group_concurrency=data.get("group_concurrency"),
+            rate_limit=data.get("rate_limit"),
+            paused=bool(data["paused"]),
+            paused_by=data.get("paused_by"),
+            paused_at=parse_time(data.get("paused_at")),
+            counts={str(k): int(v) for k, v in dict(data["counts"]).items()},
+        )

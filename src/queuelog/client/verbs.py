@@ -151,3 +151,6 @@ class Verbs(Generic[H, X]):
     pause_schedule = Verb(calls.pause_schedule)
     resume_schedule = Verb(calls.resume_schedule)
     trigger_schedule = Verb(calls.trigger_schedule)
+    list_types = Verb(calls.list_types)
+    pause_type = Verb(calls.pause_type)
+    resume_type = Verb(calls.resume_type)

@@ -5,7 +5,8 @@ worker = Worker(concurrency=4)
 
 @worker.handler("send_email")
 def send_email(job: Job) -> dict[str, Any]:
-    ...  # return the result; raise Retry(after=60) or Fail("reason") to choose the failure
+    ...  # return the result; raise Retry(after=60) or Fail("reason") to choose the failure,
+    ...  # or Snooze(30) to give the job back unrun for 30 s (its attempt not spent)
 ```
 """
 

@@ -46,6 +46,18 @@ async def retry_failed(request: Request, posted: Posted) -> Response:
     return _see(f"/ui/jobs?{query}")
 
 
+@router.post("/types/{job_type}/pause")
+async def pause_type(request: Request, job_type: str, posted: Posted) -> Response:
+    await state_of(request).service.flow.set_paused(posted.admin, job_type, True)
+    return _see("/ui/types?notice=type-paused")
+
+
+@router.post("/types/{job_type}/resume")
+async def resume_type(request: Request, job_type: str, posted: Posted) -> Response:
+    await state_of(request).service.flow.set_paused(posted.admin, job_type, False)
+    return _see("/ui/types?notice=type-resumed")
+
+
 @router.post("/keys")
 async def create_key(request: Request, posted: Posted) -> Response:
     """Create a key and show its plaintext on this one page, never again."""

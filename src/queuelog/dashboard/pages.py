@@ -23,6 +23,8 @@ NOTICES = {
     "cancelled": "The job was cancelled.",
     "requeued": "{count} failed job(s) of this type are pending again.",
     "key-revoked": "The key was revoked; it stops working at once.",
+    "type-paused": "The type is paused: its jobs are not claimed until it is resumed.",
+    "type-resumed": "The type is resumed: its jobs are claimed again.",
 }
 
 
@@ -125,6 +127,14 @@ async def confirm_retry_failed(
     counts = (await state_of(request).service.stats()).counts
     count = counts.get(("failed", job_type), 0)
     return render(request, "retry_failed.html", job_type=job_type, count=count)
+
+
+@router.get("/types")
+async def types(
+    request: Request, admin: Admin, notice: Annotated[str | None, Query(max_length=30)] = None
+) -> Response:
+    states = await state_of(request).service.flow.list_types()
+    return render(request, "types.html", types=states, notice=_notice(notice))
 
 
 @router.get("/keys")

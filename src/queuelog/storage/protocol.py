@@ -14,8 +14,9 @@ backend's ``health``, never a driver's own exception.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -32,6 +33,7 @@ from queuelog.models import (
     Priority,
     QueueStats,
     Role,
+    TypeEventKind,
     readonly_dataclass,
 )
 from queuelog.schedules import Schedule, ScheduleSpec
@@ -56,6 +58,36 @@ class NewJob:
     # made: the holder is kept, or (replace) a pending holder takes this payload.
     unique_key: str | None = None
     on_duplicate: OnDuplicate = OnDuplicate.KEEP
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowLimits:
+    """A job type's limits, across every worker and node (None: no limit)."""
+
+    concurrency: int | None = None
+    group_concurrency: int | None = None
+    rate_jobs: int | None = None
+    rate_per_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TypePause:
+    """A paused job type: never claimed until an admin resumes it."""
+
+    type: str
+    paused_by: str
+    paused_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TypeEvent:
+    """An admin's act on a job type (its audit record)."""
+
+    type: str
+    at: datetime
+    event: TypeEventKind
+    actor: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +100,12 @@ class ClaimParams:
     lease_seconds: int | None = None
     # When an expired lease is rescued: the job's next run_at if it is retried.
     retry_at: Callable[[Job], datetime] | None = None
+    # The limited types and their limits; a type not named has none.
+    limits: Mapping[str, FlowLimits] = field(default_factory=dict)
+    # Every configured type: what ``types=None`` covers once a limit or a pause applies.
+    configured: Sequence[str] = ()
+    # Filled by the claim: how many times a (type, reason) held a ready job back.
+    skipped: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
 @readonly_dataclass
@@ -85,6 +123,9 @@ class FinishParams:
     # stored_json(result), when the caller already encoded it to measure it against
     # the limit: the text stored, so a result is encoded once.
     result_text: str | None = None
+    # The types with concurrency limits: a backend shared by several processes tells
+    # the others when a job of one of them ends (a slot is free).
+    slot_types: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +140,8 @@ class HeldParams:
     lease_seconds: int | None = None
     # A heartbeat's progress as stored (compact JSON text); None keeps the last one.
     progress_text: str | None = None
+    # A release's delay: pending again this long after now (a snooze).
+    delay_seconds: float = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +273,26 @@ class Storage(Protocol):
         self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500
     ) -> list[Job]:
         """Treat running jobs whose lease has passed as failed attempts."""
+        ...
+
+    async def type_pauses(self) -> list[TypePause]:
+        """The paused job types."""
+        ...
+
+    async def type_set_paused(self, job_type: str, paused: bool, actor: str, now: datetime) -> None:
+        """Pause or resume ``job_type``, with a ``type_events`` row naming ``actor``, in one
+        transaction. Pausing a paused type (or resuming a running one) changes nothing
+        and records nothing."""
+        ...
+
+    async def type_events(self, job_type: str) -> list[TypeEvent]:
+        """What admins did to ``job_type``, oldest first."""
+        ...
+
+    async def type_window_opens(
+        self, job_type: str, now: datetime, limits: FlowLimits
+    ) -> datetime | None:
+        """When ``job_type``'s rate window next has room for a claim, if it has none now."""
         ...
 
     async def job_cancel(self, job_id: int, actor: str, now: datetime) -> Job: ...

@@ -9,10 +9,17 @@ from typing import Any
 
 from queuelog.clock import from_micros, to_micros
 from queuelog.errors import StorageUnavailable
-from queuelog.models import ApiKey, EventKind, Job, JobEvent, QueueStats
+from queuelog.models import ApiKey, EventKind, Job, JobEvent, QueueStats, TypeEventKind
 from queuelog.schedules import Schedule
+from queuelog.storage.flow import window_start
 from queuelog.storage.health import StorageHealth
-from queuelog.storage.protocol import EventCount, JobListParams
+from queuelog.storage.protocol import (
+    EventCount,
+    FlowLimits,
+    JobListParams,
+    TypeEvent,
+    TypePause,
+)
 from queuelog.storage.rows import Row, event_from_row, job_from_row, key_from_row
 from queuelog.storage.schedule_rows import schedule_from_row
 
@@ -124,3 +131,29 @@ class SqlReads(abc.ABC):
 
     async def key_has_active_admin(self) -> bool:
         return bool(await self._read("key_active_admin", {}))
+
+    async def type_pauses(self) -> list[TypePause]:
+        rows = await self._read("type_paused", {})
+        return [TypePause(r["type"], r["paused_by"], from_micros(r["paused_at"])) for r in rows]
+
+    async def type_events(self, job_type: str) -> list[TypeEvent]:
+        rows = await self._read("type_events", {"type": job_type})
+        return [
+            TypeEvent(r["type"], from_micros(r["at"]), TypeEventKind(r["event"]), r["actor"])
+            for r in rows
+        ]
+
+    async def type_window_opens(
+        self, job_type: str, now: datetime, limits: FlowLimits
+    ) -> datetime | None:
+        if limits.rate_jobs is None or limits.rate_per_seconds is None:
+            return None
+        since = window_start(to_micros(now), limits.rate_per_seconds)
+        args = {"type": job_type, "since": since}
+        used = int((await self._read("type_claims_used", args))[0]["n"])
+        if used < limits.rate_jobs:
+            return None
+        rows = await self._read("type_window_opens", {**args, "over": used - limits.rate_jobs})
+        if not rows:
+            return None
+        return from_micros(int(rows[0]["at"]) + (to_micros(now) - since))

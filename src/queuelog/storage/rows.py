@@ -65,6 +65,7 @@ def job_from_row(row: Row) -> Job:
         unique_key=row["unique_key"],
         progress=_json(row["progress"]),
         schedule=row["schedule"],
+        group=row["job_group"],
     )
 
 
@@ -144,6 +145,7 @@ def stored_columns(new: NewJob) -> dict[str, Any]:
         "fingerprint": new.fingerprint,
         "run_at": to_micros(new.run_at),
         "unique_key": new.unique_key,
+        "group": new.group,
     }
 
 
@@ -151,7 +153,7 @@ def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[s
     """The insert of ``jobs`` (one or many) and its bound parameters: the jobs as one
     JSON array, in order, each payload as its stored text (stored as is).
 
-    Jobs alike but for type, payload and priority, without idempotency or unique keys (a
+    Jobs alike but for type, payload, priority and group, without idempotency or unique keys (a
     producer's usual batch), take ``job_insert_batch_uniform``, which binds what they
     share once; any other take ``job_insert_batch``.
     """
@@ -167,7 +169,12 @@ def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[s
         rows = [stored_columns(new) for new in jobs]
         return "job_insert_batch", {"jobs": json_param(rows), "now": to_micros(now)}
     varying = [
-        {"type": new.type, "payload": payload_text(new), "priority": int(new.priority)}
+        {
+            "type": new.type,
+            "payload": payload_text(new),
+            "priority": int(new.priority),
+            "group": new.group,
+        }
         for new in jobs
     ]
     return "job_insert_batch_uniform", {
@@ -205,6 +212,7 @@ def inserted_job(new: NewJob, job_id: int, stamp: datetime) -> Job:
         updated_at=stamp,
         fingerprint=new.fingerprint,
         unique_key=new.unique_key,
+        group=new.group,
     )
 
 

@@ -5,7 +5,7 @@ means."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from queuelog.clock import to_micros
@@ -25,6 +25,7 @@ def held_params(held: HeldParams) -> dict[str, Any]:
         "lease_seconds": held.lease_seconds,
         "progress": held.progress_text,
         "now": to_micros(held.now),
+        "run_at": to_micros(held.now + timedelta(seconds=held.delay_seconds)),
     }
 
 

@@ -57,9 +57,14 @@ _HELD = (
         "`run_at <= now`, in order `priority DESC, created_at ASC, id ASC`. Expired leases "
         "are rescued first. `worker_id` is the key's name, or `name/instance`; the caller "
         "never chooses it. `{}` claims one job of any type the key may claim. "
+        "Flow control: a job whose type is paused or at its `concurrency`, whose group is "
+        "at the type's `group_concurrency`, or whose type has used its `rate_limit` window "
+        "is skipped, not failed and not reordered; the claim takes the next eligible jobs. "
+        "The limits hold across every worker and node. "
         "With `wait_seconds`, an empty queue is long-polled: the answer comes as soon as "
-        "a matching job is ready (enqueued, retried, redriven or its `run_at` reached), or "
-        '`{"jobs": []}` when the time is up.'
+        "a matching job is ready (enqueued, retried, redriven or its `run_at` reached), a "
+        "running job of a limited type ends, a paused type is resumed or a rate window "
+        'reopens, or `{"jobs": []}` when the time is up.'
     ),
     responses=problems(*AUTHED, 413, 415, 422),
     openapi_extra=lean_openapi(ClaimRequest),
@@ -230,18 +235,21 @@ async def heartbeat(
 @router.post(
     "/{job_id:int}/release",
     response_model=JobOut,
-    summary="Give a held job back unrun",
+    summary="Give a held job back unrun, now or after a delay (snooze)",
     description=(
-        "Back to `pending` at once (`run_at = now`), its lease ended and `retry_count` "
-        "unchanged: the attempt is not spent, as with beanstalkd's `release`. For a worker "
-        "that claimed a job it will not run (stopping before it started, say)." + _HELD
+        "Back to `pending` at `run_at = now + delay_seconds` (0-86,400, default 0), its "
+        "lease ended and `retry_count` unchanged: the attempt is not spent, as with "
+        "beanstalkd's `release`. Event `released`. For a worker that claimed a job it will "
+        "not run now: stopping before it started, or a partner that said 429 (the SDK's "
+        "`raise Snooze(seconds)`). Its slot of the type's limits is free at once. A "
+        "`delay_seconds` out of range is 422 `validation`." + _HELD
     ),
     responses=problems(*AUTHED, 404, 409, 413, 415, 422),
 )
 async def release(
     job_id: IdPath, body: ReleaseRequest, caller: Worker, service: ServiceDep
 ) -> Response:
-    job = await service.release(caller, job_id, body.lease_token)
+    job = await service.release(caller, job_id, body.lease_token, float(body.delay_seconds))
     return JSONResponse(job_json(job, caller.has(Role.ADMIN)))
 
 

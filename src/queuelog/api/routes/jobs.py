@@ -53,6 +53,7 @@ def _spec(body: EnqueueRequest, header_key: str | None = None) -> EnqueueSpec:
         idempotency_key=key,
         unique_key=body.unique_key,
         on_duplicate=OnDuplicate(body.on_duplicate or OnDuplicate.KEEP),
+        group=body.group,
     )
 
 

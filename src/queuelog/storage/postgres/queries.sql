@@ -39,12 +39,12 @@ SELECT current_schema() AS name;
 -- (jobs_unique_hold), is skipped. Ids rise in the array's order.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
-                  unique_key, unique_hold)
+                  unique_key, unique_hold, job_group)
 SELECT j.value ->> 'type', j.value ->> 'payload', (j.value ->> 'priority')::integer,
        (j.value ->> 'max_retries')::integer, (j.value ->> 'lease_seconds')::integer,
        j.value ->> 'principal', j.value ->> 'idempotency_key', j.value ->> 'fingerprint',
        (j.value ->> 'run_at')::bigint, (j.value ->> 'run_at')::bigint > %(now)s::bigint,
-       %(now)s, %(now)s, j.value ->> 'unique_key', j.value ->> 'unique_key'
+       %(now)s, %(now)s, j.value ->> 'unique_key', j.value ->> 'unique_key', j.value ->> 'group'
 FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS j (value, n)
 ORDER BY j.n
 ON CONFLICT DO NOTHING
@@ -52,13 +52,14 @@ RETURNING id, principal, idempotency_key;
 
 -- name: job_insert_batch_uniform
 -- job_insert_batch for jobs that differ only in type, payload and priority (a
--- producer's usual batch): no idempotency key, and one principal, retry limit, lease
+-- producer's usual batch, each with its group): no idempotency key, and one principal, retry limit, lease
 -- and run_at, bound once. Without keys nothing can conflict.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
-                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
+                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
+                  job_group)
 SELECT j.value ->> 'type', j.value ->> 'payload', (j.value ->> 'priority')::integer,
        %(max_retries)s, %(lease_seconds)s, %(principal)s, NULL, NULL, %(run_at)s,
-       %(run_at)s::bigint > %(now)s::bigint, %(now)s, %(now)s
+       %(run_at)s::bigint > %(now)s::bigint, %(now)s, %(now)s, j.value ->> 'group'
 FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS j (value, n)
 ORDER BY j.n
 RETURNING id, principal, idempotency_key;
@@ -193,10 +194,11 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- name: job_release
--- A held job back to pending at once, under the same guard, without spending an
--- attempt: its holder gives it up unrun (beanstalkd's release).
+-- A held job back to pending at run_at (now, or later: a snooze), under the same
+-- guard, without spending an attempt: its holder gives it up unrun (beanstalkd's release).
 UPDATE jobs
-SET status = 'pending', run_at = %(now)s::bigint, scheduled = false, claimed_at = NULL,
+SET status = 'pending', run_at = %(run_at)s::bigint,
+    scheduled = %(run_at)s::bigint > %(now)s::bigint, claimed_at = NULL,
     worker_id = NULL, claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
     updated_at = %(now)s::bigint
 WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
@@ -359,6 +361,7 @@ ON CONFLICT (id) DO UPDATE SET probes = storage_probe.probes + 1;
 -- Whether this transaction has written anything (a transaction id is assigned at
 -- its first write), so that its commit proves the database stores again.
 SELECT txid_current_if_assigned() IS NOT NULL AS wrote;
+
 -- Schedules (migration 0007). ---------------------------------------------------
 
 -- name: schedule_upsert_config
@@ -431,3 +434,124 @@ WHERE name = %(name)s;
 
 -- name: job_mark_schedule
 UPDATE jobs SET schedule = %(schedule)s WHERE id = %(id)s RETURNING *;
+
+-- Flow control (storage/flow.py): a claim of limited or paused types, type by type.
+
+-- name: flow_lock
+-- Held to the end of the claim's transaction: claims of one limited type, on any
+-- node, count and take one after another, so no two both see a free slot. Keyed by
+-- schema and type; other types' claims do not wait.
+SELECT pg_advisory_xact_lock(hashtext('queuelog.flow.' || current_schema()),
+                             hashtext(%(type)s::text));
+
+-- name: type_paused
+SELECT type, paused_by, paused_at FROM type_pauses ORDER BY type;
+
+-- name: type_pause
+INSERT INTO type_pauses (type, paused_by, paused_at) VALUES (%(type)s, %(actor)s, %(now)s)
+ON CONFLICT (type) DO NOTHING
+RETURNING type;
+
+-- name: type_resume
+DELETE FROM type_pauses WHERE type = %(type)s RETURNING type;
+
+-- name: type_event_insert
+INSERT INTO type_events (type, at, event, actor)
+VALUES (%(type)s, %(now)s, %(event)s, %(actor)s);
+
+-- name: type_events
+SELECT type, at, event, actor FROM type_events WHERE type = %(type)s ORDER BY id;
+
+-- name: type_running
+SELECT count(*) AS n FROM jobs WHERE status = 'running' AND type = %(type)s::text;
+
+-- name: type_running_groups
+SELECT job_group, count(*) AS n FROM jobs
+WHERE status = 'running' AND type = %(type)s::text AND job_group IS NOT NULL
+GROUP BY job_group;
+
+-- name: type_has_ready
+SELECT 1 FROM jobs
+WHERE status = 'pending' AND NOT scheduled AND type = %(type)s::text
+  AND run_at <= %(now)s::bigint
+LIMIT 1;
+
+-- name: ready_of_type
+-- SKIP LOCKED: rows another claim has picked are its own (claims of an unlimited type
+-- do not take the type's lock).
+SELECT id, priority, created_at FROM jobs
+WHERE status = 'pending' AND NOT scheduled AND type = %(type)s::text
+  AND run_at <= %(now)s::bigint
+ORDER BY type, priority DESC, created_at, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: ready_ungrouped
+SELECT id, priority, created_at FROM jobs
+WHERE status = 'pending' AND NOT scheduled AND type = %(type)s::text
+  AND run_at <= %(now)s::bigint AND job_group IS NULL
+ORDER BY type, job_group, priority DESC, created_at, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: ready_of_group
+SELECT id, priority, created_at FROM jobs
+WHERE status = 'pending' AND NOT scheduled AND job_group IS NOT NULL
+  AND type = %(type)s::text AND job_group = %(group)s::text AND run_at <= %(now)s::bigint
+ORDER BY type, job_group, priority DESC, created_at, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: ready_group_heads
+-- The first ready job of every group of a type: the groups are found by skipping
+-- from one to the next along the group index (one seek per group, never a walk over
+-- a group's jobs), then each group's first job by one seek.
+WITH RECURSIVE grp (name) AS (
+    SELECT (SELECT min(job_group) FROM jobs
+            WHERE status = 'pending' AND NOT scheduled AND job_group IS NOT NULL
+              AND type = %(type)s::text)
+    UNION ALL
+    SELECT (SELECT min(job_group) FROM jobs
+            WHERE status = 'pending' AND NOT scheduled AND job_group IS NOT NULL
+              AND type = %(type)s::text AND job_group > grp.name)
+    FROM grp WHERE grp.name IS NOT NULL
+)
+SELECT head.id, head.priority, head.created_at, head.job_group
+FROM grp
+CROSS JOIN LATERAL (
+    SELECT id, priority, created_at, job_group FROM jobs
+    WHERE status = 'pending' AND NOT scheduled AND job_group IS NOT NULL
+      AND type = %(type)s::text AND job_group = grp.name AND run_at <= %(now)s::bigint
+    ORDER BY type, job_group, priority DESC, created_at, id
+    LIMIT 1) AS head
+WHERE grp.name IS NOT NULL;
+
+-- name: job_claim_ids
+-- job_claim for the jobs the flow claim picked (by id), under the same guard.
+UPDATE jobs
+SET status = 'running',
+    worker_id = %(worker_id)s,
+    claimed_by = %(worker_name)s,
+    claimed_at = %(now)s::bigint,
+    lease_token = replace(gen_random_uuid()::text, '-', ''),
+    lease_expires_at = %(now)s::bigint
+        + COALESCE(%(lease_seconds)s::integer, lease_seconds)::bigint * 1000000,
+    updated_at = %(now)s::bigint
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending'
+RETURNING *;
+
+-- name: type_claims_forget
+DELETE FROM type_claims WHERE type = %(type)s AND at <= %(since)s::bigint;
+
+-- name: type_claims_used
+SELECT count(*) AS n FROM type_claims WHERE type = %(type)s AND at > %(since)s::bigint;
+
+-- name: type_claims_record
+INSERT INTO type_claims (type, at)
+SELECT %(type)s, %(now)s::bigint FROM unnest(%(ids)s::bigint[]);
+
+-- name: type_window_opens
+-- When the window next has room: the claim that leaves it first, of those that fill it.
+SELECT at FROM type_claims WHERE type = %(type)s AND at > %(since)s::bigint
+ORDER BY at
+LIMIT 1 OFFSET %(over)s;

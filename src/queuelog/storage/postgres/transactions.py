@@ -17,7 +17,8 @@ from psycopg.rows import DictRow
 
 from queuelog.clock import to_micros
 from queuelog.errors import InvalidState, NotFound, QueueError
-from queuelog.models import TERMINAL, EventKind, Job, JobStatus
+from queuelog.models import TERMINAL, EventKind, Job, JobStatus, TypeEventKind
+from queuelog.storage import flow
 from queuelog.storage import statements as st
 from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
@@ -107,12 +108,39 @@ def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple
     return out
 
 
+class _FlowSql:
+    """The flow claim's queries in the claim's transaction, with a lock per limited type."""
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    def rows(self, name: str, args: dict[str, Any]) -> list[DictRow]:
+        return self._conn.execute(Q[name], args).fetchall()
+
+    def run(self, name: str, args: dict[str, Any]) -> None:
+        self._conn.execute(Q[name], args)
+
+    def ids(self, ids: list[int]) -> list[int]:
+        return ids
+
+    def lock(self, types: Sequence[str]) -> None:
+        # Always in the same (sorted) order, so two claims never wait on each other.
+        for name in sorted(types):
+            self._conn.execute(Q["flow_lock"], {"type": name})
+
+
 def claim(conn: Conn, params: ClaimParams) -> list[Job]:
     if params.retry_at is not None:
         rescue(conn, params.now, params.retry_at, limit=500)
     conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
-    types = list(params.types) if params.types is not None else None
-    jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], st.claim_params(params, types))]
+    paused = {r["type"] for r in conn.execute(Q["type_paused"])}
+    scope = flow.scope(params, paused)
+    if scope is None:
+        types = list(params.types) if params.types is not None else None
+        rows = conn.execute(Q["job_claim"], st.claim_params(params, types)).fetchall()
+    else:
+        rows = flow.claim(_FlowSql(conn), params, scope, paused)
+    jobs = [job_from_row(r) for r in rows]
     jobs.sort(key=st.claim_order)
     if jobs:
         conn.execute(Q["event_insert_each"], st.claimed_events(jobs, params))
@@ -159,6 +187,7 @@ def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueEr
         finished = [o for o in outcomes if isinstance(o, Job)]
         _recorded(conn, events, finished)
         _notify_finished(conn, finished)
+        _slots_freed(conn, items, finished)
         return outcomes
     rows = conn.execute(Q["job_complete_batch"], params).fetchall()
     if rows:
@@ -167,7 +196,17 @@ def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueEr
     matched = st.match_completed(
         items, rows, lambda item: st.guard_failure(_get(conn, item.job_id))
     )
-    return [o if isinstance(o, QueueError) else job_from_row(o) for o in matched]
+    jobs = [o if isinstance(o, QueueError) else job_from_row(o) for o in matched]
+    _slots_freed(conn, items, [j for j in jobs if isinstance(j, Job)])
+    return jobs
+
+
+def _slots_freed(conn: Conn, items: Sequence[FinishParams], ended: Sequence[Job]) -> None:
+    """NOTIFY when a job of a concurrency-limited type ended: claims waiting for its slot
+    on other nodes look again (a job made pending has notified already)."""
+    slot_types = items[0].slot_types if items else frozenset()
+    if any(j.type in slot_types and j.status != JobStatus.PENDING for j in ended):
+        _notify_ready(conn)
 
 
 def _recorded(conn: Conn, events: Sequence[dict[str, Any]], jobs: Sequence[Job]) -> None:
@@ -240,3 +279,14 @@ def prune(conn: Conn, cutoffs: Mapping[JobStatus, datetime], limit: int) -> int:
         conn.execute(Q["job_events_delete"], {"ids": ids})
         conn.execute(Q["job_delete"], {"ids": ids})
     return len(ids)
+
+
+def set_paused(conn: Conn, job_type: str, paused: bool, actor: str, now: datetime) -> None:
+    """Pause or resume a type; a change records its ``type_events`` row, naming ``actor``."""
+    args = {"type": job_type, "actor": actor, "now": to_micros(now)}
+    changed = conn.execute(Q["type_pause" if paused else "type_resume"], args).fetchone()
+    if changed is not None:
+        kind = TypeEventKind.PAUSED if paused else TypeEventKind.RESUMED
+        conn.execute(Q["type_event_insert"], {**args, "event": kind.value})
+        if not paused:
+            _notify_ready(conn)  # the type's jobs are claimable again, on every node

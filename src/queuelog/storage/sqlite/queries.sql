@@ -15,12 +15,12 @@ INSERT INTO schema_migrations (version) VALUES (:version);
 -- (jobs_unique_hold), is skipped. Ids rise in the array's order.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
-                  unique_key, unique_hold)
+                  unique_key, unique_hold, job_group)
 SELECT j.value ->> 'type', j.value ->> 'payload', j.value ->> 'priority',
        j.value ->> 'max_retries', j.value ->> 'lease_seconds', j.value ->> 'principal',
        j.value ->> 'idempotency_key', j.value ->> 'fingerprint', j.value ->> 'run_at',
        (j.value ->> 'run_at') > :now, :now, :now,
-       j.value ->> 'unique_key', j.value ->> 'unique_key'
+       j.value ->> 'unique_key', j.value ->> 'unique_key', j.value ->> 'group'
 FROM json_each(:jobs) AS j
 WHERE true  -- an upsert's SELECT needs a WHERE clause to parse
 ORDER BY j.key
@@ -28,15 +28,16 @@ ON CONFLICT DO NOTHING
 RETURNING id, principal, idempotency_key;
 
 -- name: job_insert_batch_uniform
--- job_insert_batch for jobs that differ only in type, payload and priority (a
--- producer's usual batch): no idempotency key, and one principal, retry limit, lease
--- and run_at, bound once. Each ->> reads the job's JSON object again: three look-ups
+-- job_insert_batch for jobs that differ only in type, payload, priority and group (a
+-- producer's usual batch): no idempotency or unique key, and one principal, retry
+-- limit, lease and run_at, bound once. Each ->> reads the job's JSON object again: three look-ups
 -- a row instead of nine. Without keys nothing can conflict.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
-                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at)
+                  idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
+                  job_group)
 SELECT j.value ->> 'type', j.value ->> 'payload', j.value ->> 'priority',
        :max_retries, :lease_seconds, :principal, NULL, NULL, :run_at, :run_at > :now,
-       :now, :now
+       :now, :now, j.value ->> 'group'
 FROM json_each(:jobs) AS j
 ORDER BY j.key
 RETURNING id, principal, idempotency_key;
@@ -170,10 +171,11 @@ WHERE id = :id AND status = 'running' AND lease_token = :lease_token
 RETURNING *;
 
 -- name: job_release
--- A held job back to pending at once, under the same guard, without spending an
--- attempt: its holder gives it up unrun (beanstalkd's release).
+-- A held job back to pending at :run_at (now, or later: a snooze), under the same
+-- guard, without spending an attempt: its holder gives it up unrun (beanstalkd's release).
 UPDATE jobs
-SET status = 'pending', run_at = :now, scheduled = 0, claimed_at = NULL, worker_id = NULL,
+SET status = 'pending', run_at = :run_at, scheduled = :run_at > :now, claimed_at = NULL,
+    worker_id = NULL,
     claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE id = :id AND status = 'running' AND lease_token = :lease_token
   AND claimed_by = :worker_name AND lease_expires_at > :now
@@ -313,6 +315,7 @@ SELECT 1 AS ok;
 -- name: storage_probe
 INSERT INTO storage_probe (id, probes) VALUES (1, 1)
 ON CONFLICT (id) DO UPDATE SET probes = storage_probe.probes + 1;
+
 -- Schedules (migration 0007). ---------------------------------------------------
 
 -- name: schedule_upsert_config
@@ -381,3 +384,108 @@ UPDATE schedules SET last_job_id = :job_id, jobs_made = jobs_made + 1 WHERE name
 
 -- name: job_mark_schedule
 UPDATE jobs SET schedule = :schedule WHERE id = :id RETURNING *;
+
+-- Flow control (storage/flow.py): a claim of limited or paused types, type by type.
+
+-- name: type_paused
+SELECT type, paused_by, paused_at FROM type_pauses ORDER BY type;
+
+-- name: type_pause
+INSERT INTO type_pauses (type, paused_by, paused_at) VALUES (:type, :actor, :now)
+ON CONFLICT (type) DO NOTHING
+RETURNING type;
+
+-- name: type_resume
+DELETE FROM type_pauses WHERE type = :type RETURNING type;
+
+-- name: type_event_insert
+INSERT INTO type_events (type, at, event, actor) VALUES (:type, :now, :event, :actor);
+
+-- name: type_events
+SELECT type, at, event, actor FROM type_events WHERE type = :type ORDER BY id;
+
+-- name: type_running
+SELECT count(*) AS n FROM jobs INDEXED BY jobs_running_group
+WHERE status = 'running' AND type = :type;
+
+-- name: type_running_groups
+SELECT job_group, count(*) AS n FROM jobs INDEXED BY jobs_running_group
+WHERE status = 'running' AND type = :type AND job_group IS NOT NULL
+GROUP BY job_group;
+
+-- name: type_has_ready
+SELECT 1 FROM jobs INDEXED BY jobs_ready_type
+WHERE status = 'pending' AND scheduled = 0 AND type = :type AND run_at <= :now
+LIMIT 1;
+
+-- name: ready_of_type
+SELECT id, priority, created_at FROM jobs INDEXED BY jobs_ready_type
+WHERE status = 'pending' AND scheduled = 0 AND type = :type AND run_at <= :now
+ORDER BY priority DESC, created_at, id
+LIMIT :limit;
+
+-- name: ready_ungrouped
+SELECT id, priority, created_at FROM jobs INDEXED BY jobs_ready_group
+WHERE status = 'pending' AND scheduled = 0 AND type = :type AND run_at <= :now
+  AND job_group IS NULL
+ORDER BY priority DESC, created_at, id
+LIMIT :limit;
+
+-- name: ready_of_group
+SELECT id, priority, created_at FROM jobs INDEXED BY jobs_ready_group
+WHERE status = 'pending' AND scheduled = 0 AND job_group IS NOT NULL
+  AND type = :type AND job_group = :group AND run_at <= :now
+ORDER BY priority DESC, created_at, id
+LIMIT :limit;
+
+-- name: ready_group_heads
+-- The first ready job of every group of a type: the groups are found by skipping
+-- from one to the next along the group index (one seek per group, never a walk over
+-- a group's jobs), then each group's first job by one seek.
+WITH RECURSIVE grp (name) AS (
+    SELECT (SELECT min(job_group) FROM jobs INDEXED BY jobs_ready_group
+            WHERE status = 'pending' AND scheduled = 0 AND job_group IS NOT NULL
+              AND type = :type)
+    UNION ALL
+    SELECT (SELECT min(job_group) FROM jobs INDEXED BY jobs_ready_group
+            WHERE status = 'pending' AND scheduled = 0 AND job_group IS NOT NULL
+              AND type = :type AND job_group > grp.name)
+    FROM grp WHERE grp.name IS NOT NULL
+)
+SELECT j.id, j.priority, j.created_at, j.job_group
+FROM grp
+JOIN jobs AS j ON j.id = (
+    SELECT id FROM jobs INDEXED BY jobs_ready_group
+    WHERE status = 'pending' AND scheduled = 0 AND job_group IS NOT NULL
+      AND type = :type AND job_group = grp.name AND run_at <= :now
+    ORDER BY priority DESC, created_at, id
+    LIMIT 1)
+WHERE grp.name IS NOT NULL;
+
+-- name: job_claim_ids
+-- job_claim for the jobs the flow claim picked (by id), under the same guard.
+UPDATE jobs
+SET status = 'running',
+    worker_id = :worker_id,
+    claimed_by = :worker_name,
+    claimed_at = :now,
+    lease_token = lower(hex(randomblob(16))),
+    lease_expires_at = :now + COALESCE(:lease_seconds, lease_seconds) * 1000000,
+    updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending'
+RETURNING *;
+
+-- name: type_claims_forget
+DELETE FROM type_claims WHERE type = :type AND at <= :since;
+
+-- name: type_claims_used
+SELECT count(*) AS n FROM type_claims WHERE type = :type AND at > :since;
+
+-- name: type_claims_record
+INSERT INTO type_claims (type, at) SELECT :type, :now FROM json_each(:ids);
+
+-- name: type_window_opens
+-- When the window next has room: the claim that leaves it first, of those that fill it.
+SELECT at FROM type_claims WHERE type = :type AND at > :since
+ORDER BY at
+LIMIT 1 OFFSET :over;

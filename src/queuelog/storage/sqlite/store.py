@@ -201,6 +201,9 @@ class SqliteStorage(SqlReads):
             lambda conn: sr.trigger(conn, Q, tx.insert_many, name, job, job.run_at)
         )
 
+    async def type_set_paused(self, job_type: str, paused: bool, actor: str, now: datetime) -> None:
+        await self._writer.run(lambda conn: tx.set_paused(conn, job_type, paused, actor, now))
+
     # -- keys --------------------------------------------------------------
 
     async def key_insert(self, key: NewKey, now: datetime) -> ApiKey:

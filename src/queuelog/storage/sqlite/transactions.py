@@ -11,7 +11,8 @@ from typing import Any
 
 from queuelog.clock import to_micros
 from queuelog.errors import InvalidState, NotFound, QueueError
-from queuelog.models import EventKind, Job, JobStatus
+from queuelog.models import EventKind, Job, JobStatus, TypeEventKind
+from queuelog.storage import flow
 from queuelog.storage import statements as st
 from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
@@ -113,15 +114,40 @@ def rescue(
     return rescued
 
 
+class _FlowSql:
+    """The flow claim's queries on the write connection, whose lock serialises claims."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def rows(self, name: str, args: dict[str, Any]) -> list[Row]:
+        return self._conn.execute(Q[name], args).fetchall()
+
+    def run(self, name: str, args: dict[str, Any]) -> None:
+        self._conn.execute(Q[name], args)
+
+    def ids(self, ids: list[int]) -> str:
+        return json.dumps(ids)
+
+    def lock(self, types: Sequence[str]) -> None:
+        """Nothing to take: the group's transaction holds the database's write lock."""
+
+
 def claim(conn: sqlite3.Connection, params: ClaimParams) -> tuple[list[Job], list[Job]]:
-    """Claim up to ``params.limit`` ready jobs, in claim order; and the jobs whose expired
-    leases the claim rescued first."""
+    """Claim up to ``params.limit`` ready jobs, in claim order, within the types' limits;
+    and the jobs whose expired leases the claim rescued first."""
     rescued = []
     if params.retry_at is not None:
         rescued = rescue(conn, params.now, params.retry_at, limit=500)
     conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
-    args = st.claim_params(params, types_json(params.types))
-    jobs = [job_from_row(r) for r in conn.execute(Q["job_claim"], args)]
+    paused = {r["type"] for r in conn.execute(Q["type_paused"])}
+    types = flow.scope(params, paused)
+    if types is None:
+        args = st.claim_params(params, types_json(params.types))
+        rows = conn.execute(Q["job_claim"], args).fetchall()
+    else:
+        rows = flow.claim(_FlowSql(conn), params, types, paused)
+    jobs = [job_from_row(r) for r in rows]
     jobs.sort(key=st.claim_order)
     if jobs:
         conn.execute(Q["event_insert_each"], st.claimed_events(jobs, params))
@@ -205,3 +231,14 @@ def prune(conn: sqlite3.Connection, cutoffs: Mapping[JobStatus, datetime], limit
     conn.executemany(Q["job_events_delete"], ids)
     conn.executemany(Q["job_delete"], ids)
     return len(ids)
+
+
+def set_paused(
+    conn: sqlite3.Connection, job_type: str, paused: bool, actor: str, now: datetime
+) -> None:
+    """Pause or resume a type; a change records its ``type_events`` row, naming ``actor``."""
+    args = {"type": job_type, "actor": actor, "now": to_micros(now)}
+    changed = conn.execute(Q["type_pause" if paused else "type_resume"], args).fetchone()
+    if changed is not None:
+        kind = TypeEventKind.PAUSED if paused else TypeEventKind.RESUMED
+        conn.execute(Q["type_event_insert"], {**args, "event": kind.value})

@@ -1,0 +1,172 @@
+"""Flow control inside a claim: pauses, concurrency per type and per group, rate windows.
+
+Both SQL backends run this in the claim's own transaction, after the rescue of
+expired leases: SQLite under its write lock, PostgreSQL after taking a transaction
+lock per limited type (``FlowSql.lock``), so two nodes never both count three of
+four running and both take one. Running jobs are counted from the jobs themselves.
+
+A claim of limited or paused types reads ready jobs type by type (and, for a type
+with ``group_concurrency``, group by group), each read one index seek: jobs held
+back by a limit are never walked past, and keep their place. The reads are merged
+into the usual claim order, so the claim takes the first eligible jobs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Sequence
+from itertools import islice
+from typing import Any, Protocol
+
+from queuelog.clock import to_micros
+from queuelog.storage.protocol import ClaimParams, FlowLimits
+from queuelog.storage.rows import Row
+from queuelog.storage.statements import claim_params
+
+# Where a ready job stands in claim order: priority DESC, created_at, id.
+Place = tuple[int, int, int]
+
+PAUSED = "paused"
+CONCURRENCY = "concurrency"
+GROUP_CONCURRENCY = "group_concurrency"
+RATE_LIMIT = "rate_limit"
+
+
+class FlowSql(Protocol):
+    """What a backend gives the flow claim: its named queries and parameter forms."""
+
+    def rows(self, name: str, args: dict[str, Any]) -> list[Row]: ...
+    def run(self, name: str, args: dict[str, Any]) -> None: ...
+    def ids(self, ids: list[int]) -> Any: ...
+    def lock(self, types: Sequence[str]) -> None: ...
+
+
+def scope(params: ClaimParams, paused: set[str]) -> list[str] | None:
+    """The types a claim must count, type by type; None when no limit or pause applies
+    (the ordinary claim then walks the ready index once)."""
+    held = params.limits.keys() | paused
+    if not held:
+        return None
+    if params.types is None:
+        return sorted(params.configured)
+    if any(name in held for name in params.types):
+        return sorted(set(params.types))
+    return None
+
+
+def claim(sql: FlowSql, params: ClaimParams, types: list[str], paused: set[str]) -> list[Row]:
+    """Claim up to ``params.limit`` ready jobs of ``types`` that no limit holds back."""
+    params.skipped.clear()  # a transaction run again counts afresh
+    sql.lock([name for name in types if name in params.limits])
+    streams: list[Iterator[Place]] = []
+    for name in types:
+        if name in paused:
+            _held_back(sql, params, name, PAUSED)
+            continue
+        room = _room(sql, params, name)
+        if room > 0:
+            streams.append(_candidates(sql, params, name, room))
+    picked = [place[2] for place in islice(heapq.merge(*streams), params.limit)]
+    if not picked:
+        return []
+    args = claim_params(params, None) | {"ids": sql.ids(picked)}
+    rows = sql.rows("job_claim_ids", args)
+    _count_rate(sql, params, rows)
+    return rows
+
+
+def _room(sql: FlowSql, params: ClaimParams, name: str) -> int:
+    """How many jobs of ``name`` this claim may take by the type's own limits."""
+    room = params.limit
+    limits = params.limits.get(name)
+    if limits is None:
+        return room
+    if limits.concurrency is not None:
+        (row,) = sql.rows("type_running", {"type": name})
+        room = min(room, limits.concurrency - int(row["n"]))
+        if room <= 0:
+            _held_back(sql, params, name, CONCURRENCY)
+            return 0
+    if limits.rate_jobs is not None:
+        used = _rate_used(sql, params, name, limits)
+        room = min(room, limits.rate_jobs - used)
+        if room <= 0:
+            _held_back(sql, params, name, RATE_LIMIT)
+            return 0
+    return room
+
+
+def _rate_used(sql: FlowSql, params: ClaimParams, name: str, limits: FlowLimits) -> int:
+    """Claims of ``name`` in the window ending now; older ones are forgotten."""
+    assert limits.rate_per_seconds is not None
+    since = window_start(to_micros(params.now), limits.rate_per_seconds)
+    sql.run("type_claims_forget", {"type": name, "since": since})
+    (row,) = sql.rows("type_claims_used", {"type": name, "since": since})
+    return int(row["n"])
+
+
+def window_start(now: int, per_seconds: float) -> int:
+    """The start (excluded) of the rate window that ends at ``now``, in microseconds."""
+    return now - round(per_seconds * 1_000_000)
+
+
+def _count_rate(sql: FlowSql, params: ClaimParams, rows: list[Row]) -> None:
+    """Record the claimed jobs of rate-limited types in their windows."""
+    by_type: dict[str, list[int]] = {}
+    for row in rows:
+        limits = params.limits.get(row["type"])
+        if limits is not None and limits.rate_jobs is not None:
+            by_type.setdefault(row["type"], []).append(int(row["id"]))
+    now = to_micros(params.now)
+    for name, ids in by_type.items():
+        sql.run("type_claims_record", {"type": name, "now": now, "ids": sql.ids(ids)})
+
+
+def _held_back(sql: FlowSql, params: ClaimParams, name: str, reason: str) -> None:
+    """Count a limit that held back a ready job (not one that had nothing to hold)."""
+    if sql.rows("type_has_ready", {"type": name, "now": to_micros(params.now)}):
+        params.skipped[(name, reason)] += 1
+
+
+def _place(row: Row) -> Place:
+    return (-int(row["priority"]), int(row["created_at"]), int(row["id"]))
+
+
+def _candidates(sql: FlowSql, params: ClaimParams, name: str, room: int) -> Iterator[Place]:
+    """The first ``room`` ready jobs of ``name`` that its group limit lets through."""
+    limits = params.limits.get(name)
+    now = to_micros(params.now)
+    args = {"type": name, "now": now, "limit": room}
+    if limits is None or limits.group_concurrency is None:
+        return iter([_place(r) for r in sql.rows("ready_of_type", args)])
+    ungrouped = [_place(r) for r in sql.rows("ready_ungrouped", args)]
+    running = {r["job_group"]: int(r["n"]) for r in sql.rows("type_running_groups", args)}
+    heads: list[tuple[Place, str, int]] = []
+    for row in sql.rows("ready_group_heads", args):
+        free = limits.group_concurrency - running.get(row["job_group"], 0)
+        if free > 0:
+            heads.append((_place(row), row["job_group"], free))
+        elif not params.skipped[(name, GROUP_CONCURRENCY)]:
+            params.skipped[(name, GROUP_CONCURRENCY)] += 1
+    groups = _by_group(sql, args, sorted(heads))
+    return islice(heapq.merge(iter(ungrouped), groups), room)
+
+
+def _by_group(
+    sql: FlowSql, args: dict[str, Any], heads: list[tuple[Place, str, int]]
+) -> Iterator[Place]:
+    """The grouped candidates in claim order, each group's up to its free slots.
+
+    Every group's first ready job is known; a group's further jobs are read only once
+    its first is taken, so a claim reads at most one more list per job it takes.
+    """
+    while heads:
+        place, group, free = heapq.heappop(heads)
+        yield place
+        if free < 2:
+            continue
+        more = sql.rows("ready_of_group", {**args, "group": group, "limit": free})
+        rest = iter([_place(r) for r in more if _place(r) > place])
+        nxt = next(rest, None)
+        if nxt is not None:
+            heapq.heappush(heads, (nxt, group, free - 1))

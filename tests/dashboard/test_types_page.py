@@ -1,0 +1,67 @@
+"""The dashboard's types page: limits, running against the limit, pause and resume."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from queuelog.config import Settings
+from tests.conftest import TYPES, Api, claim_one, enqueue, make_settings
+from tests.dashboard.conftest import Browser
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    types: dict[str, Any] = {
+        **TYPES,
+        "partner": {
+            "concurrency": 3,
+            "group_concurrency": 1,
+            "rate_limit": {"jobs": 10, "per_seconds": 2},
+        },
+    }
+    return make_settings(tmp_path, types=types)
+
+
+def _row(page: str, name: str) -> str:
+    start = page.index(f'data-type="{name}"')
+    return page[start : page.index("</tr>", start)]
+
+
+def test_types_page_shows_limits_and_running_against_them(
+    browser: Browser, producer: Api, worker: Api
+) -> None:
+    enqueue(producer, "partner", group="a")
+    enqueue(producer, "partner", group="a")
+    claim_one(worker, types=["partner"])
+    page = html.unescape(browser.get("/ui/types").text)
+    assert '<a href="/ui/types" aria-current="page">' in page
+    row = _row(page, "partner")
+    assert "1 / 3" in row and "10 per 2.0 s" in row and "running" in row
+    assert "Pause" in row
+    assert "no limit" in _row(page, "noop")
+
+
+def test_pause_and_resume_from_the_page(browser: Browser, producer: Api, worker: Api) -> None:
+    enqueue(producer, "noop")
+    paused = browser.post("/ui/types/noop/pause")
+    assert paused.status_code == 303
+    assert paused.headers["location"] == "/ui/types?notice=type-paused"
+    page = html.unescape(browser.get("/ui/types?notice=type-paused").text)
+    assert "The type is paused" in page and "paused by root" in _row(page, "noop")
+    assert worker.post("/jobs/claim", json={}).json()["jobs"] == []
+    resumed = browser.post("/ui/types/noop/resume")
+    assert resumed.headers["location"] == "/ui/types?notice=type-resumed"
+    assert "Pause" in _row(browser.get("/ui/types").text, "noop")
+    claim_one(worker)
+
+
+def test_pause_forms_need_the_csrf_token_and_a_configured_type(browser: Browser) -> None:
+    assert browser.client.post("/ui/types/noop/pause", data={}).status_code == 403
+    refused = browser.client.post("/ui/types/noop/pause", data={"csrf_token": "wrong"})
+    assert refused.status_code == 403
+    assert "paused by" not in browser.get("/ui/types").text
+    assert browser.post("/ui/types/nope/pause").status_code == 404

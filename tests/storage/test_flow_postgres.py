@@ -1,0 +1,110 @@
+"""Flow control on PostgreSQL with several nodes, and what a held-back group costs."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from queuelog.clock import to_micros
+from queuelog.models import JobStatus
+from queuelog.storage.postgres.store import PostgresStorage
+from queuelog.storage.postgres.transactions import Q
+from queuelog.storage.protocol import FinishParams
+from tests.postgres import fresh_schema
+from tests.storage.test_flow import T0, job, params
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[PostgresStorage]]:
+    """Two nodes (two stores, each its own pool) on one schema."""
+    with fresh_schema() as url:
+        stores = [PostgresStorage(url, pool_size=8) for _ in range(2)]
+        yield stores
+        for store in stores:
+            store.close()
+
+
+async def test_two_nodes_claiming_at_once_keep_the_concurrency_limit(
+    nodes: list[PostgresStorage],
+) -> None:
+    await nodes[0].job_insert_many([job("limited", n=i) for i in range(60)], T0)
+    peak = 0
+    for _ in range(15):
+        claims = [nodes[i % 2].job_claim(params(limit=2)) for i in range(8)]
+        claimed = [j for got in await asyncio.gather(*claims) for j in got]
+        counts = (await nodes[1].job_stats(T0)).counts
+        running = counts.get((JobStatus.RUNNING.value, "limited"), 0)
+        assert len(claimed) <= 3 and running <= 3
+        peak = max(peak, len(claimed))
+        items = [FinishParams(j.id, j.lease_token or "", "w", T0) for j in claimed]
+        half = len(items) // 2
+        await asyncio.gather(
+            nodes[0].job_finish_many(items[:half]), nodes[1].job_finish_many(items[half:])
+        )
+    assert peak == 3
+
+
+def _max_rows(plan: dict[str, Any]) -> int:
+    """The most rows any node of an EXPLAIN ANALYZE plan read in one loop (those it
+    produced and those its filter removed)."""
+    rows = int(plan.get("Actual Rows", 0)) + int(plan.get("Rows Removed by Filter", 0))
+    return max([rows, *(_max_rows(child) for child in plan.get("Plans", []))])
+
+
+async def test_a_saturated_group_of_many_pending_jobs_is_not_walked(
+    nodes: list[PostgresStorage],
+) -> None:
+    store = nodes[0]
+    t = to_micros(T0)
+    with store._pool.connection() as conn:
+        conn.execute(
+            "INSERT INTO jobs (type, principal, run_at, created_at, updated_at, job_group)"
+            " SELECT 'grouped', 'shop', %(t)s, %(t)s + n, %(t)s, 'a'"
+            " FROM generate_series(1, 100000) AS n",
+            {"t": t},
+        )
+        conn.execute("ANALYZE jobs")
+    (busy,) = await store.job_claim(params(limit=1))  # group a's first: now saturated
+    await store.job_insert_many([job("grouped", "b", n=7)], T0)
+    (other,) = await store.job_claim(params(limit=10))
+    assert other.group == "b" and busy.group == "a"
+    args = {"type": "grouped", "now": t + 10**9, "limit": 10}
+    with store._pool.connection() as conn:
+        for name in ("ready_group_heads", "ready_ungrouped", "type_running_groups"):
+            (row,) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + Q[name], args).fetchall()
+            plan = row["QUERY PLAN"][0]["Plan"]
+            # No step of the plan walks the 100,000 jobs of the held-back group.
+            assert _max_rows(plan) <= 10, (name, plan)
+
+
+async def test_a_freed_slot_and_a_resume_reach_the_other_node(
+    nodes: list[PostgresStorage],
+) -> None:
+    woken = threading.Event()
+    nodes[1].subscribe(woken.set)
+    listener = nodes[1]._listener
+    assert listener is not None and listener.listening.wait(10)
+    await nodes[0].job_insert_many([job("limited"), job("free")], T0)
+    claimed = await nodes[0].job_claim(params(limit=2))
+    assert len(claimed) == 2
+    woken.clear()
+    by_type = {j.type: j for j in claimed}
+    slots = frozenset({"limited"})
+    free = by_type["free"]
+    await nodes[0].job_finish_many([FinishParams(free.id, free.lease_token or "", "w", T0)])
+    # Jobs of a type without a concurrency limit free no slot: nothing to tell.
+    assert not await asyncio.to_thread(woken.wait, 1.0)
+    held = by_type["limited"]
+    item = FinishParams(held.id, held.lease_token or "", "w", T0, slot_types=slots)
+    await nodes[0].job_finish_many([item])
+    assert await asyncio.to_thread(woken.wait, 10), "a freed slot on node 0 did not reach node 1"
+    await nodes[0].type_set_paused("free", True, "root", T0)
+    woken.clear()
+    await nodes[0].type_set_paused("free", False, "root", T0)
+    assert await asyncio.to_thread(woken.wait, 10), "a resume on node 0 did not reach node 1"
