@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from queuelog.client import Client, Job, JobTimeout, Worker
+from queuelog.client.calls import EnqueueOptions
 from queuelog.client.errors import ServerError, ServerUnavailable
 from queuelog.config import PRIORITY_LABELS
 from queuelog.errors import Forbidden, QueueError, Unauthenticated
@@ -338,16 +339,12 @@ def enqueue(
             return
         assert job_type is not None
         body = payload_argument(payload)
+        options = EnqueueOptions(
+            priority=priority, idempotency_key=idempotency_key, group=group, unique_key=unique_key
+        )
+        options["on_duplicate"] = on_duplicate
         with reported("cannot enqueue"):
-            job = client.enqueue(
-                job_type,
-                body,
-                priority=priority,
-                idempotency_key=idempotency_key,
-                unique_key=unique_key,
-                on_duplicate=on_duplicate,
-                group=group,
-            )
+            job = client.enqueue(job_type, body, **options)
         if wait_seconds is not None:
             await_job(client, job.id, wait_seconds, as_json)
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from queuelog.models import Priority
+from queuelog.models import JobStatus, Priority
 from queuelog.schedules import SCHEDULE_NAME, Cadence, CadenceError
 
 DEFAULT_DATABASE = "sqlite:///./data/queuelog.db"
@@ -54,6 +55,16 @@ class Retention(_Strict):
     completed_seconds: int = Field(7 * 86_400, ge=0)
     cancelled_seconds: int = Field(7 * 86_400, ge=0)
     failed_seconds: int = Field(30 * 86_400, ge=0)
+
+    def cutoffs(self, now: datetime) -> dict[JobStatus, datetime]:
+        """Per finished status, the time before which its jobs are deleted (kept ones
+        left out)."""
+        ages = {
+            JobStatus.COMPLETED: self.completed_seconds,
+            JobStatus.CANCELLED: self.cancelled_seconds,
+            JobStatus.FAILED: self.failed_seconds,
+        }
+        return {s: now - timedelta(seconds=age) for s, age in ages.items() if age > 0}
 
 
 class RateLimit(_Strict):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -22,13 +21,11 @@ from queuelog.intake import Intake
 from queuelog.models import (
     TERMINAL,
     ApiKey,
-    EventKind,
     Finished,
     Job,
     JobEvent,
     JobStatus,
     JsonObject,
-    MinuteCounts,
     OnDuplicate,
     QueueStats,
     Role,
@@ -40,6 +37,8 @@ from queuelog.specs import (
     FinishSpec,
     decode_cursor,
     encode_cursor,
+    held_token,
+    holds,
     progress_text,
     stored_json,
 )
@@ -61,28 +60,6 @@ def _unindex(exc: QueueError, batch: bool) -> None:
     """A refusal of a single enqueue does not name an ``index``; a batch's does."""
     if not batch:
         exc.extra.pop("index", None)
-
-
-def _holds(job: Job | None, worker_name: str, lease_token: str) -> bool:
-    """Whether ``worker_name`` holds ``job`` under ``lease_token``, as read."""
-    return (
-        job is not None
-        and job.status == JobStatus.RUNNING
-        and job.claimed_by == worker_name
-        and job.lease_token is not None
-        and hmac.compare_digest(job.lease_token, lease_token)
-    )
-
-
-def _held_token(token: str) -> str:
-    """The lease token to check a held job against.
-
-    Lease tokens are hexadecimal. One with characters no token has (a lone
-    surrogate, NUL) cannot hold a lease, and neither database can store or
-    compare it; it is checked as the empty token, which matches no lease, so the
-    answer is the one any wrong token gets (404, or 409 by the job's state).
-    """
-    return token if token.isascii() and token.isprintable() else ""
 
 
 class JobService:
@@ -261,7 +238,7 @@ class JobService:
         lease_seconds: int | None = None,
         delay_seconds: float = 0,
     ) -> HeldParams:
-        token = _held_token(lease_token)
+        token = held_token(lease_token)
         return HeldParams(
             job_id,
             token,
@@ -325,7 +302,7 @@ class JobService:
     async def _finish_params(
         self, caller: ApiKey, spec: FinishSpec, now: datetime
     ) -> FinishParams | QueueError:
-        token = _held_token(spec.lease_token)
+        token = held_token(spec.lease_token)
         if spec.error is None:
             limit = self.settings.limits.max_result_bytes
             text = None if spec.result is None else stored_json(spec.result)
@@ -345,7 +322,7 @@ class JobService:
         # sanitised: the redaction's work is spent only on a holder's failure. The
         # guarded update still decides.
         job = await self.storage.job_get(spec.job_id)
-        if not _holds(job, caller.name, token):
+        if not holds(job, caller.name, token):
             return guard_failure(job)
         assert job is not None
         if spec.retry_in_seconds is not None:
@@ -391,14 +368,7 @@ class JobService:
 
     async def prune(self) -> int:
         """Delete finished jobs (and their events) older than the retention settings."""
-        now = self.clock.now()
-        keep = self.settings.retention
-        ages = {
-            JobStatus.COMPLETED: keep.completed_seconds,
-            JobStatus.CANCELLED: keep.cancelled_seconds,
-            JobStatus.FAILED: keep.failed_seconds,
-        }
-        cutoffs = {s: now - timedelta(seconds=age) for s, age in ages.items() if age > 0}
+        cutoffs = self.settings.retention.cutoffs(self.clock.now())
         if not cutoffs:
             return 0
         # Batch after batch (each its own short transaction) until caught up: a busy
@@ -421,20 +391,3 @@ class JobService:
         if count:
             self._on_ready()
         return count
-
-    async def throughput(self, minutes: int = 60) -> list[MinuteCounts]:
-        """Jobs completed and failed (for good) in each of the last ``minutes`` whole minutes.
-
-        The current, unfinished minute is the last one.
-        """
-        now = self.clock.now()
-        until = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
-        since = until - timedelta(minutes=minutes)
-        slots = [MinuteCounts(since + timedelta(minutes=i)) for i in range(minutes)]
-        for count in await self.storage.job_event_counts(since, until, 60):
-            index = int((count.bucket_start - since).total_seconds()) // 60
-            if count.event == EventKind.COMPLETED:
-                slots[index].completed += count.count
-            elif count.event == EventKind.FAILED:
-                slots[index].failed += count.count
-        return slots

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 from dataclasses import field
@@ -11,7 +12,14 @@ from typing import Any
 
 from queuelog.clock import rfc3339
 from queuelog.errors import PayloadTooLarge, ValidationFailed
-from queuelog.models import JsonObject, OnDuplicate, Priority, readonly_dataclass
+from queuelog.models import (
+    Job,
+    JobStatus,
+    JsonObject,
+    OnDuplicate,
+    Priority,
+    readonly_dataclass,
+)
 
 
 @readonly_dataclass
@@ -128,3 +136,25 @@ def decode_cursor(cursor: str) -> int:
             "The cursor is not valid", errors=[{"loc": ["query", "cursor"], "msg": "bad cursor"}]
         )
     return int(cursor)
+
+
+def holds(job: Job | None, worker_name: str, lease_token: str) -> bool:
+    """Whether ``worker_name`` holds ``job`` under ``lease_token``, as read."""
+    return (
+        job is not None
+        and job.status == JobStatus.RUNNING
+        and job.claimed_by == worker_name
+        and job.lease_token is not None
+        and hmac.compare_digest(job.lease_token, lease_token)
+    )
+
+
+def held_token(token: str) -> str:
+    """The lease token to check a held job against.
+
+    Lease tokens are hexadecimal. One with characters no token has (a lone
+    surrogate, NUL) cannot hold a lease, and neither database can store or
+    compare it; it is checked as the empty token, which matches no lease, so the
+    answer is the one any wrong token gets (404, or 409 by the job's state).
+    """
+    return token if token.isascii() and token.isprintable() else ""

@@ -144,6 +144,7 @@ def test_the_job_types_a_request_may_name_are_the_configured_ones(document: Docu
     assert claim_types["enum"] == configured
     key_types = schemas["KeyCreateRequest"]["properties"]["types"]["anyOf"][0]["items"]
     assert key_types["enum"] == configured
+    assert schemas["ScheduleCreateRequest"]["properties"]["type"]["enum"] == configured
 
 
 def test_operations_are_named_after_their_endpoints(document: Document) -> None:
@@ -191,3 +192,30 @@ def test_a_time_is_an_rfc3339_string_with_its_zone(producer: Api, run_at: object
         producer.post("/jobs", json={"type": "noop", "run_at": "2031-05-01T10:00:00Z"}).status_code
         == 201
     )
+
+
+def test_the_flow_schedule_and_result_routes_are_answered_as_documented(
+    checked: Callable[[httpx.Response], httpx.Response], producer: Api, worker: Api, admin: Api
+) -> None:
+    checked(admin.get("/types"))
+    checked(admin.post("/types/noop/pause"))
+    checked(admin.post("/types/noop/resume"))
+    assert checked(admin.post("/types/nope/pause")).status_code == 404
+    every_minute = {"name": "s1", "type": "noop", "every_seconds": 60}
+    assert checked(admin.post("/schedules", json=every_minute)).status_code == 201
+    assert checked(admin.post("/schedules", json=every_minute)).status_code == 409
+    checked(admin.get("/schedules"))
+    for action in ("pause", "resume", "trigger"):
+        checked(admin.post(f"/schedules/s1/{action}"))
+    assert checked(admin.delete("/schedules/s1")).status_code == 204
+    assert checked(admin.get("/schedules/s1")).status_code == 404
+    unique = {"type": "noop", "unique_key": "u1", "group": "g1"}
+    job = checked(producer.post("/jobs", json=unique)).json()
+    assert checked(producer.post("/jobs", json=unique)).status_code == 200
+    (held,) = checked(worker.post("/jobs/claim", json={})).json()["jobs"]
+    token = held["lease_token"]
+    report = {"lease_token": token, "progress": {"done": 1}}
+    checked(worker.post(f"/jobs/{held['id']}/heartbeat", json=report))
+    snooze = {"lease_token": token, "delay_seconds": 5}
+    checked(worker.post(f"/jobs/{held['id']}/release", json=snooze))
+    checked(producer.get(f"/jobs/{job['id']}", params={"wait_seconds": 0}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from queuelog.client import Fail, Retry, RetryPolicy, ServerError, calls
+from queuelog.client import Fail, Retry, RetryPolicy, ServerError, admin_calls, calls
 from queuelog.client.errors import error_from_problem
 from queuelog.client.outcome import outcome_of_error, outcome_of_return
 from queuelog.client.types import Job
@@ -41,7 +41,7 @@ def test_every_enqueue_carries_an_idempotency_key_of_its_own() -> None:
 
 def test_only_calls_that_are_safe_twice_may_be_resent() -> None:
     job = Job.from_json(JOB_JSON)
-    assert not calls.claim().resend and not calls.create_key("k", ["worker"]).resend
+    assert not calls.claim().resend and not admin_calls.create_key("k", ["worker"]).resend
     safe = [calls.enqueue("noop"), calls.get(1), calls.complete(job), calls.fail(job, "x")]
     assert all(call.resend for call in safe)
 

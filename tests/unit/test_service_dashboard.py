@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from queuelog.clock import FakeClock
+from queuelog.dashboard.throughput import throughput
 from queuelog.errors import Forbidden
 from queuelog.models import JobStatus
 from queuelog.service import JobService
@@ -23,7 +24,7 @@ async def test_throughput_counts_completed_and_failed_per_minute(
     clock.advance(60)
     await service.finish(worker, FinishSpec(jobs[1].id, jobs[1].lease_token or ""))
     await service.finish(worker, FinishSpec(jobs[2].id, jobs[2].lease_token or "", error="boom"))
-    slots = await service.throughput(minutes=60)
+    slots = await throughput(service, minutes=60)
     assert len(slots) == 60 and slots[-1].start <= clock.now()
     assert [(s.completed, s.failed) for s in slots[-2:]] == [(1, 0), (1, 1)]
     assert sum(s.completed + s.failed for s in slots[:-2]) == 0

@@ -47,6 +47,7 @@ _TYPE_FIELDS = (
     ("EnqueueRequest", "type"),
     ("ClaimRequest", "types"),
     ("KeyCreateRequest", "types"),
+    ("ScheduleCreateRequest", "type"),
 )
 
 

@@ -342,33 +342,6 @@ class ProblemError(BaseModel):
     msg: str
 
 
-class RateLimitOut(BaseModel):
-    jobs: int
-    per_seconds: float
-
-
-class TypeCountsOut(BaseModel):
-    pending: int
-    waiting: int
-    running: int
-    failed: int
-
-
-class TypeOut(BaseModel):
-    name: str
-    concurrency: int | None = Field(description="Running jobs of the type at most; null: no limit.")
-    group_concurrency: int | None = Field(description="Running jobs per group at most.")
-    rate_limit: RateLimitOut | None = Field(description="Claims in any window of `per_seconds`.")
-    paused: bool
-    paused_by: str | None = Field(description="The admin key that paused the type.")
-    paused_at: str | None
-    counts: TypeCountsOut
-
-
-class TypeListOut(BaseModel):
-    types: list[TypeOut]
-
-
 class ProblemOut(BaseModel):
     """An RFC 9457 problem; `type` is a stable slug."""
 

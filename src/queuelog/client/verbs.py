@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from queuelog.client import awaiting, calls
+from queuelog.client import admin_calls, awaiting, calls
 from queuelog.client.awaiting import Awaiting
 from queuelog.client.calls import Call
 from queuelog.client.policy import Connection, RetryPolicy
@@ -139,18 +139,18 @@ class Verbs(Generic[H, X]):
     complete = Verb(calls.complete)
     complete_many = Verb(calls.complete_many)
     fail = Verb(calls.fail)
-    create_key = Verb(calls.create_key)
-    list_keys = Verb(calls.list_keys)
-    revoke_key = Verb(calls.revoke_key)
+    create_key = Verb(admin_calls.create_key)
+    list_keys = Verb(admin_calls.list_keys)
+    revoke_key = Verb(admin_calls.revoke_key)
     wait = Wait(awaiting.wait)
     result = Wait(awaiting.result)
-    list_schedules = Verb(calls.list_schedules)
-    create_schedule = Verb(calls.create_schedule)
-    get_schedule = Verb(calls.get_schedule)
-    delete_schedule = Verb(calls.delete_schedule)
-    pause_schedule = Verb(calls.pause_schedule)
-    resume_schedule = Verb(calls.resume_schedule)
-    trigger_schedule = Verb(calls.trigger_schedule)
-    list_types = Verb(calls.list_types)
-    pause_type = Verb(calls.pause_type)
-    resume_type = Verb(calls.resume_type)
+    list_schedules = Verb(admin_calls.list_schedules)
+    create_schedule = Verb(admin_calls.create_schedule)
+    get_schedule = Verb(admin_calls.get_schedule)
+    delete_schedule = Verb(admin_calls.delete_schedule)
+    pause_schedule = Verb(admin_calls.pause_schedule)
+    resume_schedule = Verb(admin_calls.resume_schedule)
+    trigger_schedule = Verb(admin_calls.trigger_schedule)
+    list_types = Verb(admin_calls.list_types)
+    pause_type = Verb(admin_calls.pause_type)
+    resume_type = Verb(admin_calls.resume_type)

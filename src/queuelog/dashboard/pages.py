@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from queuelog.app_state import IdPath, state_of
 from queuelog.dashboard import views
+from queuelog.dashboard.throughput import throughput
 from queuelog.dashboard.web import Admin, DashboardRoute, now_of, render
 from queuelog.errors import NotFound, ValidationFailed
 from queuelog.models import JobStatus
@@ -48,7 +49,7 @@ async def overview(request: Request, admin: Admin) -> Response:
         by_type=views.by_type(stats.counts),
         ready=stats.ready,
         oldest_age=(now - oldest).total_seconds() if oldest else None,
-        chart=views.throughput_chart(await service.throughput(60)),
+        chart=views.throughput_chart(await throughput(service, 60)),
         leased=leased,
     )
 

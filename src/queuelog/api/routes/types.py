@@ -5,13 +5,41 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
+from pydantic import BaseModel, Field
 
 from queuelog.api.deps import Admin, ServiceDep
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.responses import JSONResponse
-from queuelog.api.schemas import TypeListOut, TypeOut
 from queuelog.clock import rfc3339
 from queuelog.flow import TypeState
+
+
+class RateLimitOut(BaseModel):
+    jobs: int
+    per_seconds: float
+
+
+class TypeCountsOut(BaseModel):
+    pending: int
+    waiting: int
+    running: int
+    failed: int
+
+
+class TypeOut(BaseModel):
+    name: str
+    concurrency: int | None = Field(description="Running jobs of the type at most; null: no limit.")
+    group_concurrency: int | None = Field(description="Running jobs per group at most.")
+    rate_limit: RateLimitOut | None = Field(description="Claims in any window of `per_seconds`.")
+    paused: bool
+    paused_by: str | None = Field(description="The admin key that paused the type.")
+    paused_at: str | None
+    counts: TypeCountsOut
+
+
+class TypeListOut(BaseModel):
+    types: list[TypeOut]
+
 
 router = APIRouter(prefix="/types", tags=["types"])
 
