@@ -210,7 +210,8 @@ class ConfigError(ValueError):
 def _first_problem(exc: ValidationError) -> str:
     """The first refused setting as one line: its dotted name, then why."""
     error = exc.errors()[0]
-    name = ".".join(str(part) for part in error["loc"]) or "the configuration"
+    name = ".".join(str(part) for part in error["loc"])
     message = str(error["msg"]).removeprefix("Value error, ")
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{name}: {message}{more}"
+    # A check of the whole file names the setting in its message.
+    return f"{name}: {message}{more}" if name else f"{message}{more}"

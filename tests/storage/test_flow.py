@@ -189,7 +189,7 @@ async def test_release_with_a_delay_snoozes_the_job(store: Storage) -> None:
     await store.job_insert_many([job("free")], T0)
     (held,) = await store.job_claim(params())
     assert held.lease_token is not None
-    back = await store.job_release(HeldParams(held.id, held.lease_token, "w", T0, None, 60))
+    back = await store.job_release(HeldParams(held.id, held.lease_token, "w", T0, delay_seconds=60))
     assert back.status == JobStatus.PENDING and back.retry_count == 0
     assert back.run_at == T0 + timedelta(seconds=60)
     assert await store.job_claim(params(T0 + timedelta(seconds=59))) == []

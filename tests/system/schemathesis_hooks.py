@@ -6,9 +6,12 @@ named here check them:
 - an idempotency key used again with another request, or a header key that differs
   from the body's, is 422 (a rule of state, and of two fields together): each valid
   key is made fresh (tests/api/test_idempotency.py);
-- a long-poll claim on an empty queue waits the whole ``wait_seconds``: a valid wait
-  is cut to a second, so forty claims do not take twenty minutes
-  (tests/reliability/test_long_poll.py).
+- a long-poll claim on an empty queue, or a read awaiting an unfinished job, waits
+  the whole ``wait_seconds``: a valid wait is cut to a second, so forty of them do
+  not take twenty minutes (tests/reliability/test_long_poll.py, tests/api/test_results.py);
+- a cron of five fields whose values are out of range (minute 61) is 422: the range of
+  each field is cronsim's to check (tests/unit/test_schedules.py), so such a cron is
+  made a valid one.
 
 Values the schema refuses are left as generated.
 """
@@ -18,11 +21,13 @@ from __future__ import annotations
 import copy
 import re
 import uuid
+from datetime import datetime
 from typing import Any
 
 import schemathesis
+from cronsim import CronSim, CronSimError
 
-from queuelog.api.schemas import IDEMPOTENCY_KEY_PATTERN
+from queuelog.api.schemas import CRON_FIVE_FIELDS, IDEMPOTENCY_KEY_PATTERN
 
 
 def _valid_key(value: Any) -> bool:
@@ -36,10 +41,21 @@ def _fresh_key(item: Any) -> str | None:
     return None
 
 
-def _short_wait(body: Any) -> None:
-    wait = body.get("wait_seconds") if isinstance(body, dict) else None
+def _short_wait(values: Any) -> None:
+    wait = values.get("wait_seconds") if isinstance(values, dict) else None
+    if isinstance(wait, str) and wait.isdigit():
+        wait = int(wait)
     if isinstance(wait, int | float) and not isinstance(wait, bool) and 1 < wait <= 30:
-        body["wait_seconds"] = 1
+        values["wait_seconds"] = 1
+
+
+def _valid_cron(body: Any) -> None:
+    cron = body.get("cron") if isinstance(body, dict) else None
+    if isinstance(cron, str) and re.fullmatch(CRON_FIVE_FIELDS, cron):
+        try:
+            CronSim(cron, datetime(2000, 1, 1))
+        except CronSimError:
+            body["cron"] = "*/5 * * * *"
 
 
 @schemathesis.hook
@@ -49,6 +65,10 @@ def map_case(ctx: Any, case: Any) -> Any:
     headers = case.headers if case.headers is not None else {}
     if case.operation.path == "/jobs/claim":
         _short_wait(body)
+    if case.operation.path == "/jobs/{job_id}" and case.query:
+        _short_wait(case.query)
+    if case.operation.path == "/schedules":
+        _valid_cron(body)
     key = _fresh_key(body)
     if isinstance(body, dict) and isinstance(body.get("jobs"), list):
         for job in body["jobs"]:

@@ -17,6 +17,7 @@ from pydantic import (
     StrictStr,
     model_validator,
 )
+from pydantic.config import JsonDict
 
 from queuelog.auth import KEY_NAME
 from queuelog.clock import rfc3339
@@ -70,6 +71,8 @@ RowId = Annotated[int, Field(strict=True, ge=1, le=MAX_ID), BeforeValidator(_int
 MaxRetries = Annotated[int, Field(strict=True, ge=0, le=25), BeforeValidator(_integral)]
 ClaimLimit = Annotated[int, Field(strict=True, ge=1, le=100), BeforeValidator(_integral)]
 LeaseSeconds = Annotated[int, Field(strict=True, ge=1, le=3600), BeforeValidator(_integral)]
+EverySeconds = Annotated[int, Field(strict=True, ge=1, le=366 * 86_400), BeforeValidator(_integral)]
+CRON_FIVE_FIELDS = r"^ *[!-~]+( +[!-~]+){4} *$"  # minute hour day month weekday, by spaces
 
 
 # Deeper JSON than any job needs; a limit keeps every later step (the fingerprint, the
@@ -112,14 +115,26 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_BOTH_TIMES: JsonDict = {
+    "required": ["run_at", "delay_seconds"],
+    "properties": {"run_at": {"type": "string"}, "delay_seconds": {"type": "number"}},
+}
+_DUPLICATE_RULE_WITHOUT_KEY: JsonDict = {
+    "required": ["on_duplicate"],
+    "properties": {"on_duplicate": {"type": "string"}},
+    "not": {"required": ["unique_key"], "properties": {"unique_key": {"type": "string"}}},
+}
+
+
 class EnqueueRequest(_Request):
-    # The published schema says what _one_schedule checks: not both.
+    # The published schema says what the model's checks say: not both run_at and
+    # delay_seconds; on_duplicate only with a unique_key.
     model_config = ConfigDict(
         json_schema_extra={
-            "not": {
-                "required": ["run_at", "delay_seconds"],
-                "properties": {"run_at": {"type": "string"}, "delay_seconds": {"type": "number"}},
-            }
+            "allOf": [
+                {"not": _BOTH_TIMES},
+                {"not": _DUPLICATE_RULE_WITHOUT_KEY},
+            ]
         }
     )
 

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
+from zoneinfo import available_timezones
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from queuelog.api.deps import Admin
 from queuelog.api.openapi import AUTHED, problems
-from queuelog.api.schemas import JobOut, JsonObject, Label, PriorityLabel, job_json
+from queuelog.api.schemas import (
+    CRON_FIVE_FIELDS,
+    EverySeconds,
+    JobOut,
+    JsonObject,
+    Label,
+    PriorityLabel,
+    job_json,
+)
 from queuelog.app_state import state_of
 from queuelog.clock import rfc3339
 from queuelog.config import ScheduleConfig
@@ -30,7 +39,26 @@ SchedulerDep = Annotated[Scheduler, Depends(_scheduler)]
 class ScheduleCreateRequest(ScheduleConfig):
     """A schedule to create: ``cron`` (five fields) or ``every_seconds``, not both."""
 
+    # The published schema says what Cadence.parse checks but the range of each cron
+    # field: exactly one of cron and every_seconds, five fields, a known time zone.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["cron"], "properties": {"cron": {"type": "string"}}},
+                {
+                    "required": ["every_seconds"],
+                    "properties": {"every_seconds": {"type": "integer"}},
+                },
+            ]
+        }
+    )
+
     name: Annotated[StrictStr, Field(pattern=r"^[a-z0-9_.-]{1,64}$")]
+    cron: Annotated[StrictStr, Field(pattern=CRON_FIVE_FIELDS, max_length=200)] | None = None
+    every_seconds: EverySeconds | None = None
+    timezone: Annotated[
+        StrictStr, Field(json_schema_extra={"enum": sorted(available_timezones())})
+    ] = "UTC"
     payload: JsonObject = Field(default_factory=dict)
     priority: Label = "low"  # one of the labels, case-insensitive
 
