@@ -14,9 +14,9 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
+from queuelog.api.answers import ProblemOut
 from queuelog.api.lean import add_lean_models
 from queuelog.api.problems import PROBLEM_JSON
-from queuelog.api.schemas import ProblemOut
 
 _PROBLEM_REF = "#/components/schemas/ProblemOut"
 

@@ -9,6 +9,7 @@ one function in ``calls`` and one line here, and both clients have it. A wait (`
 from __future__ import annotations
 
 import functools
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
@@ -97,7 +98,7 @@ class Wait(Generic[P, T]):
         return method
 
 
-class Verbs(Generic[H, X]):
+class Verbs(ABC, Generic[H, X]):
     """What both clients share: how they are made, and their verbs. Each adds its own
     ``send`` (blocking or awaited) and the httpx client it sends with."""
 
@@ -123,8 +124,9 @@ class Verbs(Generic[H, X]):
         self.retry_policy = retry_policy or RetryPolicy()
         self._http = self._open(transport)
 
+    @abstractmethod
     def _open(self, transport: X | None) -> H:
-        raise NotImplementedError
+        """The httpx client (blocking or asyncio) that sends to ``self.connection``."""
 
     enqueue = Verb(calls.enqueue)
     enqueue_many = Verb(calls.enqueue_many)

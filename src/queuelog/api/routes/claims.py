@@ -12,22 +12,19 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from starlette.types import Receive
 
+from queuelog.api.answers import BatchCompleteOut, ClaimOut, JobOut, job_json
 from queuelog.api.deps import ServiceDep, Worker
 from queuelog.api.lean import LeanRoute, lean_openapi, read_request
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.api.results import hang_up
 from queuelog.api.schemas import (
-    BatchCompleteOut,
     BatchCompleteRequest,
-    ClaimOut,
     ClaimRequest,
     CompleteRequest,
     FailRequest,
     HeartbeatRequest,
-    JobOut,
     ReleaseRequest,
-    job_json,
 )
 from queuelog.app_state import IdPath, state_of
 from queuelog.errors import QueueError

@@ -7,6 +7,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
+from queuelog.api.answers import (
+    BatchEnqueueOut,
+    EventsOut,
+    JobListOut,
+    JobOut,
+    event_json,
+    job_json,
+)
 from queuelog.api.deps import Admin, Canceller, Producer, Reader, ServiceDep
 from queuelog.api.lean import LeanRoute, lean_openapi, read_request
 from queuelog.api.openapi import AUTHED, problems
@@ -14,14 +22,8 @@ from queuelog.api.responses import JSONResponse
 from queuelog.api.results import job_or_wait
 from queuelog.api.schemas import (
     IDEMPOTENCY_KEY_PATTERN,
-    BatchEnqueueOut,
     BatchEnqueueRequest,
     EnqueueRequest,
-    EventsOut,
-    JobListOut,
-    JobOut,
-    event_json,
-    job_json,
     priority_of,
 )
 from queuelog.app_state import IdPath, state_of

@@ -7,14 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
+from queuelog.api.answers import KeyCreatedOut, KeyListOut
 from queuelog.api.deps import Admin, KeyRingDep, ServiceDep
 from queuelog.api.openapi import AUTHED, problems
-from queuelog.api.schemas import (
-    KeyCreatedOut,
-    KeyCreateRequest,
-    KeyListOut,
-    priority_of,
-)
+from queuelog.api.schemas import KeyCreateRequest, priority_of
 from queuelog.app_state import IdPath
 from queuelog.clock import rfc3339
 from queuelog.errors import UnknownJobType

@@ -9,17 +9,10 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from queuelog.api.answers import JobOut, job_json
 from queuelog.api.deps import Admin
 from queuelog.api.openapi import AUTHED, problems
-from queuelog.api.schemas import (
-    CRON_FIVE_FIELDS,
-    EverySeconds,
-    JobOut,
-    JsonObject,
-    Label,
-    PriorityLabel,
-    job_json,
-)
+from queuelog.api.schemas import CRON_FIVE_FIELDS, EverySeconds, JsonObject, Label, PriorityLabel
 from queuelog.app_state import state_of
 from queuelog.clock import rfc3339
 from queuelog.config import ScheduleConfig
