@@ -113,6 +113,9 @@ def stored_json(value: Any) -> str:
 # A page's cursor is the id of its last job, in decimal: the next page holds the older
 # jobs (lower ids). The API's pattern admits up to 18 digits, below MAX_ID.
 CURSOR_PATTERN = r"^[1-9][0-9]{0,17}$"
+# A job type named in a list filter: no control characters, which no configured type
+# has and PostgreSQL cannot compare (a NUL).
+TYPE_FILTER_PATTERN = r"^[^\x00-\x1f\x7f]{1,100}$"
 
 # A heartbeat's progress, as its compact UTF-8 JSON text, is at most this long.
 MAX_PROGRESS_BYTES = 4096

@@ -130,6 +130,13 @@ def test_ids_outside_64_bits_or_below_1_are_422(producer: Api, worker: Api) -> N
     assert worker.post("/jobs/batch/complete", json={"items": items}).status_code == 422
 
 
+def test_a_type_filter_with_control_characters_is_422(producer: Api) -> None:
+    for type_filter in ["noop\x00", "\x07", ""]:
+        response = producer.get("/jobs", params={"type": type_filter})
+        assert response.status_code == 422, type_filter
+    assert producer.get("/jobs", params={"type": "noop"}).status_code == 200
+
+
 def test_cursor_outside_the_id_range_is_422(producer: Api) -> None:
     for cursor in ["9" * 19, "0", "-3", "05", "aWQ6NQ", "5 "]:
         response = producer.get("/jobs", params={"cursor": cursor})

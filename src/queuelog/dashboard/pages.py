@@ -68,7 +68,9 @@ async def jobs(
     request: Request,
     admin: Admin,
     status: Annotated[str | None, Query(max_length=20)] = None,
-    job_type: Annotated[str | None, Query(alias="type", max_length=100)] = None,
+    job_type: Annotated[
+        str | None, Query(alias="type", pattern=r"^[^\x00-\x1f\x7f]{0,100}$")
+    ] = None,
     idempotency_key: Annotated[str | None, Query(max_length=255)] = None,
     cursor: Annotated[str | None, Query(max_length=100)] = None,
     notice: Annotated[str | None, Query(max_length=30)] = None,

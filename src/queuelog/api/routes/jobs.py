@@ -29,7 +29,7 @@ from queuelog.api.schemas import (
 from queuelog.app_state import IdPath, state_of
 from queuelog.errors import ValidationFailed
 from queuelog.models import JobStatus, OnDuplicate, Role
-from queuelog.specs import CURSOR_PATTERN, EnqueueSpec
+from queuelog.specs import CURSOR_PATTERN, TYPE_FILTER_PATTERN, EnqueueSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 # The hottest operations: see api/lean.py.
@@ -155,7 +155,7 @@ async def list_jobs(
     caller: Reader,
     service: ServiceDep,
     status: JobStatus | None = None,
-    type: Annotated[str | None, Query(max_length=100)] = None,
+    type: Annotated[str | None, Query(pattern=TYPE_FILTER_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[
         str | None,
