@@ -43,6 +43,14 @@ def test_claimed_rows_are_found_by_id_not_by_scanning_pending(conn: sqlite3.Conn
     assert "jobs_status_type" not in steps
 
 
+def test_jobs_a_flow_claim_picked_are_found_by_id_not_by_scanning_pending(
+    conn: sqlite3.Connection,
+) -> None:
+    steps = plan(conn, "job_claim_ids")
+    assert "SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)" in steps
+    assert "SCAN jobs" not in steps and "jobs_status_type" not in steps
+
+
 def test_expired_lease_search_is_a_range_scan(conn: sqlite3.Connection) -> None:
     steps = plan(conn, "job_expired_leases")
     assert "USING INDEX jobs_leases (lease_expires_at<?)" in steps

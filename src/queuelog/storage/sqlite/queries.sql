@@ -464,7 +464,9 @@ WHERE grp.name IS NOT NULL;
 
 -- name: job_claim_ids
 -- job_claim for the jobs the flow claim picked (by id), under the same guard.
-UPDATE jobs
+-- NOT INDEXED keeps the lookup on the ids (rowid seeks): otherwise the planner may
+-- walk every pending job by status and test each against the list.
+UPDATE jobs NOT INDEXED
 SET status = 'running',
     worker_id = :worker_id,
     claimed_by = :worker_name,
