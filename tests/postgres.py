@@ -7,6 +7,7 @@ unset or the server cannot be reached; with ``CI=true`` they fail instead.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import pytest
+
+from queuelog.storage.protocol import ReadySubscriber
 
 URL_VARIABLE = "QUEUELOG_TEST_POSTGRES_URL"
 
@@ -68,3 +71,13 @@ def fresh_schema() -> Iterator[str]:
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def subscribed(store: ReadySubscriber) -> threading.Event:
+    """An event set whenever ``store`` hears that a job may be ready; set once the
+    node listens, so a test knows that later notifications reach it."""
+    woken = threading.Event()
+    store.subscribe(woken.set)
+    assert woken.wait(10), "the node did not start listening"
+    woken.clear()
+    return woken

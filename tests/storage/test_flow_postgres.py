@@ -3,31 +3,37 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from queuelog.clock import to_micros
 from queuelog.models import JobStatus
 from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.postgres.transactions import Q
 from queuelog.storage.protocol import FinishParams
-from tests.postgres import fresh_schema
+from tests.postgres import fresh_schema, subscribed
 from tests.storage.test_flow import T0, job, params
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def nodes() -> Iterator[list[PostgresStorage]]:
-    """Two nodes (two stores, each its own pool) on one schema."""
+def schema() -> Iterator[str]:
     with fresh_schema() as url:
-        stores = [PostgresStorage(url, pool_size=8) for _ in range(2)]
-        yield stores
-        for store in stores:
-            store.close()
+        yield url
+
+
+@pytest.fixture
+def nodes(schema: str) -> Iterator[list[PostgresStorage]]:
+    """Two nodes (two stores, each its own pool) on one schema."""
+    stores = [PostgresStorage(schema, pool_size=8) for _ in range(2)]
+    yield stores
+    for store in stores:
+        store.close()
 
 
 async def test_two_nodes_claiming_at_once_keep_the_concurrency_limit(
@@ -58,11 +64,11 @@ def _max_rows(plan: dict[str, Any]) -> int:
 
 
 async def test_a_saturated_group_of_many_pending_jobs_is_not_walked(
-    nodes: list[PostgresStorage],
+    nodes: list[PostgresStorage], schema: str
 ) -> None:
     store = nodes[0]
     t = to_micros(T0)
-    with store._pool.connection() as conn:
+    with psycopg.connect(schema, row_factory=dict_row, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO jobs (type, principal, run_at, created_at, updated_at, job_group)"
             " SELECT 'grouped', 'shop', %(t)s, %(t)s + n, %(t)s, 'a'"
@@ -75,7 +81,7 @@ async def test_a_saturated_group_of_many_pending_jobs_is_not_walked(
     (other,) = await store.job_claim(params(limit=10))
     assert other.group == "b" and busy.group == "a"
     args = {"type": "grouped", "now": t + 10**9, "limit": 10}
-    with store._pool.connection() as conn:
+    with psycopg.connect(schema, row_factory=dict_row, autocommit=True) as conn:
         for name in ("ready_group_heads", "ready_ungrouped", "type_running_groups"):
             (row,) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + Q[name], args).fetchall()
             plan = row["QUERY PLAN"][0]["Plan"]
@@ -86,10 +92,7 @@ async def test_a_saturated_group_of_many_pending_jobs_is_not_walked(
 async def test_a_freed_slot_and_a_resume_reach_the_other_node(
     nodes: list[PostgresStorage],
 ) -> None:
-    woken = threading.Event()
-    nodes[1].subscribe(woken.set)
-    listener = nodes[1]._listener
-    assert listener is not None and listener.listening.wait(10)
+    woken = subscribed(nodes[1])
     await nodes[0].job_insert_many([job("limited"), job("free")], T0)
     claimed = await nodes[0].job_claim(params(limit=2))
     assert len(claimed) == 2

@@ -6,6 +6,7 @@ import asyncio
 import os
 import sqlite3
 import stat
+from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,19 @@ from tests.storage.test_conformance import T0, claim, new_job
 pytestmark = pytest.mark.anyio
 
 
+def read(store: SqliteStorage, sql: str, args: Any = ()) -> list[Any]:
+    """Rows of ``sql`` read from the store's file by a connection of the test's own."""
+    with closing(sqlite3.connect(store.path)) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
 @pytest.mark.parametrize(("durability", "level"), [("full", 2), ("normal", 1)])
 async def test_durability_sets_synchronous_and_wal(
     tmp_path: Path, durability: str, level: int
 ) -> None:
     store = SqliteStorage(tmp_path / "d.db", durability=durability)
     try:
+        # The settings are the connection's: only the store's own connections show them.
         reader = store._reader()
         assert reader.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert reader.execute("PRAGMA synchronous").fetchone()[0] == level
@@ -56,7 +64,8 @@ async def test_claim_walks_the_ready_index_without_sorting(
 ) -> None:
     store = SqliteStorage(tmp_path / "p.db")
     try:
-        plan = store._reader().execute(
+        plan = read(
+            store,
             "EXPLAIN QUERY PLAN " + Q["job_claim"],
             {"now": 0, "types": types, "limit": 1, "worker_id": "w", "worker_name": "w"}
             | {"lease_seconds": None},
@@ -70,12 +79,12 @@ async def test_claim_walks_the_ready_index_without_sorting(
 async def test_scheduled_jobs_stay_out_of_the_ready_index_until_due(tmp_path: Path) -> None:
     store = SqliteStorage(tmp_path / "s.db")
     try:
-        promote = store._reader().execute("EXPLAIN QUERY PLAN " + Q["job_promote_due"], {"now": 0})
+        promote = read(store, "EXPLAIN QUERY PLAN " + Q["job_promote_due"], {"now": 0})
         assert "USING INDEX jobs_pending_run_at" in " ".join(str(r[-1]) for r in promote)
         later = T0 + timedelta(hours=1)
         await store.job_insert_many([new_job(priority=Priority.HIGH, run_at=later)] * 50, T0)
         await store.job_insert_many([new_job(priority=Priority.LOW)], T0)
-        flags = store._reader().execute("SELECT priority, scheduled FROM jobs").fetchall()
+        flags = read(store, "SELECT priority, scheduled FROM jobs")
         assert sorted({(r[0], r[1]) for r in flags}) == [(0, 0), (20, 1)]
         (ready,) = await claim(store, T0, limit=10)
         assert ready.priority == Priority.LOW
@@ -161,7 +170,7 @@ async def test_a_failing_single_enqueue_in_a_group_fails_alone(tmp_path: Path) -
         for answer in (answers[0], answers[2]):
             ((job, created),) = answer
             assert created and await store.job_get(job.id) == job
-        assert len(list(store._reader().execute("SELECT id FROM jobs"))) == 3
+        assert len(read(store, "SELECT id FROM jobs")) == 3
     finally:
         store.close()
 

@@ -25,7 +25,7 @@ from queuelog.cli import main
 from queuelog.models import Role
 from queuelog.storage.sqlfile import load_migrations
 from tests.conftest import make_settings, run_blocking
-from tests.postgres import fresh_schema
+from tests.postgres import fresh_schema, subscribed
 from tests.realserver import RealServer, closing
 
 pytestmark = pytest.mark.slow
@@ -240,8 +240,7 @@ def test_enqueue_on_one_node_wakes_a_long_poll_on_another(tmp_path: Path) -> Non
             keys = node_a.state.queuelog.keys
             producer = run_blocking(keys.create("shop", frozenset({Role.PRODUCER})))[1]
             worker = run_blocking(keys.create("mailer", frozenset({Role.WORKER})))[1]
-            listener = node_b.state.queuelog.service.storage._listener
-            assert listener.listening.wait(10)
+            subscribed(node_b.state.queuelog.service.storage)
             answers: list[httpx.Response] = []
             waiting = threading.Thread(
                 target=lambda: answers.append(

@@ -380,7 +380,8 @@ class ReadySubscriber(Protocol):
     """
 
     def subscribe(self, on_ready: Callable[[], None]) -> None:
-        """Call ``on_ready`` (from any thread) whenever a job may have become ready."""
+        """Call ``on_ready`` (from any thread) whenever a job may have become ready, and
+        once as soon as this node listens: what was notified before then went unheard."""
         ...
 
 

@@ -36,14 +36,20 @@ class ReadyListener:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="queuelog-pg-listener", daemon=True)
         self.listening = threading.Event()
-        self.backend_pid: int | None = None
 
     def add(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on each notification; once now if already listening, since
+        what was notified before it came is as lost to it as a reconnection's gap."""
         self._callbacks.append(callback)
+        if self.listening.is_set():
+            callback()
 
     def add_finished(self, callback: Callable[[Iterable[int] | None], None]) -> None:
-        """Call ``callback`` with the ids of the jobs each notification says finished."""
+        """Call ``callback`` with the ids of the jobs each notification says finished
+        (with None once now if already listening, as on each reconnection)."""
         self._finish_callbacks.append(callback)
+        if self.listening.is_set():
+            callback(None)
 
     def start(self) -> None:
         self._thread.start()
@@ -88,7 +94,6 @@ class ReadyListener:
         with psycopg.connect(
             self._url, autocommit=True, application_name=APPLICATION, connect_timeout=10
         ) as conn:
-            self.backend_pid = conn.info.backend_pid
             row = conn.execute(Q["current_schema"]).fetchone()
             schema = row[0] if row else None
             conn.execute(f"LISTEN {CHANNEL}")
