@@ -11,7 +11,7 @@ PY_DIRS := $(wildcard src tests bench examples)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/pip install --quiet -e '.[server,postgres,otel,dev,bench]'
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -25,15 +25,15 @@ from rich.text import Text
 from queuelog.client import Client, Job, JobTimeout, Worker
 from queuelog.client.calls import EnqueueOptions
 from queuelog.client.errors import ServerError, ServerUnavailable
-from queuelog.config import PRIORITY_LABELS
 from queuelog.errors import Forbidden, QueueError, Unauthenticated
-from queuelog.models import JobStatus
+from queuelog.models import PRIORITY_LABELS, JobStatus
 
 EXIT_CODES = """\b
 Exit codes:
   0  success
   1  the server refused the request (not found, invalid state, validation, ...)
-  2  bad usage (unknown option, malformed JSON argument or file)
+  2  bad usage (unknown option, malformed JSON argument or file), or a command
+     whose extra is not installed (serve, migrate, keys: queuelog[server])
   3  authentication failed: missing, unknown or revoked key, or the key lacks the role
   4  the server could not be reached or failed (5xx)
   5  the time to wait (--timeout, --wait) passed before the job finished

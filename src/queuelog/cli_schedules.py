@@ -21,7 +21,7 @@ from queuelog.cli_client import (
     url_option,
 )
 from queuelog.client import Client, Schedule
-from queuelog.config import PRIORITY_LABELS
+from queuelog.models import PRIORITY_LABELS
 
 
 @click.group(epilog=EXIT_CODES)

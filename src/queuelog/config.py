@@ -43,10 +43,12 @@ class Server(_Strict):
     """What ``queuelog serve`` lets in: beyond ``limit_concurrency`` open connections
     (or requests in flight), a request is answered 503. A long-poll claim is woken when a
     job is made ready; it also looks again every ``claim_recheck_seconds``, for jobs made
-    ready where no notification reaches it."""
+    ready where no notification reaches it. With ``otel``, every request is traced
+    through OpenTelemetry's ASGI instrumentation (the ``otel`` extra)."""
 
     limit_concurrency: int = Field(1000, ge=1)
     claim_recheck_seconds: float = Field(1.0, gt=0, le=30)
+    otel: bool = False
 
 
 class Retention(_Strict):
@@ -178,9 +180,8 @@ ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
     "QUEUELOG_RATE_BURST": ("limits", "rate_burst"),
     "QUEUELOG_LIMIT_CONCURRENCY": ("server", "limit_concurrency"),
     "QUEUELOG_CLAIM_RECHECK_SECONDS": ("server", "claim_recheck_seconds"),
+    "QUEUELOG_OTEL": ("server", "otel"),
 }
-
-PRIORITY_LABELS = [p.label for p in Priority]
 
 
 def load_settings(

@@ -52,6 +52,7 @@ class Priority(enum.IntEnum):
 # Looked up for every job in and out; a dict is much cheaper than enum name lookups.
 _LABELS = {p: p.name.lower() for p in Priority}
 _BY_LABEL = {label: p for p, label in _LABELS.items()}
+PRIORITY_LABELS = list(_BY_LABEL)
 
 
 class JobStatus(enum.StrEnum):

@@ -18,16 +18,28 @@ SERVER_LIBRARIES |= {"jsonschema", "prometheus_client", "jinja2", "sqlite3", "or
 SHARED = {"queuelog", "queuelog._version", "queuelog.errors", "queuelog.models", "queuelog.clock"}
 
 
-def test_importing_queuelog_loads_the_sdk_and_no_server_module() -> None:
-    script = "import json, sys, queuelog; print(json.dumps(sorted(sys.modules)))"
+def _loaded_by(module: str) -> set[str]:
+    script = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
-    loaded = set(json.loads(done.stdout))
+    return set(json.loads(done.stdout))
+
+
+def test_importing_queuelog_loads_the_sdk_and_no_server_module() -> None:
+    loaded = _loaded_by("queuelog")
     assert {"queuelog.client", "queuelog.client.worker", "httpx"} <= loaded
     assert not {m.split(".")[0] for m in loaded} & SERVER_LIBRARIES
     ours = {m for m in loaded if m == "queuelog" or m.startswith("queuelog.")}
     assert {m for m in ours if not m.startswith("queuelog.client")} <= SHARED
+
+
+def test_the_command_line_loads_no_server_module_until_a_server_command_runs() -> None:
+    """``queuelog --help`` and the client commands work in an install without the server."""
+    loaded = _loaded_by("queuelog.cli")
+    assert not {m.split(".")[0] for m in loaded} & SERVER_LIBRARIES
+    ours = {m for m in loaded if m.startswith("queuelog.") and not m.startswith("queuelog.cli")}
+    assert {m for m in ours if not m.startswith("queuelog.client")} <= SHARED | {"queuelog.extras"}
 
 
 def test_the_sdk_never_imports_the_package_root() -> None:

@@ -1,0 +1,240 @@
+"""The commands of the server extra: ``serve``, ``migrate`` and ``keys``.
+
+Defined with the client commands, so ``queuelog --help`` lists them in every install,
+but the server's modules are imported only inside them, once ``require`` has found
+the extra: without it, a command says in one line which extra to install (exit 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from queuelog.cli_client import one_line
+from queuelog.extras import installed
+from queuelog.models import PRIORITY_LABELS, Priority, Role
+
+if TYPE_CHECKING:
+    from queuelog.config import Settings
+    from queuelog.storage.protocol import Storage
+
+
+class MissingExtra(click.ClickException):
+    """A command needs a part of the package that is not installed."""
+
+    exit_code = 2
+
+
+def require(extra: str, what: str) -> None:
+    """Stop the command (exit 2) unless ``extra`` is installed."""
+    if not installed(extra):
+        wanted = extra if extra == "server" else f"server,{extra}"
+        raise MissingExtra(f"{what} needs the {extra} extra: pip install 'queuelog[{wanted}]'")
+
+
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False),
+    envvar="QUEUELOG_CONFIG",
+    help="TOML config file (default: $QUEUELOG_CONFIG).",
+)
+
+
+def _settings(config_path: str | None) -> Settings:
+    from queuelog.config import load_settings
+
+    try:
+        return load_settings(config_path)
+    except (OSError, ValueError) as exc:  # a ConfigError names the setting in one line
+        raise click.ClickException(f"cannot load the configuration: {exc}") from exc
+
+
+def _open(settings: Settings) -> Storage:
+    from queuelog.storage import open_storage
+
+    if settings.sqlite_path is None:
+        require("postgres", "a PostgreSQL database")
+    try:
+        return open_storage(settings)
+    except Exception as exc:
+        raise click.ClickException(f"cannot open the database: {exc}") from exc
+
+
+@click.command()
+@config_option
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option(
+    "--access-log/--no-access-log",
+    default=False,
+    show_default=True,
+    help="Log every request (costs throughput: one log line per job step).",
+)
+@click.option(
+    "--otel/--no-otel",
+    default=None,
+    help="Trace every request with OpenTelemetry (default: [server] otel in the config).",
+)
+def serve(
+    config_path: str | None, host: str, port: int, access_log: bool, otel: bool | None
+) -> None:
+    """Start the HTTP server (migrates the database first)."""
+    require("server", "queuelog serve")
+    settings = _settings(config_path)
+    if otel is not None:
+        server = settings.server.model_copy(update={"otel": otel})
+        settings = settings.model_copy(update={"server": server})
+    if settings.server.otel:
+        require("otel", "queuelog serve --otel")
+    storage = _open(_checked(settings))
+    _bootstrap_admin(storage)
+    from queuelog.api.app import create_app
+    from queuelog.api.server import run
+
+    app = create_app(settings, storage=storage)
+    click.echo(f"queuelog serving on http://{host}:{port} (database: {_redact(settings)})")
+    run(app, host, port, access_log=access_log)
+
+
+def _checked(settings: Settings) -> Settings:
+    """``settings``, once its schedules are known to fire."""
+    from queuelog.clock import SystemClock
+    from queuelog.errors import QueueError
+    from queuelog.scheduler import ScheduleIntake
+
+    try:
+        ScheduleIntake(settings).config_schedules(SystemClock().now())
+    except QueueError as exc:
+        raise click.ClickException(f"cannot load the configuration: {exc.detail}") from exc
+    return settings
+
+
+def _bootstrap_admin(storage: Storage) -> None:
+    from queuelog.auth import KeyRing
+    from queuelog.clock import SystemClock
+
+    plaintext = asyncio.run(KeyRing(storage, SystemClock()).bootstrap_admin())
+    if plaintext is not None:
+        click.echo("No active admin key was found; created one. It is shown only this once:")
+        click.echo(plaintext)
+
+
+def _redact(settings: Settings) -> str:
+    from queuelog.sanitize import sanitize_error
+
+    if settings.sqlite_path is not None:
+        return settings.database
+    return sanitize_error(settings.database)
+
+
+@click.command()
+@config_option
+def migrate(config_path: str | None) -> None:
+    """Apply the database migrations that have not been applied yet."""
+    require("server", "queuelog migrate")
+    storage = _open(_settings(config_path))
+    storage.close()
+    click.echo("migrations applied")
+
+
+@click.group()
+def keys() -> None:
+    """Create, list and revoke API keys (opens the database directly)."""
+    require("server", "queuelog keys")
+
+
+@keys.command("create")
+@config_option
+@click.option("--name", required=True, help="The principal: producer or worker identity.")
+@click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    required=True,
+    type=click.Choice([r.value for r in Role]),
+    help="Repeat for several roles.",
+)
+@click.option("--max-priority", type=click.Choice(PRIORITY_LABELS), default="medium")
+@click.option("--type", "types", multiple=True, help="Job types this key may use (default all).")
+def keys_create(
+    config_path: str | None,
+    name: str,
+    roles: tuple[str, ...],
+    max_priority: str,
+    types: tuple[str, ...],
+) -> None:
+    """Create a key; the plaintext is printed alone on the last line, once."""
+    from queuelog.auth import KEY_NAME, KEY_NAME_CHARS, KeyRing
+    from queuelog.clock import SystemClock
+    from queuelog.errors import ValidationFailed
+
+    if not KEY_NAME.fullmatch(name):
+        raise click.BadParameter(f"1-64 of {KEY_NAME_CHARS}", param_hint="--name")
+    settings = _settings(config_path)
+    unknown = [t for t in types if settings.job_type(t) is None]
+    if unknown:
+        raise click.ClickException(f"job type not configured: {', '.join(unknown)}")
+    storage = _open(settings)
+    try:
+        ring = KeyRing(storage, SystemClock())
+        key, plaintext = asyncio.run(
+            ring.create(
+                name,
+                frozenset(Role(r) for r in roles),
+                Priority.from_label(max_priority),
+                types or None,
+            )
+        )
+    except ValidationFailed as exc:
+        raise click.BadParameter(exc.detail, param_hint="--name") from exc
+    finally:
+        storage.close()
+    click.echo(f"created key {key.id} for {key.name} ({', '.join(sorted(roles))})")
+    click.echo(plaintext)
+
+
+@keys.command("list")
+@config_option
+def keys_list(config_path: str | None) -> None:
+    """List keys (never their secrets)."""
+    from queuelog.auth import KeyRing
+    from queuelog.clock import SystemClock, rfc3339
+
+    storage = _open(_settings(config_path))
+    try:
+        rows = asyncio.run(KeyRing(storage, SystemClock()).list())
+    finally:
+        storage.close()
+    for key in rows:
+        fields: list[Any] = [
+            key.id,
+            key.name,
+            ",".join(sorted(r.value for r in key.roles)),
+            key.max_priority.label,
+            ",".join(key.types) if key.types else "*",
+            key.prefix + "...",
+            "revoked " + rfc3339(key.revoked_at) if key.revoked_at else "active",
+        ]
+        click.echo("\t".join(one_line(str(f)) for f in fields))
+
+
+@keys.command("revoke")
+@config_option
+@click.argument("key_id", type=int)
+def keys_revoke(config_path: str | None, key_id: int) -> None:
+    """Revoke a key by id; it stops working at once."""
+    from queuelog.auth import KeyRing
+    from queuelog.clock import SystemClock
+    from queuelog.errors import NotFound
+
+    storage = _open(_settings(config_path))
+    try:
+        asyncio.run(KeyRing(storage, SystemClock()).revoke(key_id))
+    except NotFound as exc:
+        raise click.ClickException(f"no active key with id {key_id}") from exc
+    finally:
+        storage.close()
+    click.echo(f"revoked key {key_id}")
