@@ -65,6 +65,7 @@ class Intake:
             unique_key=spec.unique_key,
             on_duplicate=spec.on_duplicate,
             group=spec.group,
+            trace_context=spec.trace_context,
         )
 
     def _check_schema(self, spec: EnqueueSpec, where: dict[str, Any]) -> None:

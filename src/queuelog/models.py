@@ -101,6 +101,15 @@ class TypeEventKind(enum.StrEnum):
 
 
 @readonly_dataclass
+class TraceContext:
+    """The W3C trace context an enqueue carried (its ``traceparent`` and ``tracestate``
+    headers, as checked by the API): the worker that claims the job continues the trace."""
+
+    traceparent: str
+    tracestate: str | None = None
+
+
+@readonly_dataclass
 class Finished:
     """A finished job's id and new status: the answer to a batch acknowledgement that
     asked for no jobs back (``Prefer: return=minimal``), so none was read or sent."""
@@ -135,6 +144,7 @@ class Job:
     progress: JsonObject | None = None  # the last progress its worker reported
     schedule: str | None = None  # the schedule that made the job, if one did
     group: str | None = None  # the enqueue's group, which group_concurrency counts by
+    trace_context: TraceContext | None = None  # the enqueue's, handed to its claimer
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from queuelog.models import (
     JsonObject,
     OnDuplicate,
     Priority,
+    TraceContext,
     readonly_dataclass,
 )
 
@@ -36,9 +37,11 @@ class EnqueueSpec:
     unique_key: str | None = None
     on_duplicate: OnDuplicate = OnDuplicate.KEEP
     group: str | None = None
+    trace_context: TraceContext | None = None
 
     def fingerprint(self, max_retries: int) -> str:
-        """Identifies the request apart from its idempotency key.
+        """Identifies the request apart from its idempotency key and its trace context
+        (a request sent again is traced anew: it is still the same request).
 
         Built from resolved values (``max_retries`` after the type's default) and
         canonical numbers (``1.0`` as ``1``), so equal requests match however

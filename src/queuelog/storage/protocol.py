@@ -33,6 +33,7 @@ from queuelog.models import (
     Priority,
     QueueStats,
     Role,
+    TraceContext,
     TypeEventKind,
     readonly_dataclass,
 )
@@ -59,6 +60,7 @@ class NewJob:
     unique_key: str | None = None
     on_duplicate: OnDuplicate = OnDuplicate.KEEP
     group: str | None = None
+    trace_context: TraceContext | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +235,8 @@ class Storage(Protocol):
         priority and run_at (event ``replaced``), while a running holder gives the
         key up to a new job. Jobs are taken in order, so a later job of the batch
         sees an earlier one's key. A partial unique index over the active holders
-        decides between concurrent inserts, on any node.
+        decides between concurrent inserts, on any node. A job's ``trace_context`` is
+        stored with it and read back with it (a replaced holder keeps its own).
         """
         ...
 

@@ -14,7 +14,17 @@ from queuelog.clock import from_micros, to_micros
 from queuelog.errors import (
     IdempotencyKeyReused,
 )
-from queuelog.models import ApiKey, EventKind, Finished, Job, JobEvent, JobStatus, Priority, Role
+from queuelog.models import (
+    ApiKey,
+    EventKind,
+    Finished,
+    Job,
+    JobEvent,
+    JobStatus,
+    Priority,
+    Role,
+    TraceContext,
+)
 from queuelog.specs import stored_json
 from queuelog.storage.protocol import NewJob, NewKey
 
@@ -66,7 +76,20 @@ def job_from_row(row: Row) -> Job:
         progress=_json(row["progress"]),
         schedule=row["schedule"],
         group=row["job_group"],
+        trace_context=_trace_context(row),
     )
+
+
+def _trace_context(row: Row) -> TraceContext | None:
+    traceparent = row["traceparent"]
+    return None if traceparent is None else TraceContext(traceparent, row["tracestate"])
+
+
+def _trace_columns(new: NewJob) -> dict[str, str | None]:
+    trace = new.trace_context
+    if trace is None:
+        return {"traceparent": None, "tracestate": None}
+    return {"traceparent": trace.traceparent, "tracestate": trace.tracestate}
 
 
 def event_from_row(row: Row) -> JobEvent:
@@ -146,6 +169,7 @@ def stored_columns(new: NewJob) -> dict[str, Any]:
         "run_at": to_micros(new.run_at),
         "unique_key": new.unique_key,
         "group": new.group,
+        **_trace_columns(new),
     }
 
 
@@ -154,15 +178,17 @@ def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[s
     JSON array, in order, each payload as its stored text (stored as is).
 
     Jobs alike but for type, payload, priority and group, without idempotency or unique keys (a
-    producer's usual batch), take ``job_insert_batch_uniform``, which binds what they
-    share once; any other take ``job_insert_batch``.
+    producer's usual batch, whose one request gave them one trace context), take
+    ``job_insert_batch_uniform``, which binds what they share once; any other take
+    ``job_insert_batch``.
     """
     first = jobs[0]
+    shared = (first.principal, first.max_retries, first.lease_seconds, first.run_at)
     alike = all(
         new.idempotency_key is None
         and new.unique_key is None
-        and (new.principal, new.max_retries, new.lease_seconds, new.run_at)
-        == (first.principal, first.max_retries, first.lease_seconds, first.run_at)
+        and (new.principal, new.max_retries, new.lease_seconds, new.run_at) == shared
+        and new.trace_context == first.trace_context
         for new in jobs
     )
     if not alike:
@@ -184,6 +210,7 @@ def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[s
         "lease_seconds": first.lease_seconds,
         "run_at": to_micros(first.run_at),
         "now": to_micros(now),
+        **_trace_columns(first),
     }
 
 
@@ -213,6 +240,7 @@ def inserted_job(new: NewJob, job_id: int, stamp: datetime) -> Job:
         fingerprint=new.fingerprint,
         unique_key=new.unique_key,
         group=new.group,
+        trace_context=new.trace_context,
     )
 
 

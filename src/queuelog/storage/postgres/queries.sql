@@ -39,12 +39,14 @@ SELECT current_schema() AS name;
 -- (jobs_unique_hold), is skipped. Ids rise in the array's order.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
-                  unique_key, unique_hold, job_group)
+                  unique_key, unique_hold, job_group,
+                  traceparent, tracestate)
 SELECT j.value ->> 'type', j.value ->> 'payload', (j.value ->> 'priority')::integer,
        (j.value ->> 'max_retries')::integer, (j.value ->> 'lease_seconds')::integer,
        j.value ->> 'principal', j.value ->> 'idempotency_key', j.value ->> 'fingerprint',
        (j.value ->> 'run_at')::bigint, (j.value ->> 'run_at')::bigint > %(now)s::bigint,
-       %(now)s, %(now)s, j.value ->> 'unique_key', j.value ->> 'unique_key', j.value ->> 'group'
+       %(now)s, %(now)s, j.value ->> 'unique_key', j.value ->> 'unique_key', j.value ->> 'group',
+       j.value ->> 'traceparent', j.value ->> 'tracestate'
 FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS j (value, n)
 ORDER BY j.n
 ON CONFLICT DO NOTHING
@@ -52,14 +54,15 @@ RETURNING id, principal, idempotency_key;
 
 -- name: job_insert_batch_uniform
 -- job_insert_batch for jobs that differ only in type, payload and priority (a
--- producer's usual batch, each with its group): no idempotency key, and one principal, retry limit, lease
--- and run_at, bound once. Without keys nothing can conflict.
+-- producer's usual batch, each with its group): no idempotency key, and one principal, retry limit, lease,
+-- run_at and trace context, bound once. Without keys nothing can conflict.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
-                  job_group)
+                  job_group, traceparent, tracestate)
 SELECT j.value ->> 'type', j.value ->> 'payload', (j.value ->> 'priority')::integer,
        %(max_retries)s, %(lease_seconds)s, %(principal)s, NULL, NULL, %(run_at)s,
-       %(run_at)s::bigint > %(now)s::bigint, %(now)s, %(now)s, j.value ->> 'group'
+       %(run_at)s::bigint > %(now)s::bigint, %(now)s, %(now)s, j.value ->> 'group',
+       %(traceparent)s::text, %(tracestate)s::text
 FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS j (value, n)
 ORDER BY j.n
 RETURNING id, principal, idempotency_key;

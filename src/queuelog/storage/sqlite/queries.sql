@@ -15,12 +15,14 @@ INSERT INTO schema_migrations (version) VALUES (:version);
 -- (jobs_unique_hold), is skipped. Ids rise in the array's order.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
-                  unique_key, unique_hold, job_group)
+                  unique_key, unique_hold, job_group,
+                  traceparent, tracestate)
 SELECT j.value ->> 'type', j.value ->> 'payload', j.value ->> 'priority',
        j.value ->> 'max_retries', j.value ->> 'lease_seconds', j.value ->> 'principal',
        j.value ->> 'idempotency_key', j.value ->> 'fingerprint', j.value ->> 'run_at',
        (j.value ->> 'run_at') > :now, :now, :now,
-       j.value ->> 'unique_key', j.value ->> 'unique_key', j.value ->> 'group'
+       j.value ->> 'unique_key', j.value ->> 'unique_key', j.value ->> 'group',
+       j.value ->> 'traceparent', j.value ->> 'tracestate'
 FROM json_each(:jobs) AS j
 WHERE true  -- an upsert's SELECT needs a WHERE clause to parse
 ORDER BY j.key
@@ -30,14 +32,14 @@ RETURNING id, principal, idempotency_key;
 -- name: job_insert_batch_uniform
 -- job_insert_batch for jobs that differ only in type, payload, priority and group (a
 -- producer's usual batch): no idempotency or unique key, and one principal, retry
--- limit, lease and run_at, bound once. Each ->> reads the job's JSON object again: three look-ups
+-- limit, lease, run_at and trace context, bound once. Each ->> reads the job's JSON object again: three look-ups
 -- a row instead of nine. Without keys nothing can conflict.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
-                  job_group)
+                  job_group, traceparent, tracestate)
 SELECT j.value ->> 'type', j.value ->> 'payload', j.value ->> 'priority',
        :max_retries, :lease_seconds, :principal, NULL, NULL, :run_at, :run_at > :now,
-       :now, :now, j.value ->> 'group'
+       :now, :now, j.value ->> 'group', :traceparent, :tracestate
 FROM json_each(:jobs) AS j
 ORDER BY j.key
 RETURNING id, principal, idempotency_key;
