@@ -37,8 +37,19 @@ class JobOut(BaseModel):
     group: str | None
 
 
+class TraceContextOut(BaseModel):
+    traceparent: str
+    tracestate: str | None
+
+
 class ClaimedJobOut(JobOut):
     lease_token: str
+    trace_context: TraceContextOut | None = Field(
+        description=(
+            "The W3C trace context of the enqueue that made the job (its `traceparent` "
+            "and `tracestate` headers, as checked then); null when it had none."
+        )
+    )
 
 
 class JobListOut(BaseModel):
@@ -151,8 +162,12 @@ def job_json(job: Job, show_error: bool, lease_token: bool = False) -> dict[str,
         "schedule": job.schedule,
         "group": job.group,
     }
-    if lease_token:
+    if lease_token:  # a claim's answer: the worker carries the job's trace on
         body["lease_token"] = job.lease_token
+        trace = job.trace_context
+        body["trace_context"] = (
+            {"traceparent": trace.traceparent, "tracestate": trace.tracestate} if trace else None
+        )
     return body
 
 

@@ -61,6 +61,9 @@ Choices where the contract is silent:
   may be unknown, so clients resend only the calls that are safe to resend.
   `/readyz` answers 503 while the node cannot write, and 200 once it can again.
 * Ids are positive 64-bit integers; an id outside that range is 422 `validation`.
+* An enqueue's W3C `traceparent` and `tracestate` headers are stored with each job it
+  makes and handed to the worker that claims it (`trace_context`); a malformed one is
+  ignored as the Trace Context recommendation says, never refused.
 * A request is checked in this order: body size (413), media type (415), JSON
   syntax (422), API key (401), rate limit (429), role (403), then the fields (422)
   and the rules. The first three cost nothing to check and reveal nothing.

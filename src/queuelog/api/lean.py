@@ -93,13 +93,17 @@ def lean_openapi(
     schema = {"$ref": _REF.format(model=model.__name__)}
     return {
         "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
-        "parameters": [
-            {"name": name, "in": "header", "required": False, "schema": schema}
-            | {"description": text}
-            for name, text, schema in headers
-        ],
+        "parameters": header_parameters(headers),
         "security": [{"HTTPBearer": []}],
     }
+
+
+def header_parameters(headers: Sequence[tuple[str, str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The OpenAPI parameters of optional request headers: (name, description, schema)."""
+    return [
+        {"name": name, "in": "header", "required": False, "schema": schema, "description": text}
+        for name, text, schema in headers
+    ]
 
 
 def add_lean_models(document: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from queuelog.api.answers import (
     job_json,
 )
 from queuelog.api.deps import Admin, Canceller, Producer, Reader, ServiceDep
-from queuelog.api.lean import LeanRoute, lean_openapi, read_request
+from queuelog.api.lean import LeanRoute, header_parameters, lean_openapi, read_request
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.api.results import job_or_wait
@@ -26,9 +26,10 @@ from queuelog.api.schemas import (
     EnqueueRequest,
     priority_of,
 )
+from queuelog.api.trace_headers import TRACE_HEADERS, trace_context_of
 from queuelog.app_state import IdPath, state_of
 from queuelog.errors import ValidationFailed
-from queuelog.models import JobStatus, OnDuplicate, Role
+from queuelog.models import JobStatus, OnDuplicate, Role, TraceContext
 from queuelog.specs import CURSOR_PATTERN, TYPE_FILTER_PATTERN, EnqueueSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -36,7 +37,9 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 lean = APIRouter(prefix="/jobs", tags=["jobs"], route_class=LeanRoute)
 
 
-def _spec(body: EnqueueRequest, header_key: str | None = None) -> EnqueueSpec:
+def _spec(
+    body: EnqueueRequest, trace: TraceContext | None, header_key: str | None = None
+) -> EnqueueSpec:
     key = body.idempotency_key
     if header_key is not None:
         if key is not None and key != header_key:
@@ -56,6 +59,7 @@ def _spec(body: EnqueueRequest, header_key: str | None = None) -> EnqueueSpec:
         unique_key=body.unique_key,
         on_duplicate=OnDuplicate(body.on_duplicate or OnDuplicate.KEEP),
         group=body.group,
+        trace_context=trace,
     )
 
 
@@ -105,13 +109,15 @@ def _check_header_key(value: str | None) -> str | None:
                 "Idempotency-Key",
                 "1-255 printable ASCII; the same as the body's field.",
                 {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
-            )
+            ),
+            *TRACE_HEADERS,
         ],
     ),
 )
 async def enqueue(request: Request) -> Response:
     caller, body = await read_request(request, EnqueueRequest, (Role.PRODUCER,))
-    spec = _spec(body, _check_header_key(request.headers.get("idempotency-key")))
+    header_key = _check_header_key(request.headers.get("idempotency-key"))
+    spec = _spec(body, trace_context_of(request.headers), header_key)
     job, created = await state_of(request).service.enqueue(caller, spec)
     return JSONResponse(
         job_json(job, show_error=caller.has(Role.ADMIN)),
@@ -130,11 +136,13 @@ async def enqueue(request: Request) -> Response:
         "meets an earlier one's key. `created` is false for an item that made no job."
     ),
     responses=problems(*AUTHED, 413, 415, 422),
+    openapi_extra={"parameters": header_parameters(TRACE_HEADERS)},
 )
 async def enqueue_batch(
-    body: BatchEnqueueRequest, caller: Producer, service: ServiceDep
+    request: Request, body: BatchEnqueueRequest, caller: Producer, service: ServiceDep
 ) -> Response:
-    specs = [_spec(item) for item in body.jobs]
+    trace = trace_context_of(request.headers)  # the request's: every job of it shares it
+    specs = [_spec(item, trace) for item in body.jobs]
     results = await service.enqueue_many(caller, specs, batch=True)
     admin = caller.has(Role.ADMIN)
     items = [{"job": job_json(job, admin), "created": created} for job, created in results]
