@@ -21,6 +21,7 @@ from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.protocol import Storage
 from queuelog.storage.sqlite.store import SqliteStorage
 from tests.postgres import fresh_schema
+from tests.spans import InMemorySpanExporter, recording
 
 TYPES: dict[str, Any] = {
     "send_email": {
@@ -88,6 +89,13 @@ def service(storage: SqliteStorage, settings: Settings, clock: FakeClock) -> Job
 
 KeyMaker = Callable[..., tuple[ApiKey, str]]
 T = TypeVar("T")
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The spans this process ends during the test (OpenTelemetry's SDK, in memory)."""
+    with recording() as exporter:
+        yield exporter
 
 
 def run_blocking(work: Coroutine[Any, Any, T]) -> T:

@@ -9,7 +9,7 @@ from typing import TypeVar
 
 import httpx
 
-from queuelog.client import calls
+from queuelog.client import calls, tracing
 from queuelog.client.awaiting import Awaiting
 from queuelog.client.calls import Call, answer
 from queuelog.client.errors import ServerError
@@ -27,16 +27,19 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         return httpx.AsyncClient(transport=transport, **self.connection.client_args())
 
     async def send(self, call: Call[T]) -> T:
-        """Send one call, trying again after connection failures where that is safe."""
-        attempt = 1
-        while True:
-            try:
-                response = await self._http.request(**self.connection.request_of(call))
-                return answer(call, response)
-            except (httpx.HTTPError, ServerError, RateLimited) as error:
-                delay = self.retry_policy.retry_or_raise(call, error, attempt, self.connection)
-            await asyncio.sleep(delay)
-            attempt += 1
+        """Send one call, trying again after connection failures where that is safe (an
+        enqueue within its producer span, when OpenTelemetry is installed)."""
+        with tracing.producing(call) as call:
+            attempt = 1
+            while True:
+                try:
+                    response = await self._http.request(**self.connection.request_of(call))
+                    return answer(call, response)
+                except (httpx.HTTPError, ServerError, RateLimited) as error:
+                    policy = self.retry_policy
+                    delay = policy.retry_or_raise(call, error, attempt, self.connection)
+                await asyncio.sleep(delay)
+                attempt += 1
 
     async def follow(self, waiting: Awaiting[T]) -> T:
         """Send the reads of a wait (``wait``, ``result``) until it is over; its answer."""

@@ -28,6 +28,15 @@ JobRef = Job | int
 
 
 @dataclass(frozen=True, slots=True)
+class Produces:
+    """What an enqueue call sends, for its producer span (``client/tracing.py``): the
+    type of each job, and whether it is a batch."""
+
+    types: tuple[str, ...]
+    batch: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
     """One request and the reading of its answer.
 
@@ -44,6 +53,7 @@ class Call(Generic[T]):
     params: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     wait_seconds: float = 0.0  # the server may hold the answer this long (long-poll)
+    produces: Produces | None = None  # an enqueue: traced as a producer's send
 
 
 def answer(call: Call[T], response: httpx.Response) -> T:
@@ -120,7 +130,7 @@ def enqueue(
     idempotency key was already used for the same request, or when an active job holds
     ``unique_key`` (kept, or given this payload with ``on_duplicate="replace"``)."""
     body = enqueue_body(type, payload, **options)
-    return Call("POST", "/jobs", _job, resend=True, json=body)
+    return Call("POST", "/jobs", _job, resend=True, json=body, produces=Produces((type,)))
 
 
 def enqueue_many(jobs: Iterable[JsonObject]) -> Call[list[Enqueued]]:
@@ -137,7 +147,8 @@ def enqueue_many(jobs: Iterable[JsonObject]) -> Call[list[Enqueued]]:
     def read(data: Any) -> list[Enqueued]:
         return [Enqueued(Job.from_json(i["job"]), bool(i["created"])) for i in data["jobs"]]
 
-    return Call("POST", "/jobs/batch", read, resend=True, json={"jobs": items})
+    produces = Produces(tuple(str(i.get("type")) for i in items), batch=True)
+    return Call("POST", "/jobs/batch", read, resend=True, json={"jobs": items}, produces=produces)
 
 
 def get(job_id: JobRef, wait_seconds: float = 0) -> Call[Job]:

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Awaitable
 from typing import Any
 
+from queuelog.client import tracing
 from queuelog.client.acknowledger import Acknowledger
 from queuelog.client.claimer import Claimer
 from queuelog.client.heartbeater import Heartbeater
@@ -75,14 +76,21 @@ class Handlers:
                 self._claimer.finished()
 
     def _execute(self, running: Running) -> Outcome:
+        """The handler's outcome; run within its consumer span, when traced."""
+        with tracing.processing(running.job) as span:
+            outcome, error = self._run(running)
+            span.ended(outcome, error)
+        return outcome
+
+    def _run(self, running: Running) -> tuple[Outcome, BaseException | None]:
         handler = self._handlers[running.job.type]
         try:
             value = handler(running.job)
             if isinstance(value, Awaitable):
                 value = self._await(running, value)
         except BaseException as error:  # whatever a handler raises fails its job, nothing more
-            return outcome_of_error(error)
-        return outcome_of_return(value)
+            return outcome_of_error(error), error
+        return outcome_of_return(value), None
 
     def _await(self, running: Running, awaitable: Awaitable[Any]) -> Any:
         async def wrapped() -> Any:

@@ -34,6 +34,12 @@ def _status(value: str) -> JobStatus:
         raise ValueError(f"unknown job status: {value!r}") from None
 
 
+def _carrier(trace_context: JsonObject | None) -> dict[str, str] | None:
+    if not trace_context:
+        return None
+    return {name: str(value) for name, value in trace_context.items() if value is not None}
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A job as the API shows it. ``lease_token`` is set only on jobs this worker claimed."""
@@ -75,6 +81,10 @@ class Job:
         self.progress_to(progress)
 
     group: str | None = None
+    # On a claimed job: the W3C trace context of the enqueue that made it, as a carrier
+    # (``{"traceparent": ..., "tracestate": ...}``, the latter only when sent) that
+    # OpenTelemetry's ``propagate.extract`` reads; the Worker continues its trace.
+    trace_context: dict[str, str] | None = None
 
     @classmethod
     def from_json(cls, data: JsonObject) -> Job:
@@ -100,6 +110,7 @@ class Job:
             progress=data.get("progress"),
             schedule=data.get("schedule"),
             group=data.get("group"),
+            trace_context=_carrier(data.get("trace_context")),
         )
 
     @property
