@@ -118,6 +118,10 @@ def create_app(
         BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
     )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    if settings.server.otel:  # the otel extra's: imported only then
+        from queuelog.api.request_spans import install_request_spans
+
+        install_request_spans(app)  # outermost
     return app
 
 
