@@ -113,6 +113,12 @@ def create_app(
     app.state.metrics = Metrics(state.service, state.finishes, state.schedules)
     install_handlers(app)
     _include_routes(app)
+    _add_middleware(app, settings)
+    return app
+
+
+def _add_middleware(app: FastAPI, settings: Settings) -> None:
+    """The one middleware stack every request goes through, innermost first."""
     app.add_middleware(InternalErrorMiddleware)  # innermost: the metrics count its 500s
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
@@ -122,7 +128,6 @@ def create_app(
         from queuelog.api.request_spans import install_request_spans
 
         install_request_spans(app)  # outermost
-    return app
 
 
 def _lifespan(
