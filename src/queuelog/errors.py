@@ -33,7 +33,7 @@ class NotFound(QueueError):
 
 
 class InvalidState(QueueError):
-    slug, status, title = "invalid-state", 409, "Job is not in a state that allows this"
+    slug, status, title = "invalid-state", 409, "Not in a state that allows this"
 
 
 class NotLeaseHolder(QueueError):

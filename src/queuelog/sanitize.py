@@ -9,6 +9,7 @@ characters again and again, whatever a worker sends.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 MAX_ERROR_CHARS = 2000
 REDACTED = "[redacted]"
@@ -65,7 +66,9 @@ _PATHS = (
 )
 # C0/C1 controls other than tab and newline, and invisible format characters
 # (bidirectional overrides, zero-width characters) that can disguise text.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+_CONTROL = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]"
+)
 # A str holds a surrogate only unpaired (JSON's escaped pairs decode to one character):
 # no database stores it and no encoder writes it out.
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -74,14 +77,18 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def sanitize_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """Return ``text`` with credentials, tokens and absolute paths redacted.
 
-    Control and format characters other than newline and tab are removed, lone
-    surrogates become U+FFFD, and the result is at most ``limit`` characters.
+    Compatibility characters become their plain forms (NFKC), control and format
+    characters other than newline and tab are removed, lone surrogates become
+    U+FFFD, and the result is at most ``limit`` characters.
     The text is cut to ``limit`` before any rule runs, so the work done is bounded
     whatever a caller sends; a word the cut went through becomes ``[cut]``, since
     what is left of a secret may no longer look like one.
     """
     cut = len(text) > limit and not text[limit].isspace()
-    cleaned = _SURROGATE.sub("\ufffd", _CONTROL.sub("", text[:limit]))
+    # Compatibility forms (full-width letters, no-break spaces) become what they show,
+    # so that a full-width PASSWORD=x is seen as the key it looks like.
+    cleaned = unicodedata.normalize("NFKC", text[:limit])
+    cleaned = _SURROGATE.sub("\ufffd", _CONTROL.sub("", cleaned))
     if cut:
         cleaned = _without_last_word(cleaned) + CUT
     cleaned = _PRIVATE_KEY_BLOCK.sub(REDACTED, cleaned)
@@ -130,6 +137,8 @@ def _redact_secret_values(text: str) -> str:
         whole_line = match[1].lower().endswith(_WHOLE_LINE_KEYS)
         value = (_REST_OF_LINE if whole_line else _VALUE).match(text, match.end())
         if value is None or value.end() == match.end():
+            continue
+        if text.startswith(REDACTED, match.end()):  # a token shape's redaction already
             continue
         parts += [text[done : match.end()], REDACTED]
         done = value.end()

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 
@@ -109,11 +109,18 @@ class Cadence:
             yield next(walk)
 
 
+# The zones a schedule may name: what the OpenAPI description lists, exactly. A name is
+# looked up only once known, since ZoneInfo reads it as a path to a file.
+ZONES = frozenset(available_timezones())
+
+
 def zone(name: str) -> ZoneInfo:
     """The IANA time zone ``name``, or CadenceError."""
+    if name not in ZONES:
+        raise CadenceError("timezone", f"unknown time zone {name[:100]!r}")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise CadenceError("timezone", f"unknown time zone {name!r}") from None
 
 

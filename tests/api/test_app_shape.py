@@ -32,7 +32,7 @@ UI_PUBLIC = "dashboard, public"
 ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/openapi.json"): PUBLIC,
     ("GET", "/docs"): PUBLIC,
-    ("*", "/docs/assets"): PUBLIC,
+    ("GET", "/docs/assets/{asset}"): PUBLIC,
     ("GET", "/healthz"): PUBLIC,
     ("GET", "/readyz"): PUBLIC,
     ("POST", "/jobs"): KEY,

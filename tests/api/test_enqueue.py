@@ -54,6 +54,21 @@ def test_run_at_without_time_zone_is_422(producer: Api) -> None:
     assert response.status_code == 422
 
 
+def test_run_at_whose_utc_time_is_past_year_9999_or_before_year_1_is_422(
+    producer: Api, admin: Api
+) -> None:
+    for bad in ("9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+23:59"):
+        single = producer.post("/jobs", json={"type": "noop", "run_at": bad})
+        assert single.status_code == 422, bad
+        assert single.json()["errors"][0]["loc"][-1] == "run_at"
+        batch = producer.post(
+            "/jobs/batch", json={"jobs": [{"type": "noop"}, {"run_at": bad, "type": "noop"}]}
+        )
+        assert batch.status_code == 422, bad
+    assert admin.get("/jobs").json()["jobs"] == []  # nothing was stored
+    assert enqueue(producer, run_at="9999-12-31T23:59:59.999999Z")["run_at"].startswith("9999")
+
+
 def test_max_retries_outside_0_to_25_is_422(producer: Api) -> None:
     for bad in (-1, 26, "3"):
         response = producer.post("/jobs", json={"type": "noop", "max_retries": bad})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from queuelog.clock import FakeClock
 from tests.conftest import Api, claim_one, enqueue
 
@@ -92,6 +94,18 @@ def test_docs_load_nothing_from_outside_the_server(anonymous: Api) -> None:
     for asset in ["swagger-ui-bundle.js", "swagger-ui.css"]:
         assert f"/docs/assets/{asset}" in page.text
         assert anonymous.get(f"/docs/assets/{asset}").status_code == 200
+    assert page.headers["x-frame-options"] == "DENY"
+
+
+@pytest.mark.parametrize(
+    "asset", ["index.html", "swagger-initializer.js", "oauth2-redirect.html", "swagger-ui.js.map"]
+)
+def test_the_swagger_bundle_s_demo_page_and_other_files_are_not_served(
+    anonymous: Api, asset: str
+) -> None:
+    response = anonymous.get(f"/docs/assets/{asset}")
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
 
 
 def test_openapi_documents_unique_jobs_awaited_results_and_progress(anonymous: Api) -> None:

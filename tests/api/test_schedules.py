@@ -218,6 +218,9 @@ def test_a_taken_name_is_409(admin: Api) -> None:
         ({"every_seconds": 0}, "validation", "every_seconds"),
         ({"every_seconds": "60"}, "validation", "every_seconds"),
         ({"timezone": "Mars/Olympus"}, "validation", "timezone"),
+        ({"timezone": "a" * 300}, "validation", "timezone"),  # no file name is that long
+        ({"timezone": "Europe/" + "a" * 300}, "validation", "timezone"),
+        ({"timezone": "../../../etc/passwd"}, "validation", "timezone"),
         ({"name": "Nightly Report"}, "validation", "name"),
         ({"name": "x" * 65}, "validation", "name"),
         ({"priority": "urgent"}, "validation", "priority"),

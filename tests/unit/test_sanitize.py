@@ -81,6 +81,23 @@ def test_format_characters_that_disguise_text_are_removed() -> None:
     assert sanitize_error("evil\u202etxt\u200b") == "eviltxt"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password\u00a0=\u00a0hunter2",  # no-break spaces
+        "pa\u00adss=hunter2",  # a soft hyphen inside the key
+        "\uff30\uff21\uff33\uff33\uff37\uff2f\uff32\uff24=hunter2",  # full-width letters
+    ],
+)
+def test_hardening_06_a_secret_key_disguised_by_unicode_still_names_a_secret(text: str) -> None:
+    cleaned = sanitize_error(text)
+    assert "hunter2" not in cleaned and cleaned.endswith(REDACTED)
+
+
+def test_a_token_redacted_by_its_shape_is_redacted_once() -> None:
+    assert sanitize_error("X-Api-Key: sk_live_abcdef1234567890") == f"X-Api-Key: {REDACTED}"
+
+
 def test_lone_surrogates_become_replacement_characters() -> None:
     # No database stores a lone surrogate and no encoder writes one out.
     assert sanitize_error("bad \ud800 byte \udfff") == "bad \ufffd byte \ufffd"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -43,8 +43,17 @@ def _rfc3339(value: Any) -> Any:
     return value
 
 
+def _in_utc_range(value: datetime) -> datetime:
+    # A time is stored as UTC: one whose zone moves it past year 9999 (or before year 1)
+    # cannot be, though its own digits are a valid date-time.
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("must fall, in UTC, between years 1 and 9999") from None
+
+
 Label = Annotated[PriorityLabel, BeforeValidator(_lower)]
-AwareTime = Annotated[datetime, BeforeValidator(_rfc3339)]
+AwareTime = Annotated[datetime, BeforeValidator(_rfc3339), AfterValidator(_in_utc_range)]
 IDEMPOTENCY_KEY_PATTERN = r"^[ -~]{1,255}$"  # printable ASCII
 IdempotencyKey = Annotated[StrictStr, Field(pattern=IDEMPOTENCY_KEY_PATTERN)]
 UniqueKey = IdempotencyKey  # the same shape: 1-255 printable ASCII

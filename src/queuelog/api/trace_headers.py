@@ -19,8 +19,6 @@ from queuelog.models import TraceContext
 
 # version-trace_id-parent_id-flags, lowercase hex; a later version may add "-" fields.
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
-# A later version's longer header is kept as sent up to this length, else ignored.
-MAX_TRACEPARENT_CHARS = 256
 _KEY = r"(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})"
 _VALUE = r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
 _MEMBER = re.compile(rf"({_KEY})={_VALUE}")
@@ -34,8 +32,8 @@ TRACE_HEADERS: Sequence[tuple[str, str, dict[str, Any]]] = (
         "traceparent",
         "W3C Trace Context: stored with each job this request makes and handed to the "
         "worker that claims it, as the job's `trace_context`. A malformed value (or more "
-        "than one) is ignored, never refused; a later version's value is kept up to "
-        f"{MAX_TRACEPARENT_CHARS} characters.",
+        "than one) is ignored, never refused. Of a later version's value, the fields "
+        "version 00 defines are kept, as a version 00 value (what comes after is not stored).",
         {"type": "string"},
     ),
     (
@@ -62,14 +60,16 @@ def trace_context_of(headers: Headers) -> TraceContext | None:
 
 def _traceparent(value: str) -> str | None:
     match = _TRACEPARENT.fullmatch(value)
-    if match is None or len(value) > MAX_TRACEPARENT_CHARS:
+    if match is None:
         return None
-    version, trace_id, parent_id, _, more = match.groups()
+    version, trace_id, parent_id, flags, more = match.groups()
     if version == "ff" or (version == "00" and more is not None):
         return None
     if trace_id == "0" * 32 or parent_id == "0" * 16:
         return None
-    return value
+    # A later version is read as the version 00 it extends, and passed on as one: a
+    # worker is never handed text that was not checked.
+    return f"00-{trace_id}-{parent_id}-{flags}"
 
 
 def _tracestate(values: Sequence[str]) -> str | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
-from zoneinfo import available_timezones
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
@@ -17,7 +16,7 @@ from queuelog.app_state import state_of
 from queuelog.clock import rfc3339
 from queuelog.config import ScheduleConfig
 from queuelog.scheduler import Scheduler
-from queuelog.schedules import Schedule
+from queuelog.schedules import ZONES, Schedule
 
 router = APIRouter(prefix="/schedules", tags=["schedules"])
 
@@ -49,9 +48,7 @@ class ScheduleCreateRequest(ScheduleConfig):
     name: Annotated[StrictStr, Field(pattern=r"^[a-z0-9_.-]{1,64}$")]
     cron: Annotated[StrictStr, Field(pattern=CRON_FIVE_FIELDS, max_length=200)] | None = None
     every_seconds: EverySeconds | None = None
-    timezone: Annotated[
-        StrictStr, Field(json_schema_extra={"enum": sorted(available_timezones())})
-    ] = "UTC"
+    timezone: Annotated[StrictStr, Field(json_schema_extra={"enum": sorted(ZONES)})] = "UTC"
     payload: JsonObject = Field(default_factory=dict)
     priority: Label = "low"  # one of the labels, case-insensitive
 
