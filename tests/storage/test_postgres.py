@@ -18,8 +18,9 @@ from queuelog.clock import SystemClock, to_micros
 from queuelog.models import EventKind, JobStatus, Priority, Role
 from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.postgres.transactions import Q
-from queuelog.storage.protocol import JobListParams, NewJob, ReadySubscriber
+from queuelog.storage.protocol import JobListParams, NewJob
 from queuelog.storage.sqlfile import load_migrations, load_queries
+from queuelog.storage.subscribers import ReadySubscriber
 from tests.conftest import run_blocking
 from tests.postgres import fresh_schema, subscribed
 from tests.storage.test_conformance import T0, claim, finish, new_job

@@ -24,7 +24,8 @@ from queuelog.maintenance import Maintenance
 from queuelog.scheduler import Scheduler
 from queuelog.service import JobService
 from queuelog.storage import open_storage
-from queuelog.storage.protocol import FinishSubscriber, ReadySubscriber, Storage
+from queuelog.storage.protocol import Storage
+from queuelog.storage.subscribers import FinishSubscriber, ReadySubscriber
 from queuelog.wakeup import Finishes, Wakeup
 
 DESCRIPTION = """
