@@ -44,6 +44,7 @@ class Intake:
         if len(payload_text.encode()) > limit:
             raise PayloadTooLarge(f"The payload exceeds {limit} bytes", **where)
         self._check_schema(spec, where)
+        _check_items(spec, index)
         if spec.run_at is not None:
             run_at = max(spec.run_at, now)
         elif spec.delay_seconds is not None and spec.delay_seconds > 0:
@@ -66,6 +67,9 @@ class Intake:
             on_duplicate=spec.on_duplicate,
             group=spec.group,
             trace_context=spec.trace_context,
+            depends_on=spec.depends_on,
+            depends_on_items=spec.depends_on_items,
+            on_dependency_failure=spec.on_dependency_failure,
         )
 
     def _check_schema(self, spec: EnqueueSpec, where: dict[str, Any]) -> None:
@@ -80,3 +84,16 @@ class Intake:
                 for p in problems[:20]
             ]
             raise ValidationFailed("The payload does not match the type's schema", errors=errors)
+
+
+def _check_items(spec: EnqueueSpec, index: int | None) -> None:
+    """A batch item may wait only for items before it, so a graph made in one request
+    has no cycle (a single enqueue names none: it has no items)."""
+    own = index if index is not None else 0
+    late = [item for item in spec.depends_on_items if item >= own]
+    if late:
+        raise ValidationFailed(
+            f"depends_on_items of item {own} names item {late[0]}: only earlier items may be named",
+            errors=[{"loc": ["body", "jobs", own, "depends_on_items"], "msg": f"below {own}"}],
+            index=own,
+        )
