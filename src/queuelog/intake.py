@@ -45,12 +45,7 @@ class Intake:
             raise PayloadTooLarge(f"The payload exceeds {limit} bytes", **where)
         self._check_schema(spec, where)
         _check_items(spec, index)
-        if spec.run_at is not None:
-            run_at = max(spec.run_at, now)
-        elif spec.delay_seconds is not None and spec.delay_seconds > 0:
-            run_at = now + timedelta(seconds=spec.delay_seconds)
-        else:
-            run_at = now
+        run_at = _run_at(spec, now)
         max_retries = cfg.max_retries if spec.max_retries is None else spec.max_retries
         return NewJob(
             type=spec.type,
@@ -84,6 +79,14 @@ class Intake:
                 for p in problems[:20]
             ]
             raise ValidationFailed("The payload does not match the type's schema", errors=errors)
+
+
+def _run_at(spec: EnqueueSpec, now: datetime) -> datetime:
+    if spec.run_at is not None:
+        return max(spec.run_at, now)
+    if spec.delay_seconds is not None and spec.delay_seconds > 0:
+        return now + timedelta(seconds=spec.delay_seconds)
+    return now
 
 
 def _check_items(spec: EnqueueSpec, index: int | None) -> None:

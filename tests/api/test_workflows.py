@@ -316,3 +316,16 @@ def test_the_dependents_of_a_job_are_a_list_filter(producer: Api, worker: Api, a
     assert producer.get(f"/jobs?depends_on={c['id']}").json()["jobs"] == []
     assert worker.get(f"/jobs?depends_on={a['id']}").json()["jobs"] == [], "it holds none"
     assert len(admin.get(f"/jobs?depends_on={a['id']}").json()["jobs"]) == 2
+
+
+def test_a_keyed_enqueue_repeated_finds_its_job_and_other_dependencies_are_another_request(
+    producer: Api,
+) -> None:
+    a, b = enqueue(producer), enqueue(producer)
+    body = {"type": "noop", "idempotency_key": "graph-1", "depends_on": [a["id"]]}
+    first = producer.post("/jobs", json=body)
+    again = producer.post("/jobs", json=body)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json() == first.json()
+    other = producer.post("/jobs", json={**body, "depends_on": [b["id"]]})
+    assert other.status_code == 422 and other.json()["type"] == "idempotency-key-reused"
