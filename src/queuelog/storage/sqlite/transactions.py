@@ -45,6 +45,15 @@ def apply_migrations(conn: sqlite3.Connection) -> None:
         for statement in _statements(sql):
             conn.execute(statement)
         conn.execute(Q["migration_record"], {"version": version})
+        _read_schema_again(conn)
+
+
+def _read_schema_again(conn: sqlite3.Connection) -> None:
+    """Have ``conn`` read the schema again before its next statement, by a new schema
+    version: a migration that edits a table's definition in place (0009) is then seen by
+    the migrations after it, whose ALTER TABLE works from the definition as stored."""
+    version = int(conn.execute("PRAGMA schema_version").fetchone()[0])
+    conn.execute(f"PRAGMA schema_version = {version + 1}")
 
 
 def _statements(sql: str) -> list[str]:
