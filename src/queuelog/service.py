@@ -157,8 +157,7 @@ class JobService:
         return await self.storage.job_events(job_id)
 
     async def dependencies(self, caller: ApiKey, job_id: int) -> list[Job]:
-        """The jobs a job depends on, for whoever sees the job (its worker too: a handler
-        reads what its dependencies produced, though it does not hold them)."""
+        """A job's dependencies, for whoever sees the job (the worker holding it too)."""
         return await self.workflows.dependencies(await self.get(caller, job_id))
 
     async def list_jobs(

@@ -249,10 +249,8 @@ class Storage(Protocol):
         key up to a new job. Jobs are taken in order, so a later job of the batch
         sees an earlier one's key. A partial unique index over the active holders
         decides between concurrent inserts, on any node. A job's ``trace_context`` is
-        stored with it and read back with it (a replaced holder keeps its own).
-
-        A job with dependencies is made waiting, and settled in the same transaction
-        (storage/workflows.py); a ``depends_on`` id of no job is ValidationFailed.
+        stored with it and read back with it (a replaced holder keeps its own). A job with
+        dependencies is made waiting and settled in the same transaction (workflows.py).
         """
         ...
 
