@@ -17,6 +17,7 @@ ROWS = [
     ("  limits that never bind", "flow", "never_binds", "burn_down"),
     ("  group_concurrency = 1, 1,000 groups", "flow", "groups_1000", "burn_down"),
     ("steady state, completed", "steady", "completed", "steady"),
+    ("workflow, fan-in of 1,000 jobs -> 1", "workflows", "fan_in_jobs_per_s", None),
 ]
 
 # (name, section, key, bound, "min" or "max")
@@ -84,6 +85,12 @@ def render(results: dict[str, Any]) -> str:
             f"claims beside 200 awaiting requests: {waits['slowdown_pct']} % slower "
             f"({waits['claims_alone']:,.0f} -> {waits['claims_beside_200_waits']:,.0f} jobs/s)"
         )
+    flows = results.get("workflows", {})
+    if flows:
+        lines.append(
+            f"fan-in of 1,000 jobs -> 1: {flows['fan_in_seconds']} s end to end; completing a "
+            f"job {flows['fan_out_jobs']:,} jobs wait for: {flows['fan_out_complete_ms']} ms"
+        )
     lines.append(f"server peak RSS: {results.get('rss', {}).get('peak_mb')} MB\n")
     for goal in results.get("goals", []):
         mark = "met" if goal["met"] else "MISSED"
@@ -103,6 +110,8 @@ SPREAD = [
     ("claim_cost", "ratio", False),
     ("rss", "peak_mb", False),
     ("waiting", "slowdown_pct", False),
+    ("workflows", "fan_in_seconds", False),
+    ("workflows", "fan_out_complete_ms", False),
     ("huey", "enqueue_single", True),
     ("huey", "burn_down", True),
     ("huey", "steady", True),

@@ -24,6 +24,7 @@ from bench.parallel import run_parallel
 from bench.report import goals, ratios, render, render_spread, spread
 from bench.server import Keys, Server, prepare_database
 from bench.waits import bench_waiting
+from bench.workflows import bench_workflows
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
 
@@ -40,10 +41,11 @@ class Plan:
     clients: int = 4  # client processes
     connections: int = 4  # single-enqueue connections per client process
     workers: int = 4
+    fan_out: int = 10_000  # jobs waiting for one job (a multiple of 500)
 
 
 FULL = Plan(10_000, 10_000, 40_000, 8.0, 200, (10_000, 1_000_000), 300)
-QUICK = Plan(1_000, 1_000, 4_000, 1.5, 40, (1_000, 50_000), 60)
+QUICK = Plan(1_000, 1_000, 4_000, 1.5, 40, (1_000, 50_000), 60, fan_out=2_000)
 
 
 def _rate(value: float) -> float:
@@ -161,6 +163,7 @@ def run(plan: Plan, workdir: Path, with_huey: bool) -> dict[str, Any]:
     for group, sections in (
         ("a", [("enqueue", bench_enqueue)]),
         ("b", [("burn_down", bench_burn_down), ("waiting", bench_waiting)]),
+        ("e", [("workflows", bench_workflows)]),
         ("c", [("latency", bench_latency), ("steady", bench_steady)]),
         ("d", [("flow", bench_flow)]),
     ):

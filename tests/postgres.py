@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from queuelog.storage.protocol import ReadySubscriber
+from queuelog.storage.subscribers import ReadySubscriber
 
 URL_VARIABLE = "QUEUELOG_TEST_POSTGRES_URL"
 

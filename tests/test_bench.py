@@ -24,6 +24,7 @@ SECTIONS = {
     "claim_cost",
     "rss",
     "waiting",
+    "workflows",
     "huey",
     "ratios",
     "goals",
@@ -54,4 +55,6 @@ def test_quick_benchmark_completes_and_writes_every_section(tmp_path: Path) -> N
     assert {"enqueue_single", "burn_down", "steady"} <= results["huey"].keys()
     assert results["rss"]["peak_mb"] > 0
     assert {"claims_alone", "claims_beside_200_waits", "slowdown_pct"} <= results["waiting"].keys()
+    flows = {"fan_in_seconds", "fan_in_jobs_per_s", "fan_out_jobs", "fan_out_complete_ms"}
+    assert flows <= results["workflows"].keys()
     assert "queuelog" in done.stdout

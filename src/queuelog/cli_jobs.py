@@ -22,8 +22,11 @@ from queuelog.cli_client import (
     to_json,
     url_option,
 )
-from queuelog.client import Client, Job
+from queuelog.client import Client, Dependency, Job
 from queuelog.models import JobStatus
+
+# `jobs show` lists this many dependents at most (a fan-out may have thousands).
+DEPENDENTS_SHOWN = 100
 
 
 @click.group(epilog=EXIT_CODES)
@@ -35,6 +38,9 @@ def jobs() -> None:
 @click.option("--status", type=click.Choice([s.value for s in JobStatus]))
 @click.option("--type", "job_type", help="Only jobs of this type.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000))
+@click.option(
+    "--depends-on", type=click.IntRange(min=1), help="Only the jobs that depend on this job."
+)
 @url_option
 @key_option
 @json_option
@@ -42,13 +48,15 @@ def list_jobs(
     status: str | None,
     job_type: str | None,
     limit: int,
+    depends_on: int | None,
     url: str | None,
     api_key: str | None,
     as_json: bool,
 ) -> None:
     """The newest visible jobs (following pages up to --limit)."""
     with Client(url, api_key) as client, reported("cannot list jobs"):
-        pages = client.list(status=status, type=job_type, page_size=min(limit, 500))
+        size = min(limit, 500)
+        pages = client.list(status=status, type=job_type, page_size=size, depends_on=depends_on)
         found = list(itertools.islice(pages, limit))
     if as_json:
         print_json(found)
@@ -62,15 +70,34 @@ def list_jobs(
 @key_option
 @json_option
 def show(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> None:
-    """Every field of one job."""
+    """Every field of one job, then the jobs it depends on and the jobs that depend on it
+    (with --json: the job alone)."""
     with Client(url, api_key) as client, reported(f"cannot show job {job_id}"):
         job = client.get(job_id)
-    if as_json:
-        print_json(job)
-        return
+        if as_json:
+            print_json(job)
+            return
+        dependencies = client.dependencies(job_id) if job.depends_on else []
+        dependents = client.list_page(limit=DEPENDENTS_SHOWN, depends_on=job_id)
     table = Table("field", "value", show_header=False)
     for name, value in _fields(job):
         table.add_row(name, literal(value))
+    console().print(table)
+    if dependencies:
+        _print_dependencies(dependencies)
+    if dependents.jobs:
+        click.echo("dependents:")
+        print_jobs(dependents.jobs)
+    if dependents.next_cursor is not None:
+        click.echo(f"(the first {DEPENDENTS_SHOWN}: queuelog jobs list --depends-on {job_id})")
+
+
+def _print_dependencies(dependencies: list[Dependency]) -> None:
+    click.echo("dependencies:")
+    table = Table("id", "type", "status", "result")
+    for dep in dependencies:
+        result = "" if dep.result is None else json.dumps(dep.result, ensure_ascii=False)
+        table.add_row(*(literal(c) for c in (dep.id, dep.type, dep.status.value, result)))
     console().print(table)
 
 
@@ -137,7 +164,7 @@ def events(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> 
 @key_option
 @json_option
 def cancel(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> None:
-    """Cancel a pending job."""
+    """Cancel a waiting or pending job."""
     with Client(url, api_key) as client, reported(f"cannot cancel job {job_id}"):
         job = client.cancel(job_id)
     _done(job, as_json)

@@ -44,12 +44,8 @@ class Intake:
         if len(payload_text.encode()) > limit:
             raise PayloadTooLarge(f"The payload exceeds {limit} bytes", **where)
         self._check_schema(spec, where)
-        if spec.run_at is not None:
-            run_at = max(spec.run_at, now)
-        elif spec.delay_seconds is not None and spec.delay_seconds > 0:
-            run_at = now + timedelta(seconds=spec.delay_seconds)
-        else:
-            run_at = now
+        _check_items(spec, index)
+        run_at = _run_at(spec, now)
         max_retries = cfg.max_retries if spec.max_retries is None else spec.max_retries
         return NewJob(
             type=spec.type,
@@ -66,6 +62,9 @@ class Intake:
             on_duplicate=spec.on_duplicate,
             group=spec.group,
             trace_context=spec.trace_context,
+            depends_on=spec.depends_on,
+            depends_on_items=spec.depends_on_items,
+            on_dependency_failure=spec.on_dependency_failure,
         )
 
     def _check_schema(self, spec: EnqueueSpec, where: dict[str, Any]) -> None:
@@ -80,3 +79,24 @@ class Intake:
                 for p in problems[:20]
             ]
             raise ValidationFailed("The payload does not match the type's schema", errors=errors)
+
+
+def _run_at(spec: EnqueueSpec, now: datetime) -> datetime:
+    if spec.run_at is not None:
+        return max(spec.run_at, now)
+    if spec.delay_seconds is not None and spec.delay_seconds > 0:
+        return now + timedelta(seconds=spec.delay_seconds)
+    return now
+
+
+def _check_items(spec: EnqueueSpec, index: int | None) -> None:
+    """A batch item may wait only for items before it, so a graph made in one request
+    has no cycle (a single enqueue names none: it has no items)."""
+    own = index if index is not None else 0
+    late = [item for item in spec.depends_on_items if item >= own]
+    if late:
+        raise ValidationFailed(
+            f"depends_on_items of item {own} names item {late[0]}: only earlier items may be named",
+            errors=[{"loc": ["body", "jobs", own, "depends_on_items"], "msg": f"below {own}"}],
+            index=own,
+        )

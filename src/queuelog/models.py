@@ -56,6 +56,7 @@ PRIORITY_LABELS = list(_BY_LABEL)
 
 
 class JobStatus(enum.StrEnum):
+    WAITING = "waiting"  # for its dependencies: never claimed
     PENDING = "pending"
     RUNNING = "running"
     COMPLETED = "completed"
@@ -80,6 +81,8 @@ class EventKind(enum.StrEnum):
     REQUEUED = "requeued"
     RELEASED = "released"
     REPLACED = "replaced"
+    READY = "ready"  # its last dependency ended: waiting -> pending
+    DEPENDENCY_FAILED = "dependency_failed"  # a dependency failed: waiting -> cancelled
 
 
 # Statuses that end a job: a producer awaiting its result is answered at one of these.
@@ -91,6 +94,13 @@ class OnDuplicate(enum.StrEnum):
 
     KEEP = "keep"
     REPLACE = "replace"
+
+
+class DependencyFailure(enum.StrEnum):
+    """What a waiting job does when one of its dependencies fails or is cancelled."""
+
+    CANCEL = "cancel"  # it is cancelled too, and so are the jobs that wait on it
+    RUN = "run"  # it runs once every dependency has ended, whatever the outcome
 
 
 class TypeEventKind(enum.StrEnum):
@@ -145,6 +155,9 @@ class Job:
     schedule: str | None = None  # the schedule that made the job, if one did
     group: str | None = None  # the enqueue's group, which group_concurrency counts by
     trace_context: TraceContext | None = None  # the enqueue's, handed to its claimer
+    depends_on: tuple[int, ...] = ()  # the jobs this one waits for
+    on_dependency_failure: DependencyFailure | None = None  # set when it has dependencies
+    has_dependents: bool = False  # another job depends on this one
 
 
 @dataclass(frozen=True, slots=True)

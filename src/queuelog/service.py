@@ -50,6 +50,7 @@ from queuelog.storage.protocol import (
     Storage,
 )
 from queuelog.storage.statements import guard_failure
+from queuelog.workflows import Workflows
 
 _DEFAULT_TYPE = JobTypeConfig()
 # One prune pass deletes at most this many batches (of up to 1,000 jobs per status).
@@ -88,6 +89,7 @@ class JobService:
         self._on_finished = on_finished or (lambda _: None)
         self._intake = Intake(settings)
         self.flow = FlowControl(storage, settings, clock, self._on_ready)
+        self.workflows = Workflows(storage, self._visible)
 
     # -- producers ---------------------------------------------------------
 
@@ -100,6 +102,7 @@ class JobService:
             self._intake.new_job(caller, spec, now, index if batch else None)
             for index, spec in enumerate(specs)
         ]
+        await self.workflows.check(caller, specs, batch)
         try:
             results = await self.storage.job_insert_many(new_jobs, now)
         except QueueError as exc:
@@ -153,6 +156,10 @@ class JobService:
         await self.get(caller, job_id)
         return await self.storage.job_events(job_id)
 
+    async def dependencies(self, caller: ApiKey, job_id: int) -> list[Job]:
+        """A job's dependencies, for whoever sees the job (the worker holding it too)."""
+        return await self.workflows.dependencies(await self.get(caller, job_id))
+
     async def list_jobs(
         self,
         caller: ApiKey,
@@ -161,8 +168,10 @@ class JobService:
         status: JobStatus | None = None,
         job_type: str | None = None,
         idempotency_key: str | None = None,
+        depends_on: int | None = None,
     ) -> tuple[list[Job], str | None]:
-        """Newest first; the cursor is opaque to clients."""
+        """Newest first (with ``depends_on``: only that job's dependents); the cursor is
+        opaque to clients."""
         admin = caller.has(Role.ADMIN)
         params = JobListParams(
             limit=limit + 1,
@@ -172,6 +181,7 @@ class JobService:
             principal=None if admin or not caller.has(Role.PRODUCER) else caller.name,
             holder=None if admin or not caller.has(Role.WORKER) else caller.name,
             idempotency_key=idempotency_key,
+            depends_on=depends_on,
         )
         if not admin and params.principal is None and params.holder is None:
             return [], None

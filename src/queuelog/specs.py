@@ -13,6 +13,7 @@ from typing import Any
 from queuelog.clock import rfc3339
 from queuelog.errors import PayloadTooLarge, ValidationFailed
 from queuelog.models import (
+    DependencyFailure,
     Job,
     JobStatus,
     JsonObject,
@@ -38,6 +39,9 @@ class EnqueueSpec:
     on_duplicate: OnDuplicate = OnDuplicate.KEEP
     group: str | None = None
     trace_context: TraceContext | None = None
+    depends_on: tuple[int, ...] = ()  # ids of jobs the producer may see
+    depends_on_items: tuple[int, ...] = ()  # in a batch: indices of earlier items
+    on_dependency_failure: DependencyFailure = DependencyFailure.CANCEL
 
     def fingerprint(self, max_retries: int) -> str:
         """Identifies the request apart from its idempotency key and its trace context
@@ -62,6 +66,10 @@ class EnqueueSpec:
             body["on_duplicate"] = self.on_duplicate.value
         if self.group is not None:  # absent when unset: keys taken before groups still match
             body["group"] = self.group
+        if self.depends_on or self.depends_on_items:  # absent likewise
+            body["depends_on"] = list(self.depends_on)
+            body["depends_on_items"] = list(self.depends_on_items)
+            body["on_dependency_failure"] = self.on_dependency_failure.value
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

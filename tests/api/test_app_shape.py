@@ -40,6 +40,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/jobs"): KEY,
     ("GET", "/jobs/{job_id:int}"): KEY,
     ("GET", "/jobs/{job_id:int}/events"): KEY,
+    ("GET", "/jobs/{job_id:int}/dependencies"): KEY,
     ("POST", "/jobs/{job_id:int}/cancel"): KEY,
     ("POST", "/jobs/{job_id:int}/retry"): KEY,
     ("POST", "/jobs/claim"): KEY,

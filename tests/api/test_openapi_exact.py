@@ -219,3 +219,41 @@ def test_the_flow_schedule_and_result_routes_are_answered_as_documented(
     snooze = {"lease_token": token, "delay_seconds": 5}
     checked(worker.post(f"/jobs/{held['id']}/release", json=snooze))
     checked(producer.get(f"/jobs/{job['id']}", params={"wait_seconds": 0}))
+
+
+def test_the_workflow_routes_are_answered_as_documented(
+    checked: Callable[[httpx.Response], httpx.Response], producer: Api, worker: Api, admin: Api
+) -> None:
+    first = checked(producer.post("/jobs", json={"type": "noop"})).json()
+    waiting = {"type": "noop", "depends_on": [first["id"]], "on_dependency_failure": "run"}
+    second = checked(producer.post("/jobs", json=waiting)).json()
+    assert second["status"] == "waiting"
+    graph = {"jobs": [{"type": "noop"}, {"type": "noop", "depends_on_items": [0]}]}
+    checked(producer.post("/jobs/batch", json=graph))
+    checked(producer.get("/jobs", params={"depends_on": first["id"]}))
+    checked(producer.get(f"/jobs/{second['id']}/dependencies"))
+    checked(admin.get(f"/jobs/{second['id']}/events"))
+    refusals = [
+        producer.post("/jobs", json={"type": "noop", "depends_on": [10**9]}),
+        producer.post("/jobs", json={"type": "noop", "depends_on": [1, 1]}),
+        producer.post("/jobs/batch", json={"jobs": [{"type": "noop", "depends_on_items": [0]}]}),
+        producer.get("/jobs", params={"depends_on": 0}),
+    ]
+    for answer in refusals:
+        assert checked(answer).status_code == 422, answer.text
+    assert checked(worker.get(f"/jobs/{second['id']}/dependencies")).status_code == 404
+    assert checked(producer.post(f"/jobs/{second['id']}/cancel")).status_code == 200
+
+
+def test_the_dependency_fields_carry_their_constraints(document: Document) -> None:
+    schemas = document["components"]["schemas"]
+    depends_on = schemas["EnqueueRequest"]["properties"]["depends_on"]["anyOf"][0]
+    assert depends_on["maxItems"] == 100 and depends_on["uniqueItems"] is True
+    assert depends_on["items"]["minimum"] == 1
+    item = schemas["BatchEnqueueItem"]["properties"]
+    assert item["type"]["enum"] == sorted(TYPES)
+    assert item["depends_on_items"]["anyOf"][0]["uniqueItems"] is True
+    mode = schemas["EnqueueRequest"]["properties"]["on_dependency_failure"]["anyOf"][0]
+    assert mode["enum"] == ["cancel", "run"]
+    assert "waiting" in schemas["JobOut"]["properties"]["status"]["enum"]
+    assert "depends_on" in schemas["JobOut"]["required"]

@@ -40,6 +40,7 @@ def test_an_empty_hour_draws_flat_bars() -> None:
 def test_counts_by_status_and_type_list_every_status() -> None:
     counts = {("pending", "b"): 2, ("failed", "a"): 1, ("pending", "a"): 3}
     assert status_totals(counts) == {
+        "waiting": 0,
         "pending": 5,
         "running": 0,
         "completed": 0,
@@ -48,4 +49,5 @@ def test_counts_by_status_and_type_list_every_status() -> None:
     }
     table = by_type(counts)
     assert list(table) == ["a", "b"]
-    assert table["a"] == {"pending": 3, "running": 0, "completed": 0, "failed": 1, "cancelled": 0}
+    zero = {"waiting": 0, "running": 0, "completed": 0, "cancelled": 0}
+    assert table["a"] == {**zero, "pending": 3, "failed": 1}

@@ -13,7 +13,7 @@ from queuelog.auth import KeyRing
 from queuelog.clock import FakeClock
 from queuelog.config import Settings
 from queuelog.maintenance import Maintenance
-from queuelog.models import ApiKey, JobStatus, Priority, Role
+from queuelog.models import ApiKey, DependencyFailure, JobStatus, Priority, Role
 from queuelog.service import JobService
 from queuelog.specs import EnqueueSpec, FinishSpec
 from queuelog.storage.protocol import JobListParams
@@ -24,6 +24,7 @@ pytestmark = pytest.mark.anyio
 
 DAY = 86_400.0
 ALL = JobListParams(limit=5000)
+RUN = DependencyFailure.RUN
 
 
 async def _enqueue(service: JobService, shop: ApiKey, key: str | None = None) -> int:
@@ -224,4 +225,28 @@ async def test_one_prune_pass_catches_up_with_more_jobs_than_one_batch(
             await service.finish(mailer, FinishSpec(job.id, job.lease_token))
     clock.advance(8 * DAY)
     assert await Maintenance(service).run_once() == (0, 2500)
+    assert await service.storage.job_list(ALL) == []
+
+
+async def test_a_job_that_an_active_job_depends_on_is_kept_past_its_retention(
+    service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
+) -> None:
+    done = await _completed(service, shop, mailer)
+    failed = await _failed(service, shop, mailer)
+    loose = await _completed(service, shop, mailer)  # no job depends on it
+    other = await _enqueue(service, shop)
+    spec = EnqueueSpec(type="noop", depends_on=(done, other))
+    ((waiting, _),) = await service.enqueue_many(shop, [spec])
+    ran = EnqueueSpec(type="noop", depends_on=(failed,), on_dependency_failure=RUN)
+    ((pending, _),) = await service.enqueue_many(shop, [ran])
+    assert (waiting.status, pending.status) == (JobStatus.WAITING, JobStatus.PENDING)
+    clock.advance(40 * DAY)
+    assert await service.prune() == 1, "only the job no active job depends on"
+    assert await service.storage.job_get(loose) is None
+    kept = await service.storage.job_get_many([done, failed])
+    assert sorted(job.id for job in kept) == sorted([done, failed])
+    for _ in range(3):  # other, then waiting and pending (in either order): all completed
+        await _complete(service, mailer)
+    clock.advance(40 * DAY)
+    assert await service.prune() == 5
     assert await service.storage.job_list(ALL) == []

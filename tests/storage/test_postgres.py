@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -15,11 +16,12 @@ from psycopg_pool import PoolTimeout
 
 from queuelog.auth import KeyRing, display_prefix
 from queuelog.clock import SystemClock, to_micros
-from queuelog.models import EventKind, JobStatus, Priority, Role
+from queuelog.models import EventKind, Job, JobStatus, Priority, Role
 from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.postgres.transactions import Q
-from queuelog.storage.protocol import JobListParams, NewJob, ReadySubscriber
+from queuelog.storage.protocol import JobListParams, NewJob
 from queuelog.storage.sqlfile import load_migrations, load_queries
+from queuelog.storage.subscribers import ReadySubscriber
 from tests.conftest import run_blocking
 from tests.postgres import fresh_schema, subscribed
 from tests.storage.test_conformance import T0, claim, finish, new_job
@@ -346,3 +348,38 @@ def test_connections_dropped_by_the_server_are_replaced_not_handed_out(
     # write, which is never retried, goes through.
     assert len(run_blocking(node.job_insert_many([new_job()], T0))) == 1
     assert run_blocking(node.job_get(job.id)) is not None
+
+
+def test_two_dependencies_ending_at_once_on_two_nodes_release_the_job_once(
+    nodes: list[PostgresStorage],
+) -> None:
+    for _ in range(10):
+        made = run_blocking(nodes[0].job_insert_many([new_job(), new_job()], T0))
+        waiting = replace(new_job(), depends_on=tuple(job.id for job, _ in made))
+        ((job, _),) = run_blocking(nodes[0].job_insert_many([waiting], T0))
+        held = run_blocking(claim(nodes[0], limit=2))
+        all_at_once(2, lambda i, held=held: run_blocking(finish(nodes[i], held[i])))
+        after = run_blocking(nodes[2].job_get(job.id))
+        assert after is not None and after.status == JobStatus.PENDING
+        events = [e.event for e in run_blocking(nodes[2].job_events(job.id))]
+        assert events == [EventKind.ENQUEUED, EventKind.READY]
+        run_blocking(finish(nodes[1], run_blocking(claim(nodes[1]))[0]))
+
+
+def test_a_job_made_while_its_dependency_ends_on_another_node_is_never_left_waiting(
+    nodes: list[PostgresStorage],
+) -> None:
+    for round_ in range(20):
+        ((dependency, _),) = run_blocking(nodes[0].job_insert_many([new_job()], T0))
+        (held,) = run_blocking(claim(nodes[0]))
+        waiting = replace(new_job(), depends_on=(dependency.id,))
+
+        def act(i: int, held: Job = held, waiting: NewJob = waiting) -> int:
+            if i == 0:
+                return run_blocking(finish(nodes[0], held)).id
+            return run_blocking(nodes[1].job_insert_many([waiting], T0))[0][0].id
+
+        _, made = all_at_once(2, act)
+        after = run_blocking(nodes[2].job_get(made))
+        assert after is not None and after.status == JobStatus.PENDING, round_
+        run_blocking(finish(nodes[2], run_blocking(claim(nodes[2]))[0]))

@@ -7,6 +7,7 @@ import os
 import sqlite3
 import stat
 from contextlib import closing
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 
 from queuelog.clock import to_micros
 from queuelog.errors import IdempotencyKeyReused
-from queuelog.models import EventKind, Priority
+from queuelog.models import EventKind, JobStatus, Priority
 from queuelog.storage.protocol import NewJob
 from queuelog.storage.sqlfile import load_migrations
 from queuelog.storage.sqlite.store import Q, SqliteStorage
@@ -190,3 +191,45 @@ def test_hardening_08_the_data_folder_and_files_are_owner_only_under_umask_022(
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
     assert modes == {"q.db": 0o600, "q.db-wal": 0o600, "q.db-shm": 0o600}
+
+
+async def test_workflows_migration_keeps_every_column_and_row_whenever_it_runs(
+    tmp_path: Path,
+) -> None:
+    """Migration 0009 widens the status CHECK in place: on a database that took the later
+    migrations first (0010's trace columns), every row and column stays, 'waiting' is
+    admitted, anything else still refused, and the migrations after it see the edit."""
+    path = tmp_path / "later-first.db"
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY)")
+        for version, sql in load_migrations("queuelog.storage.sqlite"):
+            if version != 9:
+                for statement in _statements(sql):
+                    conn.execute(statement)
+                conn.execute("INSERT INTO schema_migrations VALUES (?)", (version,))
+        old_id = conn.execute(
+            "INSERT INTO jobs (type, payload, principal, run_at, created_at, updated_at,"
+            " traceparent) VALUES ('noop', '{}', 'shop', :t, :t, :t, 'tp') RETURNING id",
+            {"t": to_micros(T0)},
+        ).fetchone()[0]
+        conn.execute("DELETE FROM jobs WHERE id = ?", (old_id,))  # ids go on past it
+        kept = conn.execute(
+            "INSERT INTO jobs (type, payload, principal, run_at, created_at, updated_at,"
+            " traceparent) VALUES ('noop', '{}', 'shop', :t, :t, :t, 'tp') RETURNING id",
+            {"t": to_micros(T0)},
+        ).fetchone()[0]
+    conn.close()
+    store = SqliteStorage(path)
+    try:
+        old = await store.job_get(kept)
+        assert old is not None and old.trace_context is not None
+        assert old.trace_context.traceparent == "tp" and old.depends_on == ()
+        waiting = replace(new_job(), depends_on=(kept,))
+        ((job, _),) = await store.job_insert_many([waiting], T0)
+        assert job.status is JobStatus.WAITING and job.id == kept + 1
+        assert store.integrity_check() == "ok"
+    finally:
+        store.close()
+    with sqlite3.connect(path) as conn, pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute("UPDATE jobs SET status = 'sleeping' WHERE id = ?", (kept,))
+    conn.close()

@@ -108,3 +108,39 @@ def test_a_saturated_group_of_many_pending_jobs_is_not_walked(conn: sqlite3.Conn
     conn.row_factory = sqlite3.Row
     heads = conn.execute(Q["ready_group_heads"], args).fetchall()
     assert [(r["job_group"], r["created_at"]) for r in heads] == [("a", 1), ("b", 200000)]
+
+
+WORKFLOW_STATEMENTS = (
+    "job_dependency_hold",
+    "job_settle",
+    "job_cancel_dependents",
+    "job_release_dependents",
+    "job_reinstate_dependents",
+    "job_cancel_moved",
+    "job_waiting_dependents",
+    "job_recount",
+    "job_ready_counted",
+    "job_list_dependents",
+)
+
+
+@pytest.mark.parametrize("name", WORKFLOW_STATEMENTS)
+def test_workflow_statements_find_jobs_by_id_or_by_dependency(
+    conn: sqlite3.Connection, name: str
+) -> None:
+    # Waiting and cancelled jobs may be many: no statement walks them by status.
+    args = {"ids": "[1]", "jobs": '[{"id": 1}]', "now": 1, "depends_on": 1, "limit": 1}
+    args |= dict.fromkeys(("principal", "holder", "before_id", "status", "type"))
+    args["idempotency_key"] = None
+    rows = conn.execute("EXPLAIN QUERY PLAN " + Q[name], args).fetchall()
+    steps = "\n".join(row[3] for row in rows)
+    assert "jobs_status_type" not in steps, steps
+    assert "SCAN jobs" not in steps and "SCAN d" not in steps, steps
+
+
+def test_a_job_s_end_finds_its_dependents_through_the_dependency_index(
+    conn: sqlite3.Connection,
+) -> None:
+    rows = conn.execute("EXPLAIN QUERY PLAN " + Q["job_release_dependents"], ARGS).fetchall()
+    steps = "\n".join(row[3] for row in rows)
+    assert "USING COVERING INDEX job_dependencies_dependency (depends_on_id=?)" in steps

@@ -11,7 +11,11 @@ named here check them:
   not take twenty minutes (tests/reliability/test_long_poll.py, tests/api/test_results.py);
 - a cron of five fields whose values are out of range (minute 61) is 422: the range of
   each field is cronsim's to check (tests/unit/test_schedules.py), so such a cron is
-  made a valid one.
+  made a valid one;
+- a dependency must be a job the key sees (a rule of state), and a batch item may name
+  only earlier items (a rule of an item's place): a valid ``depends_on`` is emptied
+  and a valid ``depends_on_items`` keeps the earlier items only
+  (tests/api/test_workflow_refusals.py).
 
 Values the schema refuses are left as generated.
 """
@@ -27,7 +31,8 @@ from typing import Any
 import schemathesis
 from cronsim import CronSim, CronSimError
 
-from queuelog.api.schemas import CRON_FIVE_FIELDS, IDEMPOTENCY_KEY_PATTERN
+from queuelog.api.schemas import CRON_FIVE_FIELDS, IDEMPOTENCY_KEY_PATTERN, MAX_DEPENDS_ON
+from queuelog.models import MAX_ID
 
 
 def _valid_key(value: Any) -> bool:
@@ -58,6 +63,34 @@ def _valid_cron(body: Any) -> None:
             body["cron"] = "*/5 * * * *"
 
 
+def _ids(value: Any, low: int, high: int, most: int) -> list[int] | None:
+    """``value`` as the schema's list of distinct integers in ``[low, high]``, else None.
+
+    The bounds are compared as schemathesis's checker compares numbers, in double
+    precision: it takes an id just above 2**63 - 1 for one within the bound.
+    """
+    if not isinstance(value, list) or len(value) > most:
+        return None
+    ids = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int | float):
+            return None
+        if item != int(item) or not float(low) <= float(item) <= float(high):
+            return None
+        ids.append(int(item))
+    return ids if len(set(ids)) == len(ids) else None
+
+
+def _existing_dependencies(job: Any, index: int) -> None:
+    if not isinstance(job, dict):
+        return
+    if _ids(job.get("depends_on"), 1, MAX_ID, MAX_DEPENDS_ON) is not None:
+        job["depends_on"] = []
+    items = _ids(job.get("depends_on_items"), 0, 498, 499)
+    if items is not None:
+        job["depends_on_items"] = [item for item in items if item < index]
+
+
 @schemathesis.hook
 def map_case(ctx: Any, case: Any) -> Any:
     # Generated cases may share one body object: each gets its own before it changes.
@@ -70,9 +103,12 @@ def map_case(ctx: Any, case: Any) -> Any:
     if case.operation.path == "/schedules":
         _valid_cron(body)
     key = _fresh_key(body)
+    if case.operation.path == "/jobs":
+        _existing_dependencies(body, 0)
     if isinstance(body, dict) and isinstance(body.get("jobs"), list):
-        for job in body["jobs"]:
+        for index, job in enumerate(body["jobs"]):
             _fresh_key(job)
+            _existing_dependencies(job, index)
     if _valid_key(headers.get("Idempotency-Key")):
         headers["Idempotency-Key"] = key or uuid.uuid4().hex
     return case

@@ -19,7 +19,7 @@ class JobOut(BaseModel):
     type: str
     payload: JsonObject
     priority: PriorityLabel
-    status: Literal["pending", "running", "completed", "failed", "cancelled"]
+    status: Literal["waiting", "pending", "running", "completed", "failed", "cancelled"]
     retry_count: int
     max_retries: int
     idempotency_key: str | None
@@ -35,6 +35,7 @@ class JobOut(BaseModel):
     updated_at: str
     schedule: str | None = Field(description="The schedule that made the job, if one did.")
     group: str | None
+    depends_on: list[int] = Field(description="The jobs this one waits for (`[]`: none).")
 
 
 class TraceContextOut(BaseModel):
@@ -81,6 +82,17 @@ class BatchCompleteResult(BaseModel):
 
 class BatchCompleteOut(BaseModel):
     results: list[BatchCompleteResult]
+
+
+class DependencyOut(BaseModel):
+    id: int
+    type: str
+    status: Literal["waiting", "pending", "running", "completed", "failed", "cancelled"]
+    result: JsonObject | None
+
+
+class DependenciesOut(BaseModel):
+    dependencies: list[DependencyOut]
 
 
 class EventOut(BaseModel):
@@ -161,6 +173,7 @@ def job_json(job: Job, show_error: bool, lease_token: bool = False) -> dict[str,
         "updated_at": updated,
         "schedule": job.schedule,
         "group": job.group,
+        "depends_on": list(job.depends_on),
     }
     if lease_token:  # a claim's answer: the worker carries the job's trace on
         body["lease_token"] = job.lease_token
@@ -169,6 +182,11 @@ def job_json(job: Job, show_error: bool, lease_token: bool = False) -> dict[str,
             {"traceparent": trace.traceparent, "tracestate": trace.tracestate} if trace else None
         )
     return body
+
+
+def dependency_json(job: Job) -> dict[str, Any]:
+    """A dependency as ``GET /jobs/{id}/dependencies`` shows it: what it produced."""
+    return {"id": job.id, "type": job.type, "status": job.status.value, "result": job.result}
 
 
 def event_json(event: JobEvent, show_detail: bool) -> dict[str, Any]:

@@ -24,7 +24,8 @@ from queuelog.maintenance import Maintenance
 from queuelog.scheduler import Scheduler
 from queuelog.service import JobService
 from queuelog.storage import open_storage
-from queuelog.storage.protocol import FinishSubscriber, ReadySubscriber, Storage
+from queuelog.storage.protocol import Storage
+from queuelog.storage.subscribers import FinishSubscriber, ReadySubscriber
 from queuelog.wakeup import Finishes, Wakeup
 
 DESCRIPTION = """
@@ -76,6 +77,12 @@ Choices where the contract is silent:
   while paused are not made up). A schedule's answer also carries `jobs_made` and
   `fires_skipped`. A schedule whose type left the config skips its fires (counted in
   `fires_skipped`); `trigger` on it is 422 `unknown-job-type`.
+* Workflows: `GET /jobs?depends_on=ID` lists a job's dependents (as the caller may see
+  them). An admin retry of a job with dependencies makes it `waiting` until they have
+  ended as it needs (a failed one counts as not ended until it is redriven). The jobs a
+  redriven job's failure cancelled wait again, unless another of their dependencies
+  failed too: a redrive of that one brings them back. Retention keeps a job while any
+  waiting, pending or running job depends on it.
 """
 
 

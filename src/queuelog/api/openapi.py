@@ -45,6 +45,7 @@ AUTHED = (401, 403, 429)
 # configured when the app was built (others are 422 `unknown-job-type`).
 _TYPE_FIELDS = (
     ("EnqueueRequest", "type"),
+    ("BatchEnqueueItem", "type"),
     ("ClaimRequest", "types"),
     ("KeyCreateRequest", "types"),
     ("ScheduleCreateRequest", "type"),

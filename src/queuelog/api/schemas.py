@@ -120,6 +120,36 @@ def _utf8(text: str) -> None:
 JsonObject = Annotated[dict[str, Any], AfterValidator(_plain_json)]
 
 
+def _distinct(values: list[int]) -> list[int]:
+    if len(set(values)) != len(values):
+        raise ValueError("must not name a job twice")
+    return values
+
+
+# At most this many dependencies by id: a job's dependencies are read with it.
+MAX_DEPENDS_ON = 100
+ItemIndex = Annotated[int, Field(strict=True, ge=0, le=498), BeforeValidator(_integral)]
+DependsOn = Annotated[
+    list[RowId],
+    Field(
+        max_length=MAX_DEPENDS_ON,
+        json_schema_extra={"uniqueItems": True},
+        description=(
+            "Ids of jobs this key may see that this job waits for: it is `waiting` until "
+            "every one has completed (see `on_dependency_failure`). An id of no job this key "
+            "may see, or one named twice, is 422 `validation`."
+        ),
+    ),
+    AfterValidator(_distinct),
+]
+DependencyMode = Literal["cancel", "run"]
+_MODE_TEXT = (
+    "When a dependency fails or is cancelled: `cancel` (default) cancels this job too (event "
+    "`dependency_failed`), and so the jobs that wait on it; `run` makes it pending once every "
+    "dependency has ended, whatever the outcome. Without dependencies it changes nothing."
+)
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -172,6 +202,8 @@ class EnqueueRequest(_Request):
         ),
     )
     group: Group | None = None
+    depends_on: DependsOn | None = None
+    on_dependency_failure: DependencyMode | None = Field(None, description=_MODE_TEXT)
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
@@ -182,8 +214,27 @@ class EnqueueRequest(_Request):
         return self
 
 
+class BatchEnqueueItem(EnqueueRequest):
+    depends_on_items: (
+        Annotated[
+            list[ItemIndex],
+            Field(
+                max_length=499,
+                json_schema_extra={"uniqueItems": True},
+                description=(
+                    "Indices of earlier items of this batch that this job waits for, as "
+                    "`depends_on` names jobs by id: each below this item's own index, else "
+                    "422 `validation` naming the item."
+                ),
+            ),
+            AfterValidator(_distinct),
+        ]
+        | None
+    ) = None
+
+
 class BatchEnqueueRequest(_Request):
-    jobs: list[EnqueueRequest] = Field(min_length=1, max_length=500)
+    jobs: list[BatchEnqueueItem] = Field(min_length=1, max_length=500)
 
 
 class ClaimRequest(_Request):

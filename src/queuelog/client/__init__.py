@@ -1,6 +1,7 @@
 """The Python SDK: ``Client``, ``AsyncClient`` and the ``Worker`` runtime."""
 
 from queuelog.client.aio import AsyncClient
+from queuelog.client.calls import enqueue_body
 from queuelog.client.errors import (
     BodyTooLarge,
     JobCancelled,
@@ -15,6 +16,7 @@ from queuelog.client.policy import RetryPolicy
 from queuelog.client.sync import Client
 from queuelog.client.types import (
     Acknowledged,
+    Dependency,
     Enqueued,
     Event,
     Job,
@@ -30,6 +32,7 @@ __all__ = [
     "AsyncClient",
     "BodyTooLarge",
     "Client",
+    "Dependency",
     "Enqueued",
     "Event",
     "Fail",
@@ -48,4 +51,5 @@ __all__ = [
     "ServerUnavailable",
     "Snooze",
     "Worker",
+    "enqueue_body",
 ]

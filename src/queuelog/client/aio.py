@@ -11,7 +11,7 @@ import httpx
 
 from queuelog.client import calls, tracing
 from queuelog.client.awaiting import Awaiting
-from queuelog.client.calls import Call, answer
+from queuelog.client.calls import Call, JobRef, answer
 from queuelog.client.errors import ServerError
 from queuelog.client.types import Job
 from queuelog.client.verbs import Verbs
@@ -48,12 +48,17 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         return waiting.finished()
 
     async def list(
-        self, status: str | None = None, type: str | None = None, page_size: int = 100
+        self,
+        status: str | None = None,
+        type: str | None = None,
+        page_size: int = 100,
+        depends_on: JobRef | None = None,
     ) -> AsyncIterator[Job]:
-        """Every visible job, newest first, fetched a page at a time as it is iterated."""
+        """Every visible job, newest first, fetched a page at a time as it is iterated
+        (with ``depends_on``: every visible job that depends on that one)."""
         cursor: str | None = None
         while True:
-            page = await self.send(calls.list_page(status, type, page_size, cursor))
+            page = await self.send(calls.list_page(status, type, page_size, cursor, depends_on))
             for job in page.jobs:
                 yield job
             if page.next_cursor is None:

@@ -15,6 +15,7 @@ import httpx
 from queuelog.client.errors import ServerError, error_from_item, error_from_problem
 from queuelog.client.types import (
     Acknowledged,
+    Dependency,
     Enqueued,
     Event,
     Job,
@@ -109,16 +110,32 @@ class EnqueueOptions(TypedDict, total=False):
     unique_key: str | None
     on_duplicate: str | None
     group: str | None  # a tenant, an account: what the type's group_concurrency counts by
+    # The jobs (or their ids) this one waits for: it is "waiting" until they completed.
+    depends_on: Sequence[JobRef] | None
+    # "cancel" (the server's default): a dependency that fails cancels this job too;
+    # "run": it runs once every dependency has ended, whatever the outcome.
+    on_dependency_failure: str | None
+
+
+class BatchItemOptions(EnqueueOptions, total=False):
+    """An ``enqueue_many`` item's options: an enqueue's, and the earlier items it waits for."""
+
+    depends_on_items: Sequence[int] | None  # indices of earlier items of the same batch
 
 
 def enqueue_body(
-    type: str, payload: JsonObject | None = None, **options: Unpack[EnqueueOptions]
+    type: str, payload: JsonObject | None = None, **options: Unpack[BatchItemOptions]
 ) -> JsonObject:
-    """The JSON body of one job to enqueue. Without ``idempotency_key`` a new one is made,
+    """The JSON body of one job to enqueue (an item of ``enqueue_many``, which may name
+    earlier items by ``depends_on_items``). Without ``idempotency_key`` a new one is made,
     so that sending the same body again can never create a second job."""
     body: dict[str, Any] = _drop_none({**options})
     if "run_at" in body:
         body["run_at"] = rfc3339(body["run_at"])
+    if "depends_on" in body:
+        body["depends_on"] = [_job_id(job) for job in body["depends_on"]]
+    if "depends_on_items" in body:
+        body["depends_on_items"] = list(body["depends_on_items"])
     body["idempotency_key"] = body.get("idempotency_key") or new_idempotency_key()
     return {"type": type, "payload": payload if payload is not None else {}, **body}
 
@@ -137,7 +154,8 @@ def enqueue_many(jobs: Iterable[JsonObject]) -> Call[list[Enqueued]]:
     """Enqueue up to 500 jobs at once, all or nothing (``POST /jobs/batch``).
 
     Each item is an enqueue body (``{"type": ..., "payload": ...}``, see ``enqueue_body``);
-    items without an ``idempotency_key`` get a new one.
+    items without an ``idempotency_key`` get a new one. An item may wait for earlier
+    items: ``enqueue_body("report", depends_on_items=[0, 1])`` (a graph in one request).
     """
     items = [
         {**job, "idempotency_key": job.get("idempotency_key") or new_idempotency_key()}
@@ -170,9 +188,14 @@ def list_page(
     type: str | None = None,
     limit: int = 50,
     cursor: str | None = None,
+    depends_on: JobRef | None = None,
 ) -> Call[Page]:
-    """One page of jobs, newest first (``GET /jobs``)."""
-    params = _drop_none({"status": status, "type": type, "limit": limit, "cursor": cursor})
+    """One page of jobs, newest first (``GET /jobs``); with ``depends_on``, only the jobs
+    that depend on that job (its dependents)."""
+    dependency = _job_id(depends_on) if depends_on is not None else None
+    params = _drop_none(
+        {"status": status, "type": type, "limit": limit, "cursor": cursor, "depends_on": dependency}
+    )
 
     def read(data: Any) -> Page:
         return Page([Job.from_json(j) for j in data["jobs"]], data.get("next_cursor"))
@@ -189,8 +212,18 @@ def events(job_id: JobRef) -> Call[list[Event]]:
     return Call("GET", f"/jobs/{_job_id(job_id)}/events", read, resend=True)
 
 
+def dependencies(job_id: JobRef) -> Call[list[Dependency]]:
+    """The jobs a job depends on, with their status and result
+    (``GET /jobs/{id}/dependencies``): for its producer, an admin, or the worker holding it."""
+
+    def read(data: Any) -> list[Dependency]:
+        return [Dependency.from_json(d) for d in data["dependencies"]]
+
+    return Call("GET", f"/jobs/{_job_id(job_id)}/dependencies", read, resend=True)
+
+
 def cancel(job_id: JobRef) -> Call[Job]:
-    """Cancel a pending job. Sent again after a broken connection: a second delivery can
+    """Cancel a waiting or pending job. Sent again after a broken connection: a second delivery can
     only be refused (409), never change anything."""
     return Call("POST", f"/jobs/{_job_id(job_id)}/cancel", _job, resend=True)
 

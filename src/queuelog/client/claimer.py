@@ -134,7 +134,11 @@ class Claimer:
 
     def _hand_out(self, jobs: list[Job]) -> None:
         lease = self._options.lease_seconds
-        claimed = [Running(job, float(lease or job.lease_seconds or 30)) for job in jobs]
+        read = self._client.dependencies
+        claimed = [
+            Running(job, float(lease or job.lease_seconds or 30), dependencies_of=read)
+            for job in jobs
+        ]
         for running in claimed:
             self._leases.hold(running)  # before a handler can report it and release it
         with self._changed:

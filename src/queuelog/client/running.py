@@ -8,6 +8,7 @@ acknowledger reports its outcome and the heartbeater renews its lease meanwhile.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -17,7 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from queuelog.client.types import Job, JsonObject
+from queuelog.client.types import Dependency, Job, JsonObject
 from queuelog.errors import InvalidState, NotFound, NotLeaseHolder
 
 log = logging.getLogger("queuelog.worker")
@@ -57,12 +58,20 @@ class Running:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     last_beat: float = 0.0
     progress: JsonObject | None = None  # reported by the handler, not yet sent
+    # Reads a job's dependencies from the server (the worker's client).
+    dependencies_of: Callable[[int], list[Dependency]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.next_beat = self.started + self.lease / 3
         self.last_beat = self.started
-        # The job the handler gets: its report_progress lands here.
-        self.job = replace(self.job, progress_to=self.report_progress)
+        # The job the handler gets: its report_progress lands here, its dependencies()
+        # asks the server.
+        read = self.dependencies_of
+        self.job = replace(
+            self.job,
+            progress_to=self.report_progress,
+            dependencies_from=functools.partial(read, self.job.id) if read else None,
+        )
 
     def report_progress(self, progress: JsonObject) -> None:
         """Keep ``progress`` for the next heartbeat, brought forward to a second after the

@@ -11,7 +11,7 @@ import httpx
 
 from queuelog.client import calls, tracing
 from queuelog.client.awaiting import Awaiting
-from queuelog.client.calls import Call, answer
+from queuelog.client.calls import Call, JobRef, answer
 from queuelog.client.errors import ServerError
 from queuelog.client.types import Job
 from queuelog.client.verbs import Verbs
@@ -48,12 +48,17 @@ class Client(Verbs[httpx.Client, httpx.BaseTransport]):
         return waiting.finished()
 
     def list(
-        self, status: str | None = None, type: str | None = None, page_size: int = 100
+        self,
+        status: str | None = None,
+        type: str | None = None,
+        page_size: int = 100,
+        depends_on: JobRef | None = None,
     ) -> Iterator[Job]:
-        """Every visible job, newest first, fetched a page at a time as it is iterated."""
+        """Every visible job, newest first, fetched a page at a time as it is iterated
+        (with ``depends_on``: every visible job that depends on that one)."""
         cursor: str | None = None
         while True:
-            page = self.send(calls.list_page(status, type, page_size, cursor))
+            page = self.send(calls.list_page(status, type, page_size, cursor, depends_on))
             yield from page.jobs
             if page.next_cursor is None:
                 return

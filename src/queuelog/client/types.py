@@ -64,8 +64,13 @@ class Job:
     unique_key: str | None = None
     progress: JsonObject | None = None
     schedule: str | None = None  # the schedule that made the job, if one did
-    # Set by the Worker on the job it hands a handler: where report_progress goes.
+    depends_on: tuple[int, ...] = ()  # the jobs this one waits for
+    # Set by the Worker on the job it hands a handler: where report_progress goes, and
+    # what dependencies() reads.
     progress_to: Callable[[JsonObject], None] | None = field(
+        default=None, repr=False, compare=False
+    )
+    dependencies_from: Callable[[], list[Dependency]] | None = field(
         default=None, repr=False, compare=False
     )
 
@@ -79,6 +84,17 @@ class Job:
         if self.progress_to is None:
             raise ValueError("report_progress is for the job a Worker hands its handler")
         self.progress_to(progress)
+
+    def dependencies(self) -> list[Dependency]:
+        """In a handler: the jobs this one depends on, with their status and result (what
+        they produced), read from the server with the Worker's client.
+
+        Raises:
+            ValueError: not a job a Worker handed out (use ``Client.dependencies``).
+        """
+        if self.dependencies_from is None:
+            raise ValueError("dependencies() is for the job a Worker hands its handler")
+        return self.dependencies_from()
 
     group: str | None = None
     # On a claimed job: the W3C trace context of the enqueue that made it, as a carrier
@@ -111,6 +127,7 @@ class Job:
             schedule=data.get("schedule"),
             group=data.get("group"),
             trace_context=_carrier(data.get("trace_context")),
+            depends_on=tuple(int(i) for i in data.get("depends_on") or ()),
         )
 
     @property
@@ -119,6 +136,25 @@ class Job:
         if self.claimed_at is None or self.lease_expires_at is None:
             return None
         return (self.lease_expires_at - self.claimed_at).total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """A job another depends on, as ``GET /jobs/{id}/dependencies`` shows it."""
+
+    id: int
+    type: str
+    status: JobStatus
+    result: JsonObject | None
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> Dependency:
+        return cls(
+            id=int(data["id"]),
+            type=str(data["type"]),
+            status=_status(data["status"]),
+            result=data.get("result"),
+        )
 
 
 @dataclass(frozen=True, slots=True)

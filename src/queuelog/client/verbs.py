@@ -133,6 +133,7 @@ class Verbs(ABC, Generic[H, X]):
     get = Verb(calls.get)
     list_page = Verb(calls.list_page)
     events = Verb(calls.events)
+    dependencies = Verb(calls.dependencies)
     cancel = Verb(calls.cancel)
     retry = Verb(calls.retry)
     claim = Verb(calls.claim)

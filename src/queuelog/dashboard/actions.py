@@ -13,7 +13,7 @@ from queuelog.app_state import IdPath, state_of
 from queuelog.dashboard.pages import key_page
 from queuelog.dashboard.web import DashboardRoute, Posted, field_of, render
 from queuelog.errors import QueueError, ValidationFailed
-from queuelog.models import Priority, Role
+from queuelog.models import JobStatus, Priority, Role
 
 router = APIRouter(prefix="/ui", route_class=DashboardRoute)
 
@@ -26,8 +26,9 @@ def _see(url: str) -> Response:
 
 @router.post("/jobs/{job_id}/retry")
 async def retry_job(request: Request, job_id: IdPath, posted: Posted) -> Response:
-    await state_of(request).service.retry(posted.admin, job_id)
-    return _see(f"/ui/jobs/{job_id}?notice=retried")
+    job = await state_of(request).service.retry(posted.admin, job_id)
+    waits = job.status is JobStatus.WAITING
+    return _see(f"/ui/jobs/{job_id}?notice={'retried-waiting' if waits else 'retried'}")
 
 
 @router.post("/jobs/{job_id}/cancel")

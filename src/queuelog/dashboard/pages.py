@@ -17,10 +17,12 @@ router = APIRouter(prefix="/ui", route_class=DashboardRoute)
 
 PAGE_SIZE = 50
 LEASED_SHOWN = 100
+DEPENDENTS_SHOWN = 100  # a fan-out may have thousands: the rest are a filtered list away
 
 # Fixed texts for ?notice=...: the query string never puts its own words on the page.
 NOTICES = {
     "retried": "The job is pending again.",
+    "retried-waiting": "The job is waiting again, for its dependencies.",
     "cancelled": "The job was cancelled.",
     "requeued": "{count} failed job(s) of this type are pending again.",
     "key-revoked": "The key was revoked; it stops working at once.",
@@ -75,6 +77,7 @@ async def jobs(
     cursor: Annotated[str | None, Query(max_length=100)] = None,
     notice: Annotated[str | None, Query(max_length=30)] = None,
     count: Annotated[int, Query(ge=0)] = 0,
+    depends_on: Annotated[str | None, Query(pattern=r"^[0-9]{0,18}$")] = None,
 ) -> Response:
     service = state_of(request).service
     found, next_cursor = await service.list_jobs(
@@ -84,11 +87,13 @@ async def jobs(
         status=_status(status),
         job_type=job_type or None,
         idempotency_key=idempotency_key or None,
+        depends_on=int(depends_on) if depends_on else None,
     )
     filters = {
         "status": status or "",
         "type": job_type or "",
         "idempotency_key": idempotency_key or "",
+        "depends_on": str(depends_on or ""),
     }
     return render(
         request,
@@ -112,11 +117,15 @@ async def job(
 ) -> Response:
     service = state_of(request).service
     found = await service.get(admin.key, job_id)
+    dependents, more = await service.list_jobs(admin.key, DEPENDENTS_SHOWN, depends_on=job_id)
     return render(
         request,
         "job.html",
         job=found,
         events=await service.events(admin.key, job_id),
+        dependencies=await service.dependencies(admin.key, job_id),
+        dependents=dependents,
+        more_dependents=more is not None,
         notice=_notice(notice),
     )
 

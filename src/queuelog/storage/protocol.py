@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from queuelog.errors import QueueError
 from queuelog.models import (
     ApiKey,
+    DependencyFailure,
     EventKind,
     Finished,
     Job,
@@ -61,6 +62,16 @@ class NewJob:
     on_duplicate: OnDuplicate = OnDuplicate.KEEP
     group: str | None = None
     trace_context: TraceContext | None = None
+    # The jobs this one waits for: ids of existing jobs, and (in a batch) the indices of
+    # earlier jobs of the same insert. With any, the job is made waiting.
+    depends_on: tuple[int, ...] = ()
+    depends_on_items: tuple[int, ...] = ()
+    on_dependency_failure: DependencyFailure = DependencyFailure.CANCEL
+
+    @property
+    def waits(self) -> bool:
+        """Whether the job has dependencies (and is made waiting)."""
+        return bool(self.depends_on or self.depends_on_items)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +168,8 @@ class JobListParams:
     principal: str | None = None
     holder: str | None = None
     idempotency_key: str | None = None
+    # Only the jobs that depend on this job (its dependents).
+    depends_on: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,11 +249,14 @@ class Storage(Protocol):
         key up to a new job. Jobs are taken in order, so a later job of the batch
         sees an earlier one's key. A partial unique index over the active holders
         decides between concurrent inserts, on any node. A job's ``trace_context`` is
-        stored with it and read back with it (a replaced holder keeps its own).
+        stored with it and read back with it (a replaced holder keeps its own). A job with
+        dependencies is made waiting and settled in the same transaction (workflows.py).
         """
         ...
 
     async def job_get(self, job_id: int) -> Job | None: ...
+    async def job_get_many(self, job_ids: Sequence[int]) -> list[Job]: ...
+
     async def job_list(self, params: JobListParams) -> list[Job]: ...
     async def job_events(self, job_id: int) -> list[JobEvent]: ...
 
@@ -266,6 +282,9 @@ class Storage(Protocol):
         self, items: Sequence[FinishParams], with_jobs: bool = True
     ) -> list[Job | Finished | QueueError]:
         """Complete or fail each item under its guard; one answer per item, in order.
+
+        A job that ends here (as in a lease's rescue and ``job_cancel``) releases its
+        waiting dependents in the same transaction (storage/workflows.py).
 
         Without ``with_jobs``, a finished item is answered with its id and new
         status only (its row need not be read).
@@ -299,7 +318,10 @@ class Storage(Protocol):
         ...
 
     async def job_cancel(self, job_id: int, actor: str, now: datetime) -> Job: ...
-    async def job_requeue(self, job_id: int, actor: str, now: datetime) -> Job: ...
+    async def job_requeue(self, job_id: int, actor: str, now: datetime) -> Job:
+        """Failed or cancelled back to pending (waiting, with dependencies not ended); the
+        jobs its failure cancelled wait again (storage/workflows.py)."""
+        ...
 
     async def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
         """Every ``failed`` job of ``job_type`` back to ``pending`` (as job_requeue does),
@@ -307,7 +329,10 @@ class Storage(Protocol):
         """
         ...
 
-    async def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int: ...
+    async def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int:
+        """Delete old finished jobs and their events, but none an active job depends on."""
+        ...
+
     async def job_stats(self, now: datetime) -> QueueStats: ...
 
     async def job_event_counts(
@@ -372,29 +397,4 @@ class Storage(Protocol):
 
     async def schedule_trigger(self, name: str, job: NewJob) -> Job:
         """Make the schedule's job now, whatever its pause and overlap (NotFound if missing)."""
-        ...
-
-
-@runtime_checkable
-class ReadySubscriber(Protocol):
-    """A backend that hears when another process sharing the database made a job ready.
-
-    PostgreSQL does (LISTEN/NOTIFY); SQLite has one process, whose own wake-ups suffice.
-    """
-
-    def subscribe(self, on_ready: Callable[[], None]) -> None:
-        """Call ``on_ready`` (from any thread) whenever a job may have become ready, and
-        once as soon as this node listens: what was notified before then went unheard."""
-        ...
-
-
-@runtime_checkable
-class FinishSubscriber(Protocol):
-    """A backend that tells of jobs finished where the service did not see it: by another
-    process sharing the database (PostgreSQL, LISTEN/NOTIFY, a claim's rescue included),
-    or by a claim's rescue of expired leases (SQLite)."""
-
-    def subscribe_finished(self, on_finished: Callable[[Iterable[int] | None], None]) -> None:
-        """Call ``on_finished`` (from any thread) with the ids of jobs that finished, or
-        None when any job may have finished unheard."""
         ...

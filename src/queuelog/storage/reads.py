@@ -53,6 +53,10 @@ class SqlReads(abc.ABC):
     def _types_param(self, types: Sequence[str] | None) -> Any:
         """A job-type filter as the backend's queries take it; None matches every type."""
 
+    @abc.abstractmethod
+    def _ids_param(self, ids: Sequence[int]) -> Any:
+        """A list of job ids as the backend's queries take it."""
+
     async def job_next_due(
         self, now: datetime, types: Sequence[str] | None = None
     ) -> datetime | None:
@@ -64,6 +68,12 @@ class SqlReads(abc.ABC):
         rows = await self._read("job_get", {"id": job_id})
         return job_from_row(rows[0]) if rows else None
 
+    async def job_get_many(self, job_ids: Sequence[int]) -> list[Job]:
+        if not job_ids:
+            return []
+        rows = await self._read("job_get_many", {"ids": self._ids_param(job_ids)})
+        return [job_from_row(r) for r in rows]
+
     async def job_list(self, params: JobListParams) -> list[Job]:
         args = {
             "before_id": params.before_id,
@@ -74,6 +84,10 @@ class SqlReads(abc.ABC):
             "idempotency_key": params.idempotency_key,
             "limit": params.limit,
         }
+        if params.depends_on is not None:
+            args["depends_on"] = params.depends_on
+            rows = await self._read("job_list_dependents", args)
+            return [job_from_row(r) for r in rows]
         if params.principal is None and params.holder is None:
             return [job_from_row(r) for r in await self._read("job_list", args)]
         # A key with both roles sees the union: each part newest first, merged.

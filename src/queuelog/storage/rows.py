@@ -16,6 +16,7 @@ from queuelog.errors import (
 )
 from queuelog.models import (
     ApiKey,
+    DependencyFailure,
     EventKind,
     Finished,
     Job,
@@ -47,6 +48,7 @@ _PRIORITIES = {p.value: p for p in Priority}
 
 
 _STATUSES = {s.value: s for s in JobStatus}
+_MODES = {m.value: m for m in DependencyFailure}
 
 
 def job_from_row(row: Row) -> Job:
@@ -77,7 +79,15 @@ def job_from_row(row: Row) -> Job:
         schedule=row["schedule"],
         group=row["job_group"],
         trace_context=_trace_context(row),
+        depends_on=_ids(row["depends_on"]),
+        on_dependency_failure=_MODES.get(row["on_dependency_failure"]),
+        has_dependents=bool(row["has_dependents"]),
     )
+
+
+def _ids(value: str | None) -> tuple[int, ...]:
+    """A job's ``depends_on`` as stored (a JSON array, or NULL for none)."""
+    return () if value is None else tuple(json.loads(value))
 
 
 def _trace_context(row: Row) -> TraceContext | None:
@@ -170,23 +180,31 @@ def stored_columns(new: NewJob) -> dict[str, Any]:
         "unique_key": new.unique_key,
         "group": new.group,
         **_trace_columns(new),
+        # A job with dependencies is made waiting; the insert's transaction then settles it.
+        "status": _made_as(new).value,
+        "on_dependency_failure": new.on_dependency_failure.value if new.waits else None,
     }
+
+
+def _made_as(new: NewJob) -> JobStatus:
+    return JobStatus.WAITING if new.waits else JobStatus.PENDING
 
 
 def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[str, Any]]:
     """The insert of ``jobs`` (one or many) and its bound parameters: the jobs as one
     JSON array, in order, each payload as its stored text (stored as is).
 
-    Jobs alike but for type, payload, priority and group, without idempotency or unique keys (a
-    producer's usual batch, whose one request gave them one trace context), take
-    ``job_insert_batch_uniform``, which binds what they share once; any other take
-    ``job_insert_batch``.
+    Jobs alike but for type, payload, priority and group, without idempotency or unique
+    keys or dependencies (a producer's usual batch, whose one request gave them one trace
+    context), take ``job_insert_batch_uniform``, which binds what they share once; any
+    other take ``job_insert_batch``.
     """
     first = jobs[0]
     shared = (first.principal, first.max_retries, first.lease_seconds, first.run_at)
     alike = all(
         new.idempotency_key is None
         and new.unique_key is None
+        and not new.waits
         and (new.principal, new.max_retries, new.lease_seconds, new.run_at) == shared
         and new.trace_context == first.trace_context
         for new in jobs
@@ -229,7 +247,7 @@ def inserted_job(new: NewJob, job_id: int, stamp: datetime) -> Job:
         type=new.type,
         payload=new.payload,
         priority=new.priority,
-        status=JobStatus.PENDING,
+        status=_made_as(new),
         retry_count=0,
         max_retries=new.max_retries,
         principal=new.principal,
@@ -241,6 +259,7 @@ def inserted_job(new: NewJob, job_id: int, stamp: datetime) -> Job:
         unique_key=new.unique_key,
         group=new.group,
         trace_context=new.trace_context,
+        on_dependency_failure=new.on_dependency_failure if new.waits else None,
     )
 
 

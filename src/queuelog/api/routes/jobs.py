@@ -9,9 +9,11 @@ from fastapi import APIRouter, Query, Request, Response
 
 from queuelog.api.answers import (
     BatchEnqueueOut,
+    DependenciesOut,
     EventsOut,
     JobListOut,
     JobOut,
+    dependency_json,
     event_json,
     job_json,
 )
@@ -22,6 +24,7 @@ from queuelog.api.responses import JSONResponse
 from queuelog.api.results import job_or_wait
 from queuelog.api.schemas import (
     IDEMPOTENCY_KEY_PATTERN,
+    BatchEnqueueItem,
     BatchEnqueueRequest,
     EnqueueRequest,
     priority_of,
@@ -29,7 +32,7 @@ from queuelog.api.schemas import (
 from queuelog.api.trace_headers import TRACE_HEADERS, trace_context_of
 from queuelog.app_state import IdPath, state_of
 from queuelog.errors import ValidationFailed
-from queuelog.models import JobStatus, OnDuplicate, Role, TraceContext
+from queuelog.models import MAX_ID, DependencyFailure, JobStatus, OnDuplicate, Role, TraceContext
 from queuelog.specs import CURSOR_PATTERN, TYPE_FILTER_PATTERN, EnqueueSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -60,6 +63,13 @@ def _spec(
         on_duplicate=OnDuplicate(body.on_duplicate or OnDuplicate.KEEP),
         group=body.group,
         trace_context=trace,
+        depends_on=tuple(body.depends_on or ()),
+        depends_on_items=tuple(
+            (body.depends_on_items or []) if isinstance(body, BatchEnqueueItem) else ()
+        ),
+        on_dependency_failure=DependencyFailure(
+            body.on_dependency_failure or DependencyFailure.CANCEL
+        ),
     )
 
 
@@ -88,9 +98,13 @@ def _check_header_key(value: str | None) -> str | None:
         "default) makes nothing and answers 200 with that job (a pending one before a "
         "running one); `replace` gives a pending job this request's `payload`, `priority` "
         "and `run_at` (200, event `replaced`: a debounce), and makes a new job (201) when "
-        "the job holding the key is running. Once no such job is pending or running, the "
-        "key is free. Two enqueues of one key at once, on any nodes, make one job. "
-        "`on_duplicate` without `unique_key` is 422 `validation`."
+        "the job holding the key is running. Once no such job is waiting, pending or "
+        "running, the key is free. Two enqueues of one key at once, on any nodes, make one "
+        "job. `on_duplicate` without `unique_key` is 422 `validation`.\n\n"
+        "With `depends_on`, the job is `waiting` until its dependencies have ended as "
+        "`on_dependency_failure` says; it becomes `pending` in the transaction that ends "
+        "the last (event `ready`). A dependency already failed or cancelled, with `cancel`: "
+        "201 with the job `cancelled` at once (event `dependency_failed`)."
     ),
     responses=problems(*AUTHED, 413, 415, 422)
     | {
@@ -133,7 +147,9 @@ async def enqueue(request: Request) -> Response:
     description=(
         "One bad item rejects the whole batch with 422 naming its `index`. Items take "
         "`unique_key` and `on_duplicate` as a single enqueue does, in order: a later item "
-        "meets an earlier one's key. `created` is false for an item that made no job."
+        "meets an earlier one's key. `created` is false for an item that made no job. An "
+        "item may wait for earlier items with `depends_on_items` (their indices), beside "
+        "`depends_on`: a whole graph in one request."
     ),
     responses=problems(*AUTHED, 413, 415, 422),
     openapi_extra={"parameters": header_parameters(TRACE_HEADERS)},
@@ -169,8 +185,14 @@ async def list_jobs(
         str | None,
         Query(pattern=CURSOR_PATTERN, description="A page's `next_cursor`: a job id."),
     ] = None,
+    depends_on: Annotated[
+        int | None,
+        Query(ge=1, le=MAX_ID, description="Only the jobs that depend on this job."),
+    ] = None,
 ) -> Response:
-    jobs, next_cursor = await service.list_jobs(caller, limit, cursor, status, type)
+    jobs, next_cursor = await service.list_jobs(
+        caller, limit, cursor, status, type, depends_on=depends_on
+    )
     admin = caller.has(Role.ADMIN)
     return JSONResponse({"jobs": [job_json(j, admin) for j in jobs], "next_cursor": next_cursor})
 
@@ -222,10 +244,28 @@ async def job_events(job_id: IdPath, caller: Reader, service: ServiceDep) -> Res
     return JSONResponse({"events": [event_json(e, admin) for e in events]})
 
 
+@router.get(
+    "/{job_id:int}/dependencies",
+    response_model=DependenciesOut,
+    summary="The jobs a job depends on, with what they produced",
+    description=(
+        "For the owning producer, an admin, or the worker holding the job (who sees these "
+        "dependencies though it does not hold them): each dependency's `id`, `type`, "
+        "`status` and `result`, in the order the job named them. A dependency removed by "
+        "retention is left out (retention keeps it while the job is waiting, pending or "
+        "running)."
+    ),
+    responses=problems(*AUTHED, 404),
+)
+async def job_dependencies(job_id: IdPath, caller: Reader, service: ServiceDep) -> Response:
+    found = await service.dependencies(caller, job_id)
+    return JSONResponse({"dependencies": [dependency_json(job) for job in found]})
+
+
 @router.post(
     "/{job_id:int}/cancel",
     response_model=JobOut,
-    summary="Cancel a pending job (owning producer or admin)",
+    summary="Cancel a waiting or pending job (owning producer or admin)",
     responses=problems(*AUTHED, 404, 409),
 )
 async def cancel_job(job_id: IdPath, caller: Canceller, service: ServiceDep) -> Response:
@@ -237,7 +277,12 @@ async def cancel_job(job_id: IdPath, caller: Canceller, service: ServiceDep) -> 
     "/{job_id:int}/retry",
     response_model=JobOut,
     summary="Redrive a failed or cancelled job (admin)",
-    description="`failed` or `cancelled` -> `pending` with `retry_count = 0` and `run_at = now`.",
+    description=(
+        "`failed` or `cancelled` -> `pending` with `retry_count = 0` and `run_at = now`; a "
+        "job with dependencies -> `waiting` until they have ended as it needs (at once "
+        "`ready` if they have). The jobs that its failure cancelled (event "
+        "`dependency_failed`) wait again, recursively (event `requeued`)."
+    ),
     responses=problems(*AUTHED, 404, 409),
 )
 async def retry_job(job_id: IdPath, caller: Admin, service: ServiceDep) -> Response:

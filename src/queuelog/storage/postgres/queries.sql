@@ -40,13 +40,14 @@ SELECT current_schema() AS name;
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
                   unique_key, unique_hold, job_group,
-                  traceparent, tracestate)
+                  traceparent, tracestate, status, on_dependency_failure)
 SELECT j.value ->> 'type', j.value ->> 'payload', (j.value ->> 'priority')::integer,
        (j.value ->> 'max_retries')::integer, (j.value ->> 'lease_seconds')::integer,
        j.value ->> 'principal', j.value ->> 'idempotency_key', j.value ->> 'fingerprint',
        (j.value ->> 'run_at')::bigint, (j.value ->> 'run_at')::bigint > %(now)s::bigint,
        %(now)s, %(now)s, j.value ->> 'unique_key', j.value ->> 'unique_key', j.value ->> 'group',
-       j.value ->> 'traceparent', j.value ->> 'tracestate'
+       j.value ->> 'traceparent', j.value ->> 'tracestate', j.value ->> 'status',
+       j.value ->> 'on_dependency_failure'
 FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS j (value, n)
 ORDER BY j.n
 ON CONFLICT DO NOTHING
@@ -74,23 +75,23 @@ SELECT * FROM jobs WHERE principal = %(principal)s AND idempotency_key = %(idemp
 SELECT * FROM jobs WHERE id = %(id)s;
 
 -- name: job_unique_holder
--- The active job an enqueue with this unique key meets: a pending one first (the
--- one a replace updates, even while an older one runs), else the newest running.
+-- The active job an enqueue with this unique key meets: a waiting or pending one first
+-- (the one a replace updates, even while an older one runs), else the newest running.
 -- Locked, so a claim or a finish on another node waits for this enqueue's decision.
 SELECT * FROM jobs
 WHERE principal = %(principal)s AND type = %(type)s AND unique_key = %(unique_key)s
-  AND status IN ('pending', 'running')
-ORDER BY status = 'pending' DESC, id DESC
+  AND status IN ('waiting', 'pending', 'running')
+ORDER BY status <> 'running' DESC, id DESC
 LIMIT 1
 FOR UPDATE;
 
 -- name: job_replace
--- A debounce: the pending holder of a unique key takes a newer enqueue's payload,
--- priority and run_at.
+-- A debounce: the waiting or pending holder of a unique key takes a newer enqueue's
+-- payload, priority and run_at.
 UPDATE jobs
 SET payload = %(payload)s, priority = %(priority)s, run_at = %(run_at)s::bigint,
     scheduled = %(run_at)s::bigint > %(now)s::bigint, updated_at = %(now)s::bigint
-WHERE id = %(id)s AND status = 'pending'
+WHERE id = %(id)s AND status IN ('waiting', 'pending')
 RETURNING *;
 
 -- name: job_unique_give_up
@@ -269,24 +270,31 @@ RETURNING *;
 
 -- name: job_cancel
 UPDATE jobs SET status = 'cancelled', updated_at = %(now)s::bigint
-WHERE id = %(id)s AND status = 'pending'
+WHERE id = %(id)s AND status IN ('waiting', 'pending')
 RETURNING *;
 
 -- name: job_requeue
 -- A redriven job comes back without holding its unique key (another job may hold it
 -- by now); an enqueue with the key still finds it, as a pending job with that key.
+-- A job with dependencies waits again until job_recount finds none left.
 UPDATE jobs
-SET status = 'pending', retry_count = 0, run_at = %(now)s::bigint, scheduled = false,
+SET status = CASE WHEN depends_on IS NULL THEN 'pending' ELSE 'waiting' END,
+    cancelled_by = NULL, retry_count = 0, run_at = %(now)s::bigint, scheduled = false,
     claimed_at = NULL, worker_id = NULL, claimed_by = NULL, lease_token = NULL,
     lease_expires_at = NULL, unique_hold = NULL, updated_at = %(now)s::bigint
 WHERE id = %(id)s AND status IN ('failed', 'cancelled')
 RETURNING *;
 
 -- name: job_prunable
--- SKIP LOCKED: pruners on several nodes take disjoint rows.
+-- SKIP LOCKED: pruners on several nodes take disjoint rows. Never a job that an active
+-- job depends on: its dependents wait for it, or read it. An enqueue that makes a job
+-- depend on this one locks it first (job_dependency_hold), so it is skipped meanwhile.
 SELECT id FROM jobs
 WHERE status = %(status)s AND status IN ('completed', 'failed', 'cancelled')
   AND updated_at < %(cutoff)s::bigint
+  AND NOT (has_dependents AND EXISTS (
+      SELECT 1 FROM job_dependencies AS d JOIN jobs AS w ON w.id = d.job_id
+      WHERE d.depends_on_id = jobs.id AND w.status IN ('waiting', 'pending', 'running')))
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
@@ -295,6 +303,9 @@ DELETE FROM jobs WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: job_events_delete
 DELETE FROM job_events WHERE job_id = ANY(%(ids)s::bigint[]);
+
+-- name: job_dependencies_delete
+DELETE FROM job_dependencies WHERE job_id = ANY(%(ids)s::bigint[]);
 
 -- name: job_counts
 SELECT status, type, count(*) AS n FROM jobs GROUP BY status, type;
@@ -347,7 +358,8 @@ GROUP BY bucket, event;
 -- name: job_requeue_failed
 -- As job_requeue, for every failed job of a type.
 UPDATE jobs
-SET status = 'pending', retry_count = 0, run_at = %(now)s::bigint, scheduled = false,
+SET status = CASE WHEN depends_on IS NULL THEN 'pending' ELSE 'waiting' END,
+    cancelled_by = NULL, retry_count = 0, run_at = %(now)s::bigint, scheduled = false,
     claimed_at = NULL, worker_id = NULL, claimed_by = NULL, lease_token = NULL,
     lease_expires_at = NULL, unique_hold = NULL, updated_at = %(now)s::bigint
 WHERE status = 'failed' AND type = %(type)s
@@ -558,3 +570,119 @@ SELECT %(type)s, %(now)s::bigint FROM unnest(%(ids)s::bigint[]);
 SELECT at FROM type_claims WHERE type = %(type)s AND at > %(since)s::bigint
 ORDER BY at
 LIMIT 1 OFFSET %(over)s;
+
+-- Workflows (migration 0009, storage/workflows.py): jobs that wait for other jobs. ---
+
+-- name: job_get_many
+SELECT * FROM jobs WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: job_list_dependents
+-- The jobs that depend on one job, newest first, as the caller may see them: with
+-- neither a principal nor a holder, all of them.
+SELECT jobs.* FROM job_dependencies AS d JOIN jobs ON jobs.id = d.job_id
+WHERE d.depends_on_id = %(depends_on)s::bigint
+  AND ((%(principal)s::text IS NULL AND %(holder)s::text IS NULL)
+       OR jobs.principal = %(principal)s::text
+       OR (jobs.status = 'running' AND jobs.claimed_by = %(holder)s::text))
+  AND (%(before_id)s::bigint IS NULL OR d.job_id < %(before_id)s::bigint)
+  AND (%(status)s::text IS NULL OR jobs.status = %(status)s::text)
+  AND (%(type)s::text IS NULL OR jobs.type = %(type)s::text)
+  AND (%(idempotency_key)s::text IS NULL OR jobs.idempotency_key = %(idempotency_key)s::text)
+ORDER BY d.job_id DESC
+LIMIT %(limit)s;
+
+-- name: job_dependency_hold
+-- The dependencies of jobs being made: marked as having dependents (so that their end
+-- looks for them), with their status as it is now. The update locks them: a dependency
+-- ending on another node waits for this insert to commit, then sees its dependents;
+-- one that ended first is read as it ended.
+UPDATE jobs SET has_dependents = true WHERE id = ANY(%(ids)s::bigint[])
+RETURNING id, status;
+
+-- name: job_dependency_insert
+-- %(pairs)s is a JSON array of [job id, dependency id].
+INSERT INTO job_dependencies (job_id, depends_on_id)
+SELECT (p.value ->> 0)::bigint, (p.value ->> 1)::bigint
+FROM json_array_elements(%(pairs)s::json) AS p (value);
+
+-- name: job_settle
+-- New waiting jobs take what their insert found of their dependencies: their status
+-- (waiting, pending or cancelled), how many are left, their ids.
+UPDATE jobs
+SET status = s.value ->> 'status', deps_left = (s.value ->> 'deps_left')::integer,
+    depends_on = s.value ->> 'depends_on',
+    cancelled_by = (s.value ->> 'cancelled_by')::bigint,
+    scheduled = jobs.run_at > %(now)s::bigint
+FROM json_array_elements(%(jobs)s::json) AS s (value)
+WHERE jobs.id = (s.value ->> 'id')::bigint AND jobs.status = 'waiting'
+RETURNING jobs.*;
+
+-- name: job_cancel_dependents
+-- The waiting jobs (cancel mode) that depend on a job of %(ids)s, which failed or were
+-- cancelled: cancelled, naming the dependency that did it.
+UPDATE jobs
+SET status = 'cancelled', cancelled_by = f.dependency, updated_at = %(now)s::bigint
+FROM (SELECT d.job_id, min(d.depends_on_id) AS dependency FROM job_dependencies AS d
+      WHERE d.depends_on_id = ANY(%(ids)s::bigint[])
+      GROUP BY d.job_id) AS f
+WHERE jobs.id = f.job_id AND jobs.status = 'waiting' AND jobs.on_dependency_failure = 'cancel'
+RETURNING jobs.id, jobs.status, jobs.has_dependents, jobs.cancelled_by;
+
+-- name: job_release_dependents
+-- The waiting jobs that depend on jobs of %(ids)s, which just ended: each counts those
+-- off what it still waits for, and is pending once nothing is left. Two endings at once
+-- on two nodes take the row's lock in turn, so each counts off the other's.
+UPDATE jobs
+SET deps_left = jobs.deps_left - e.n,
+    status = CASE WHEN jobs.deps_left - e.n <= 0 THEN 'pending' ELSE 'waiting' END,
+    scheduled = jobs.run_at > %(now)s::bigint,
+    updated_at = %(now)s::bigint
+FROM (SELECT d.job_id, count(*) AS n FROM job_dependencies AS d
+      WHERE d.depends_on_id = ANY(%(ids)s::bigint[])
+      GROUP BY d.job_id) AS e
+WHERE jobs.id = e.job_id AND jobs.status = 'waiting'
+RETURNING jobs.id, jobs.status;
+
+-- name: job_reinstate_dependents
+-- A redrive of jobs of %(ids)s: the jobs their failure cancelled wait again (job_recount
+-- then counts what they wait for), unless another of their dependencies failed or was
+-- cancelled (job_cancel_moved).
+UPDATE jobs
+SET status = 'waiting', cancelled_by = NULL, updated_at = %(now)s::bigint
+WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id = ANY(%(ids)s::bigint[]))
+  AND status = 'cancelled' AND cancelled_by = ANY(%(ids)s::bigint[])
+  AND NOT EXISTS (
+      SELECT 1 FROM job_dependencies AS d JOIN jobs AS dep ON dep.id = d.depends_on_id
+      WHERE d.job_id = jobs.id AND dep.status IN ('failed', 'cancelled'))
+RETURNING id, status, has_dependents;
+
+-- name: job_cancel_moved
+-- The jobs a redriven job's failure cancelled that another failed dependency still
+-- holds cancelled: now cancelled by that one, whose redrive brings them back.
+UPDATE jobs
+SET cancelled_by = (
+    SELECT min(dep.id) FROM job_dependencies AS d JOIN jobs AS dep ON dep.id = d.depends_on_id
+    WHERE d.job_id = jobs.id AND dep.status IN ('failed', 'cancelled'))
+WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id = ANY(%(ids)s::bigint[]))
+  AND status = 'cancelled' AND cancelled_by = ANY(%(ids)s::bigint[]);
+
+-- name: job_waiting_dependents
+SELECT DISTINCT d.job_id AS id FROM job_dependencies AS d JOIN jobs ON jobs.id = d.job_id
+WHERE d.depends_on_id = ANY(%(ids)s::bigint[]) AND jobs.status = 'waiting';
+
+-- name: job_recount
+-- The waiting jobs of %(ids)s count what they still wait for: each dependency not
+-- completed, but in run mode one that failed or was cancelled has ended.
+UPDATE jobs
+SET deps_left = (
+    SELECT count(*) FROM job_dependencies AS d JOIN jobs AS dep ON dep.id = d.depends_on_id
+    WHERE d.job_id = jobs.id AND dep.status <> 'completed'
+      AND (jobs.on_dependency_failure = 'cancel' OR dep.status NOT IN ('failed', 'cancelled')))
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'waiting';
+
+-- name: job_ready_counted
+-- The waiting jobs of %(ids)s that wait for nothing more become pending.
+UPDATE jobs
+SET status = 'pending', scheduled = run_at > %(now)s::bigint, updated_at = %(now)s::bigint
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'waiting' AND deps_left = 0
+RETURNING *;

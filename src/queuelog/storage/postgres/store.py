@@ -211,6 +211,9 @@ class PostgresStorage(SqlReads):
     async def job_claim(self, params: ClaimParams) -> list[Job]:
         return await self._write(lambda conn: tx.claim(conn, params))
 
+    def _ids_param(self, ids: Sequence[int]) -> list[int]:
+        return list(ids)
+
     def _types_param(self, types: Sequence[str] | None) -> list[str] | None:
         return list(types) if types is not None else None
 

@@ -18,7 +18,7 @@ from psycopg.rows import DictRow
 from queuelog.clock import to_micros
 from queuelog.errors import InvalidState, NotFound, QueueError
 from queuelog.models import TERMINAL, EventKind, Job, JobStatus, TypeEventKind
-from queuelog.storage import flow
+from queuelog.storage import flow, workflows
 from queuelog.storage import statements as st
 from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
@@ -31,6 +31,7 @@ from queuelog.storage.rows import (
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
 from queuelog.storage.unique import insert_each, insert_one
+from queuelog.storage.workflows import Released
 
 PACKAGE = "queuelog.storage.postgres"
 Q = load_queries(PACKAGE)
@@ -61,7 +62,10 @@ _IDS_PER_NOTIFY = 200
 
 def _notify_finished(conn: Conn, jobs: Sequence[Job | DictRow]) -> None:
     """NOTIFY the ids of the ``jobs`` that finished (completed, failed, cancelled)."""
-    ids = [job_id for job_id, status in map(id_status, jobs) if status in TERMINAL]
+    _notify_ids(conn, [job_id for job_id, status in map(id_status, jobs) if status in TERMINAL])
+
+
+def _notify_ids(conn: Conn, ids: Sequence[int]) -> None:
     for start in range(0, len(ids), _IDS_PER_NOTIFY):
         chunk = ",".join(str(i) for i in ids[start : start + _IDS_PER_NOTIFY])
         conn.execute(Q["job_finished_notify"], {"ids": chunk})
@@ -84,11 +88,18 @@ def apply_migrations(conn: Conn) -> None:
 
 
 def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
+    made = _insert(conn, jobs, now)
+    if any(new.waits for new in jobs):
+        return workflows.settle_new(_Sql(conn), jobs, made, now)
+    return made
+
+
+def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
     def execute(name: str, args: Mapping[str, Any]) -> Any:
         return conn.execute(Q[name], args)
 
     # Each inserted job's 'enqueued' event is written by the insert (the
-    # jobs_enqueued trigger, migration 0004).
+    # jobs_enqueued trigger, migrations 0004 and 0009).
     if any(new.unique_key is not None for new in jobs):
         # Job by job: a unique key's holder decides, and may be an earlier job of the batch.
         each = insert_each(execute, jobs, now)
@@ -108,8 +119,9 @@ def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple
     return out
 
 
-class _FlowSql:
-    """The flow claim's queries in the claim's transaction, with a lock per limited type."""
+class _Sql:
+    """Named queries in the transaction (the flow claim's, with a lock per limited type; a
+    workflow's)."""
 
     def __init__(self, conn: Conn) -> None:
         self._conn = conn
@@ -139,7 +151,7 @@ def claim(conn: Conn, params: ClaimParams) -> list[Job]:
         types = list(params.types) if params.types is not None else None
         rows = conn.execute(Q["job_claim"], st.claim_params(params, types)).fetchall()
     else:
-        rows = flow.claim(_FlowSql(conn), params, scope, paused)
+        rows = flow.claim(_Sql(conn), params, scope, paused)
     jobs = [job_from_row(r) for r in rows]
     jobs.sort(key=st.claim_order)
     if jobs:
@@ -160,6 +172,7 @@ def rescue(conn: Conn, now: datetime, retry_at: Callable[[Job], datetime], limit
             rescued.append(outcome)
     _recorded(conn, events, rescued)
     _notify_finished(conn, rescued)
+    _released(conn, rescued, now)
     return rescued
 
 
@@ -179,7 +192,10 @@ def release(conn: Conn, args: Mapping[str, Any], now: datetime) -> Job:
 
 
 def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueError]:
-    """Finish every item under its own guard: a batch of completions in one statement."""
+    """Finish every item under its own guard: a batch of completions in one statement;
+    then release the dependents of the jobs that ended."""
+    if not items:
+        return []
     params = st.complete_batch_params(items)
     if params is None:
         events: list[dict[str, Any]] = []
@@ -188,6 +204,7 @@ def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueEr
         _recorded(conn, events, finished)
         _notify_finished(conn, finished)
         _slots_freed(conn, items, finished)
+        _released(conn, finished, items[0].now)
         return outcomes
     rows = conn.execute(Q["job_complete_batch"], params).fetchall()
     if rows:
@@ -198,7 +215,19 @@ def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueEr
     )
     jobs = [o if isinstance(o, QueueError) else job_from_row(o) for o in matched]
     _slots_freed(conn, items, [j for j in jobs if isinstance(j, Job)])
+    _released(conn, rows, items[0].now)
     return jobs
+
+
+def _released(conn: Conn, ended: Sequence[Job | DictRow], now: datetime) -> Released:
+    """Release the dependents of the ``ended`` jobs; NOTIFY the jobs made ready (every
+    node's claimers look again) and those cancelled (their awaiting reads answer)."""
+    released = workflows.release(_Sql(conn), ended, now)
+    if released.ready:
+        _notify_ready(conn)
+    if released.cancelled:
+        _notify_ids(conn, released.cancelled)
+    return released
 
 
 def _slots_freed(conn: Conn, items: Sequence[FinishParams], ended: Sequence[Job]) -> None:
@@ -236,11 +265,13 @@ def _finish(
 def cancel(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:
     job = _transition(conn, "job_cancel", job_id, actor, now, EventKind.CANCELLED)
     _notify_finished(conn, [job])
+    _released(conn, [job], now)
     return job
 
 
 def requeue(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:
     job = _transition(conn, "job_requeue", job_id, actor, now, EventKind.REQUEUED)
+    job = workflows.redrive(_Sql(conn), [job], actor, now)[0]
     _notify_ready(conn)
     return job
 
@@ -249,7 +280,9 @@ def requeue_failed(conn: Conn, job_type: str, actor: str, now: datetime) -> int:
     args = {"type": job_type, "now": to_micros(now)}
     jobs = [job_from_row(r) for r in conn.execute(Q["job_requeue_failed"], args)]
     events = [event_params(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
-    _recorded(conn, events, jobs)
+    _record(conn, events)
+    # Pending now, or waiting (a job with dependencies) until job_recount finds none left.
+    _recorded(conn, [], workflows.redrive(_Sql(conn), jobs, actor, now))
     return len(jobs)
 
 
@@ -277,6 +310,7 @@ def prune(conn: Conn, cutoffs: Mapping[JobStatus, datetime], limit: int) -> int:
         ids += [r["id"] for r in conn.execute(Q["job_prunable"], args)]
     if ids:
         conn.execute(Q["job_events_delete"], {"ids": ids})
+        conn.execute(Q["job_dependencies_delete"], {"ids": ids})
         conn.execute(Q["job_delete"], {"ids": ids})
     return len(ids)
 

@@ -16,13 +16,14 @@ INSERT INTO schema_migrations (version) VALUES (:version);
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
                   unique_key, unique_hold, job_group,
-                  traceparent, tracestate)
+                  traceparent, tracestate, status, on_dependency_failure)
 SELECT j.value ->> 'type', j.value ->> 'payload', j.value ->> 'priority',
        j.value ->> 'max_retries', j.value ->> 'lease_seconds', j.value ->> 'principal',
        j.value ->> 'idempotency_key', j.value ->> 'fingerprint', j.value ->> 'run_at',
        (j.value ->> 'run_at') > :now, :now, :now,
        j.value ->> 'unique_key', j.value ->> 'unique_key', j.value ->> 'group',
-       j.value ->> 'traceparent', j.value ->> 'tracestate'
+       j.value ->> 'traceparent', j.value ->> 'tracestate', j.value ->> 'status',
+       j.value ->> 'on_dependency_failure'
 FROM json_each(:jobs) AS j
 WHERE true  -- an upsert's SELECT needs a WHERE clause to parse
 ORDER BY j.key
@@ -51,21 +52,21 @@ SELECT * FROM jobs WHERE principal = :principal AND idempotency_key = :idempoten
 SELECT * FROM jobs WHERE id = :id;
 
 -- name: job_unique_holder
--- The active job an enqueue with this unique key meets: a pending one first (the
--- one a replace updates, even while an older one runs), else the newest running.
+-- The active job an enqueue with this unique key meets: a waiting or pending one first
+-- (the one a replace updates, even while an older one runs), else the newest running.
 SELECT * FROM jobs INDEXED BY jobs_unique_key
 WHERE principal = :principal AND type = :type AND unique_key = :unique_key
-  AND unique_key IS NOT NULL AND status IN ('pending', 'running')
-ORDER BY status = 'pending' DESC, id DESC
+  AND unique_key IS NOT NULL AND status IN ('waiting', 'pending', 'running')
+ORDER BY status <> 'running' DESC, id DESC
 LIMIT 1;
 
 -- name: job_replace
--- A debounce: the pending holder of a unique key takes a newer enqueue's payload,
--- priority and run_at.
+-- A debounce: the waiting or pending holder of a unique key takes a newer enqueue's
+-- payload, priority and run_at.
 UPDATE jobs
 SET payload = :payload, priority = :priority, run_at = :run_at, scheduled = :run_at > :now,
     updated_at = :now
-WHERE id = :id AND status = 'pending'
+WHERE id = :id AND status IN ('waiting', 'pending')
 RETURNING *;
 
 -- name: job_unique_give_up
@@ -234,23 +235,29 @@ RETURNING *;
 
 -- name: job_cancel
 UPDATE jobs SET status = 'cancelled', updated_at = :now
-WHERE id = :id AND status = 'pending'
+WHERE id = :id AND status IN ('waiting', 'pending')
 RETURNING *;
 
 -- name: job_requeue
 -- A redriven job comes back without holding its unique key (another job may hold it
 -- by now); an enqueue with the key still finds it, as a pending job with that key.
+-- A job with dependencies waits again until job_recount finds none left.
 UPDATE jobs
-SET status = 'pending', retry_count = 0, run_at = :now, scheduled = 0, claimed_at = NULL,
+SET status = CASE WHEN depends_on IS NULL THEN 'pending' ELSE 'waiting' END,
+    cancelled_by = NULL, retry_count = 0, run_at = :now, scheduled = 0, claimed_at = NULL,
     worker_id = NULL, claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
     unique_hold = NULL, updated_at = :now
 WHERE id = :id AND status IN ('failed', 'cancelled')
 RETURNING *;
 
 -- name: job_prunable
+-- Never a job that an active job depends on: its dependents wait for it, or read it.
 SELECT id FROM jobs INDEXED BY jobs_finished
 WHERE status = :status AND status IN ('completed', 'failed', 'cancelled')
   AND updated_at < :cutoff
+  AND NOT (has_dependents AND EXISTS (
+      SELECT 1 FROM job_dependencies AS d JOIN jobs AS w ON w.id = d.job_id
+      WHERE d.depends_on_id = jobs.id AND w.status IN ('waiting', 'pending', 'running')))
 LIMIT :limit;
 
 -- name: job_delete
@@ -258,6 +265,9 @@ DELETE FROM jobs WHERE id = :id;
 
 -- name: job_events_delete
 DELETE FROM job_events WHERE job_id = :id;
+
+-- name: job_dependencies_delete
+DELETE FROM job_dependencies WHERE job_id = :id;
 
 -- name: job_counts
 SELECT status, type, count(*) AS n FROM jobs GROUP BY status, type;
@@ -305,7 +315,8 @@ GROUP BY bucket, event;
 -- name: job_requeue_failed
 -- As job_requeue, for every failed job of a type.
 UPDATE jobs
-SET status = 'pending', retry_count = 0, run_at = :now, scheduled = 0, claimed_at = NULL,
+SET status = CASE WHEN depends_on IS NULL THEN 'pending' ELSE 'waiting' END,
+    cancelled_by = NULL, retry_count = 0, run_at = :now, scheduled = 0, claimed_at = NULL,
     worker_id = NULL, claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
     unique_hold = NULL, updated_at = :now
 WHERE status = 'failed' AND type = :type
@@ -493,3 +504,118 @@ INSERT INTO type_claims (type, at) SELECT :type, :now FROM json_each(:ids);
 SELECT at FROM type_claims WHERE type = :type AND at > :since
 ORDER BY at
 LIMIT 1 OFFSET :over;
+
+-- Workflows (migration 0009, storage/workflows.py): jobs that wait for other jobs. ---
+-- Each statement finds its jobs by id or through job_dependencies: a unary "+" keeps
+-- the planner off the status index, which would walk every waiting or cancelled job.
+
+-- name: job_get_many
+SELECT * FROM jobs WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: job_list_dependents
+-- The jobs that depend on one job, newest first, as the caller may see them: with
+-- neither a principal nor a holder, all of them.
+SELECT jobs.* FROM job_dependencies AS d JOIN jobs ON jobs.id = d.job_id
+WHERE d.depends_on_id = :depends_on
+  AND ((:principal IS NULL AND :holder IS NULL) OR jobs.principal = :principal
+       OR (jobs.status = 'running' AND jobs.claimed_by = :holder))
+  AND (:before_id IS NULL OR d.job_id < :before_id)
+  AND (:status IS NULL OR jobs.status = :status)
+  AND (:type IS NULL OR jobs.type = :type)
+  AND (:idempotency_key IS NULL OR jobs.idempotency_key = :idempotency_key)
+ORDER BY d.job_id DESC
+LIMIT :limit;
+
+-- name: job_dependency_hold
+-- The dependencies of jobs being made: marked as having dependents (so that their end
+-- looks for them), with their status as it is now.
+UPDATE jobs SET has_dependents = 1 WHERE id IN (SELECT value FROM json_each(:ids))
+RETURNING id, status;
+
+-- name: job_dependency_insert
+-- :pairs is a JSON array of [job id, dependency id].
+INSERT INTO job_dependencies (job_id, depends_on_id)
+SELECT p.value ->> 0, p.value ->> 1 FROM json_each(:pairs) AS p;
+
+-- name: job_settle
+-- New waiting jobs take what their insert found of their dependencies: their status
+-- (waiting, pending or cancelled), how many are left, their ids.
+UPDATE jobs
+SET status = s.value ->> 'status', deps_left = s.value ->> 'deps_left',
+    depends_on = s.value ->> 'depends_on', cancelled_by = s.value ->> 'cancelled_by',
+    scheduled = jobs.run_at > :now
+FROM json_each(:jobs) AS s
+WHERE jobs.id = s.value ->> 'id' AND +jobs.status = 'waiting'
+RETURNING *;
+
+-- name: job_cancel_dependents
+-- The waiting jobs (cancel mode) that depend on a job of :ids, which failed or were
+-- cancelled: cancelled, naming the dependency that did it.
+UPDATE jobs
+SET status = 'cancelled', cancelled_by = f.dependency, updated_at = :now
+FROM (SELECT d.job_id, min(d.depends_on_id) AS dependency FROM job_dependencies AS d
+      WHERE d.depends_on_id IN (SELECT value FROM json_each(:ids))
+      GROUP BY d.job_id) AS f
+WHERE jobs.id IN (SELECT job_id FROM job_dependencies
+                  WHERE depends_on_id IN (SELECT value FROM json_each(:ids)))
+  AND jobs.id = f.job_id AND jobs.status = 'waiting' AND jobs.on_dependency_failure = 'cancel'
+RETURNING jobs.id, jobs.status, jobs.has_dependents, jobs.cancelled_by;
+
+-- name: job_release_dependents
+-- The waiting jobs that depend on jobs of :ids, which just ended: each counts those off
+-- what it still waits for, and is pending once nothing is left.
+UPDATE jobs
+SET deps_left = jobs.deps_left - e.n,
+    status = CASE WHEN jobs.deps_left - e.n <= 0 THEN 'pending' ELSE 'waiting' END,
+    scheduled = jobs.run_at > :now,
+    updated_at = :now
+FROM (SELECT d.job_id, count(*) AS n FROM job_dependencies AS d
+      WHERE d.depends_on_id IN (SELECT value FROM json_each(:ids))
+      GROUP BY d.job_id) AS e
+WHERE jobs.id IN (SELECT job_id FROM job_dependencies
+                  WHERE depends_on_id IN (SELECT value FROM json_each(:ids)))
+  AND jobs.id = e.job_id AND jobs.status = 'waiting'
+RETURNING jobs.id, jobs.status;
+
+-- name: job_reinstate_dependents
+-- A redrive of jobs of :ids: the jobs their failure cancelled wait again (job_recount
+-- then counts what they wait for), unless another of their dependencies failed or was
+-- cancelled (job_cancel_moved).
+UPDATE jobs
+SET status = 'waiting', cancelled_by = NULL, updated_at = :now
+WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id IN (SELECT value FROM json_each(:ids)))
+  AND +status = 'cancelled' AND cancelled_by IN (SELECT value FROM json_each(:ids))
+  AND NOT EXISTS (
+      SELECT 1 FROM job_dependencies AS d JOIN jobs AS dep ON dep.id = d.depends_on_id
+      WHERE d.job_id = jobs.id AND dep.status IN ('failed', 'cancelled'))
+RETURNING id, status, has_dependents;
+
+-- name: job_cancel_moved
+-- The jobs a redriven job's failure cancelled that another failed dependency still
+-- holds cancelled: now cancelled by that one, whose redrive brings them back.
+UPDATE jobs
+SET cancelled_by = (
+    SELECT min(dep.id) FROM job_dependencies AS d JOIN jobs AS dep ON dep.id = d.depends_on_id
+    WHERE d.job_id = jobs.id AND dep.status IN ('failed', 'cancelled'))
+WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id IN (SELECT value FROM json_each(:ids)))
+  AND +status = 'cancelled' AND cancelled_by IN (SELECT value FROM json_each(:ids));
+
+-- name: job_waiting_dependents
+SELECT DISTINCT d.job_id AS id FROM job_dependencies AS d JOIN jobs ON jobs.id = d.job_id
+WHERE d.depends_on_id IN (SELECT value FROM json_each(:ids)) AND +jobs.status = 'waiting';
+
+-- name: job_recount
+-- The waiting jobs of :ids count what they still wait for: each dependency not
+-- completed, but in run mode one that failed or was cancelled has ended.
+UPDATE jobs
+SET deps_left = (
+    SELECT count(*) FROM job_dependencies AS d JOIN jobs AS dep ON dep.id = d.depends_on_id
+    WHERE d.job_id = jobs.id AND dep.status <> 'completed'
+      AND (jobs.on_dependency_failure = 'cancel' OR dep.status NOT IN ('failed', 'cancelled')))
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +status = 'waiting';
+
+-- name: job_ready_counted
+-- The waiting jobs of :ids that wait for nothing more become pending.
+UPDATE jobs SET status = 'pending', scheduled = run_at > :now, updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +status = 'waiting' AND deps_left = 0
+RETURNING *;

@@ -4,6 +4,7 @@ per thread."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sqlite3
@@ -15,7 +16,7 @@ from typing import Any
 
 from queuelog.clock import to_micros
 from queuelog.errors import QueueError
-from queuelog.models import TERMINAL, ApiKey, EventKind, Finished, Job, JobStatus
+from queuelog.models import TERMINAL, ApiKey, Finished, Job, JobStatus
 from queuelog.schedules import Schedule
 from queuelog.storage import schedule_rows as sr
 from queuelog.storage.health import StorageHealth
@@ -36,6 +37,7 @@ from queuelog.storage.sqlite.faults import storage_fault
 from queuelog.storage.sqlite.transactions import Q
 from queuelog.storage.sqlite.writer import GroupWriter
 from queuelog.storage.statements import held_params
+from queuelog.storage.workflows import Released
 
 __all__ = ["Q", "SqliteStorage"]
 
@@ -62,6 +64,7 @@ class SqliteStorage(SqlReads):
             headroom=_SPACE_HEADROOM_BYTES,
         )
         self._on_finished: list[Callable[[Iterable[int] | None], None]] = []
+        self._on_ready: list[Callable[[], None]] = []
         self._writer = GroupWriter(
             self._connect, busy_timeout=_BUSY_TIMEOUT_SECONDS, health=self.health
         )
@@ -104,6 +107,9 @@ class SqliteStorage(SqlReads):
     async def _probe(self) -> None:
         await self._writer.run(lambda conn: conn.execute(Q["storage_probe"]))
 
+    def _ids_param(self, ids: Sequence[int]) -> str:
+        return json.dumps(list(ids))
+
     def _types_param(self, types: Sequence[str] | None) -> str | None:
         return tx.types_json(types)
 
@@ -126,18 +132,31 @@ class SqliteStorage(SqlReads):
         return await self._writer.run(lambda conn: tx.insert_many(conn, jobs, now))
 
     async def job_claim(self, params: ClaimParams) -> list[Job]:
-        jobs, rescued = await self._writer.run(lambda conn: tx.claim(conn, params))
+        jobs, rescued, released = await self._writer.run(lambda conn: tx.claim(conn, params))
         # Committed now: a lease the claim's rescue failed for good ends that job.
         ended = [job.id for job in rescued if job.status in TERMINAL]
-        if ended:
-            for on_finished in self._on_finished:
-                on_finished(ended)
+        self._tell(Released(released.ready, ended + released.cancelled))
         return jobs
 
     def subscribe_finished(self, on_finished: Callable[[Iterable[int] | None], None]) -> None:
-        """Call ``on_finished`` with the ids of jobs a claim finished on its way (a lease
-        rescued for good), which the service that asked for the claim does not see."""
+        """Call ``on_finished`` with the ids of jobs that finished where the service did
+        not see it: a lease a claim rescued for good on its way, a dependent that a
+        dependency's failure cancelled."""
         self._on_finished.append(on_finished)
+
+    def subscribe(self, on_ready: Callable[[], None]) -> None:
+        """Call ``on_ready`` when a write made waiting jobs pending (their last dependency
+        ended), which the service that asked for the write does not see."""
+        self._on_ready.append(on_ready)
+
+    def _tell(self, released: Released) -> None:
+        """Tell the subscribers what a committed write did to jobs beside its own."""
+        if released.ready:
+            for on_ready in self._on_ready:
+                on_ready()
+        if released.cancelled:
+            for on_finished in self._on_finished:
+                on_finished(released.cancelled)
 
     async def job_heartbeat(self, held: HeldParams) -> Job:
         args = held_params(held)
@@ -150,24 +169,27 @@ class SqliteStorage(SqlReads):
     async def job_finish_many(
         self, items: Sequence[FinishParams], with_jobs: bool = True
     ) -> list[Job | Finished | QueueError]:
-        outcomes = await self._writer.run(lambda conn: tx.finish_many(conn, items))
+        outcomes, released = await self._writer.run(lambda conn: tx.finish_many(conn, items))
+        self._tell(released)
         made = job_from_row if with_jobs else finished
         return [o if isinstance(o, QueueError) else made(o) for o in outcomes]
 
     async def job_rescue_expired(
         self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500
     ) -> list[Job]:
-        return await self._writer.run(lambda conn: tx.rescue(conn, now, retry_at, limit))
+        rescued, released = await self._writer.run(
+            lambda conn: tx.rescue(conn, now, retry_at, limit)
+        )
+        self._tell(released)
+        return rescued
 
     async def job_cancel(self, job_id: int, actor: str, now: datetime) -> Job:
-        return await self._writer.run(
-            lambda conn: tx.transition(conn, "job_cancel", job_id, actor, now, EventKind.CANCELLED)
-        )
+        job, released = await self._writer.run(lambda conn: tx.cancel(conn, job_id, actor, now))
+        self._tell(released)
+        return job
 
     async def job_requeue(self, job_id: int, actor: str, now: datetime) -> Job:
-        return await self._writer.run(
-            lambda conn: tx.transition(conn, "job_requeue", job_id, actor, now, EventKind.REQUEUED)
-        )
+        return await self._writer.run(lambda conn: tx.requeue(conn, job_id, actor, now))
 
     async def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int:
         return await self._writer.run(lambda conn: tx.prune(conn, cutoffs, limit))

@@ -12,7 +12,7 @@ from typing import Any
 from queuelog.clock import to_micros
 from queuelog.errors import InvalidState, NotFound, QueueError
 from queuelog.models import EventKind, Job, JobStatus, TypeEventKind
-from queuelog.storage import flow
+from queuelog.storage import flow, workflows
 from queuelog.storage import statements as st
 from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
@@ -25,6 +25,7 @@ from queuelog.storage.rows import (
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
 from queuelog.storage.unique import insert_each
+from queuelog.storage.workflows import Released
 
 PACKAGE = "queuelog.storage.sqlite"
 Q = load_queries(PACKAGE)
@@ -44,6 +45,15 @@ def apply_migrations(conn: sqlite3.Connection) -> None:
         for statement in _statements(sql):
             conn.execute(statement)
         conn.execute(Q["migration_record"], {"version": version})
+        _read_schema_again(conn)
+
+
+def _read_schema_again(conn: sqlite3.Connection) -> None:
+    """Have ``conn`` read the schema again before its next statement, by a new schema
+    version: a migration that edits a table's definition in place (0009) is then seen by
+    the migrations after it, whose ALTER TABLE works from the definition as stored."""
+    version = int(conn.execute("PRAGMA schema_version").fetchone()[0])
+    conn.execute(f"PRAGMA schema_version = {version + 1}")
 
 
 def _statements(sql: str) -> list[str]:
@@ -79,6 +89,15 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
 def insert_many(
     conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
 ) -> list[tuple[Job, bool]]:
+    made = _insert(conn, jobs, now)
+    if any(new.waits for new in jobs):
+        return workflows.settle_new(_Sql(conn), jobs, made, now)
+    return made
+
+
+def _insert(
+    conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
+) -> list[tuple[Job, bool]]:
     if any(new.unique_key is not None for new in jobs):
         # Job by job: a unique key's holder decides, and may be an earlier job of the batch.
         each = insert_each(lambda name, args: conn.execute(Q[name], args), jobs, now)
@@ -86,7 +105,7 @@ def insert_many(
     query, args = insert_statement(jobs, now)
     rows = conn.execute(Q[query], args).fetchall()
     # Each inserted job's 'enqueued' event was written by the insert (the
-    # jobs_enqueued trigger, migration 0004).
+    # jobs_enqueued trigger, migrations 0004 and 0009).
     return match_inserted(jobs, now, rows, partial(_existing, conn))
 
 
@@ -99,8 +118,9 @@ def _existing(conn: sqlite3.Connection, new: NewJob) -> tuple[Job, bool]:
 
 def rescue(
     conn: sqlite3.Connection, now: datetime, retry_at: Callable[[Job], datetime], limit: int
-) -> list[Job]:
-    """Fail (or retry) the leases past their deadline; the jobs rescued."""
+) -> tuple[list[Job], Released]:
+    """Fail (or retry) the leases past their deadline; the jobs rescued, and the
+    dependents of those that failed for good."""
     expired = [
         job_from_row(r)
         for r in conn.execute(Q["job_expired_leases"], {"now": to_micros(now), "limit": limit})
@@ -111,11 +131,12 @@ def rescue(
         outcome = finish(conn, params, kind=EventKind.LEASE_EXPIRED, actor="queuelog")
         if not isinstance(outcome, QueueError):
             rescued.append(job_from_row(outcome))
-    return rescued
+    return rescued, workflows.release(_Sql(conn), rescued, now)
 
 
-class _FlowSql:
-    """The flow claim's queries on the write connection, whose lock serialises claims."""
+class _Sql:
+    """Named queries on the write connection, whose lock serialises every writer (the flow
+    claim's, a workflow's)."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
@@ -133,12 +154,13 @@ class _FlowSql:
         """Nothing to take: the group's transaction holds the database's write lock."""
 
 
-def claim(conn: sqlite3.Connection, params: ClaimParams) -> tuple[list[Job], list[Job]]:
+def claim(conn: sqlite3.Connection, params: ClaimParams) -> tuple[list[Job], list[Job], Released]:
     """Claim up to ``params.limit`` ready jobs, in claim order, within the types' limits;
-    and the jobs whose expired leases the claim rescued first."""
-    rescued = []
+    and the jobs whose expired leases the claim rescued first, with what that released."""
+    rescued: list[Job] = []
+    released = Released()
     if params.retry_at is not None:
-        rescued = rescue(conn, params.now, params.retry_at, limit=500)
+        rescued, released = rescue(conn, params.now, params.retry_at, limit=500)
     conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
     paused = {r["type"] for r in conn.execute(Q["type_paused"])}
     types = flow.scope(params, paused)
@@ -146,12 +168,12 @@ def claim(conn: sqlite3.Connection, params: ClaimParams) -> tuple[list[Job], lis
         args = st.claim_params(params, types_json(params.types))
         rows = conn.execute(Q["job_claim"], args).fetchall()
     else:
-        rows = flow.claim(_FlowSql(conn), params, types, paused)
+        rows = flow.claim(_Sql(conn), params, types, paused)
     jobs = [job_from_row(r) for r in rows]
     jobs.sort(key=st.claim_order)
     if jobs:
         conn.execute(Q["event_insert_each"], st.claimed_events(jobs, params))
-    return jobs, rescued
+    return jobs, rescued, released
 
 
 def finish(
@@ -169,19 +191,41 @@ def finish(
     return row
 
 
-def finish_many(conn: sqlite3.Connection, items: Sequence[FinishParams]) -> list[Row | QueueError]:
-    """Finish every item under its own guard: a batch of completions in one statement.
+def finish_many(
+    conn: sqlite3.Connection, items: Sequence[FinishParams]
+) -> tuple[list[Row | QueueError], Released]:
+    """Finish every item under its own guard: a batch of completions in one statement;
+    then release the dependents of the jobs that ended.
 
     Each finished item is answered by its job's row: the store makes a Job of it only
     when the answer carries the job.
     """
+    if not items:
+        return [], Released()
     params = st.complete_batch_params(items)
     if params is None:
-        return [finish(conn, item) for item in items]
-    rows = conn.execute(Q["job_complete_batch"], params).fetchall()
-    if rows:
-        conn.execute(Q["event_insert_each"], st.completed_events(rows, items))
-    return st.match_completed(items, rows, lambda item: st.guard_failure(get(conn, item.job_id)))
+        outcomes = [finish(conn, item) for item in items]
+    else:
+        rows = conn.execute(Q["job_complete_batch"], params).fetchall()
+        if rows:
+            conn.execute(Q["event_insert_each"], st.completed_events(rows, items))
+        outcomes = st.match_completed(
+            items, rows, lambda item: st.guard_failure(get(conn, item.job_id))
+        )
+    ended = [o for o in outcomes if not isinstance(o, QueueError)]
+    return outcomes, workflows.release(_Sql(conn), ended, items[0].now)
+
+
+def cancel(
+    conn: sqlite3.Connection, job_id: int, actor: str, now: datetime
+) -> tuple[Job, Released]:
+    job = transition(conn, "job_cancel", job_id, actor, now, EventKind.CANCELLED)
+    return job, workflows.release(_Sql(conn), [job], now)
+
+
+def requeue(conn: sqlite3.Connection, job_id: int, actor: str, now: datetime) -> Job:
+    job = transition(conn, "job_requeue", job_id, actor, now, EventKind.REQUEUED)
+    return workflows.redrive(_Sql(conn), [job], actor, now)[0]
 
 
 def transition(
@@ -203,6 +247,7 @@ def requeue_failed(conn: sqlite3.Connection, job_type: str, actor: str, now: dat
     jobs = [job_from_row(r) for r in conn.execute(Q["job_requeue_failed"], args)]
     events = [event_params(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
     record(conn, events)
+    workflows.redrive(_Sql(conn), jobs, actor, now)
     return len(jobs)
 
 
@@ -229,6 +274,7 @@ def prune(conn: sqlite3.Connection, cutoffs: Mapping[JobStatus, datetime], limit
         args = {"status": status.value, "cutoff": to_micros(cutoff), "limit": limit}
         ids += [{"id": r["id"]} for r in conn.execute(Q["job_prunable"], args)]
     conn.executemany(Q["job_events_delete"], ids)
+    conn.executemany(Q["job_dependencies_delete"], ids)
     conn.executemany(Q["job_delete"], ids)
     return len(ids)
 

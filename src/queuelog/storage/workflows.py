@@ -1,0 +1,233 @@
+"""Jobs that wait for other jobs, as both SQL backends keep them: made waiting, released
+when their dependencies end, brought back when a failed dependency is redriven.
+
+A waiting job counts what it still waits for (``deps_left``): each dependency not
+completed, except that with ``on_dependency_failure = "run"`` a dependency that failed
+or was cancelled has ended too. ``job_dependencies`` holds one row per (job,
+dependency), indexed by the dependency, and a job that any other depends on is marked
+``has_dependents``: the transition that ends such a job (complete, fail for good,
+cancel, a lease rescued for good) runs ``release`` in its own transaction, one
+set-based statement per level: no later sweep discovers ready jobs, so a graph never
+stalls on a lost message. A job that nobody depends on ends as it always did.
+
+On PostgreSQL, an insert locks the dependencies it names (``job_dependency_hold``)
+before reading their status, so a dependency that ends on another node meanwhile
+either ended first (and is read as ended) or waits for the insert to commit and then
+finds the new dependent. Two dependencies of one job that end at once count off in
+turn under the job's row lock.
+
+Each step is a named query both ``queries.sql`` hold, run through ``WorkflowSql``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from queuelog.clock import to_micros
+from queuelog.errors import ValidationFailed
+from queuelog.models import TERMINAL, DependencyFailure, EventKind, Job, JobStatus
+from queuelog.storage.protocol import NewJob
+from queuelog.storage.rows import Row, event_params, job_from_row, json_param
+from queuelog.storage.statements import each_event_params
+
+# The actor of the transitions a dependency's end makes.
+ACTOR = "queuelog"
+_FAILED = frozenset({JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+class WorkflowSql(Protocol):
+    """What a backend gives: its named queries on the transaction's connection."""
+
+    def rows(self, name: str, args: dict[str, Any]) -> list[Row]: ...
+    def run(self, name: str, args: dict[str, Any]) -> None: ...
+    def ids(self, ids: list[int]) -> Any: ...
+
+
+@dataclass
+class Released:
+    """The waiting jobs a transaction moved: made pending, or cancelled."""
+
+    ready: list[int] = field(default_factory=list)
+    cancelled: list[int] = field(default_factory=list)
+
+
+def unfinished(status: JobStatus, mode: DependencyFailure | None) -> bool:
+    """Whether a dependency in ``status`` still holds back a job in ``mode``."""
+    if status is JobStatus.COMPLETED:
+        return False
+    return mode is not DependencyFailure.RUN or status not in _FAILED
+
+
+# -- making waiting jobs ----------------------------------------------------------
+
+
+def settle_new(
+    sql: WorkflowSql, jobs: Sequence[NewJob], made: Sequence[tuple[Job, bool]], now: datetime
+) -> list[tuple[Job, bool]]:
+    """The jobs of an insert once those made waiting took their dependencies: still
+    waiting, or pending (``ready``), or cancelled (``dependency_failed``) at once."""
+    waiting = [
+        (index, new, job)
+        for index, (new, (job, created)) in enumerate(zip(jobs, made, strict=True))
+        if created and new.waits
+    ]
+    if not waiting:
+        return list(made)
+    deps_of = {job.id: _dependencies(new, made) for _, new, job in waiting}
+    wanted = sorted({dep for deps in deps_of.values() for dep in deps})
+    held = sql.rows("job_dependency_hold", {"ids": sql.ids(wanted)})
+    status_of = {int(r["id"]): JobStatus(r["status"]) for r in held}
+    for index, new, _ in waiting:
+        missing = [dep for dep in new.depends_on if dep not in status_of]
+        if missing:  # gone since the service looked (pruned)
+            detail = f"depends_on names job {missing[0]}, which does not exist"
+            raise ValidationFailed(detail, index=index)
+    # In order: a later job of the batch sees what an earlier one became.
+    settled = [_settled(new, job, deps_of[job.id], status_of) for _, new, job in waiting]
+    pairs = [[job_id, dep] for job_id, deps in deps_of.items() for dep in deps]
+    sql.run("job_dependency_insert", {"pairs": json_param(pairs)})
+    rows = sql.rows("job_settle", {"jobs": json_param(settled), "now": to_micros(now)})
+    after = {job.id: job for job in map(job_from_row, rows)}
+    _record_settled(sql, list(after.values()), status_of, now)
+    return [(after.get(job.id, job), created) for job, created in made]
+
+
+def _dependencies(new: NewJob, made: Sequence[tuple[Job, bool]]) -> list[int]:
+    """The ids ``new`` waits for, once each (an item may name a job an id names too)."""
+    ids = [*new.depends_on, *(made[index][0].id for index in new.depends_on_items)]
+    return list(dict.fromkeys(ids))
+
+
+def _settled(
+    new: NewJob, job: Job, deps: list[int], status_of: dict[int, JobStatus]
+) -> dict[str, Any]:
+    mode = new.on_dependency_failure
+    failed = next((dep for dep in deps if status_of[dep] in _FAILED), None)
+    left = sum(unfinished(status_of[dep], mode) for dep in deps)
+    if mode is DependencyFailure.CANCEL and failed is not None:
+        status = JobStatus.CANCELLED
+    else:
+        status = JobStatus.WAITING if left else JobStatus.PENDING
+        failed = None
+    status_of[job.id] = status
+    return {
+        "id": job.id,
+        "status": status.value,
+        "deps_left": left,
+        "depends_on": json_param(deps),
+        "cancelled_by": failed,
+    }
+
+
+def _record_settled(
+    sql: WorkflowSql, jobs: list[Job], status_of: dict[int, JobStatus], now: datetime
+) -> None:
+    events = []
+    for job in jobs:
+        if job.status is JobStatus.PENDING:
+            events.append(event_params(job, now, EventKind.READY, JobStatus.WAITING, ACTOR))
+        elif job.status is JobStatus.CANCELLED:
+            cause = next(dep for dep in job.depends_on if status_of[dep] in _FAILED)
+            detail = f"job {cause} {status_of[cause].value}"
+            kind = EventKind.DEPENDENCY_FAILED
+            events.append(event_params(job, now, kind, JobStatus.WAITING, ACTOR, detail))
+    if events:
+        sql.run("event_insert_many", {"events": json_param(events)})
+
+
+# -- the end of a dependency ------------------------------------------------------
+
+
+def release(sql: WorkflowSql, ended: Iterable[Job | Row], now: datetime) -> Released:
+    """Release the waiting dependents of the ``ended`` jobs (those that ended: completed,
+    failed for good or cancelled), level by level through the cancellations."""
+    released = Released()
+    level = dict(_endings(ended))
+    while level:
+        failed = [job_id for job_id, status in level.items() if status in _FAILED]
+        args = {"ids": sql.ids(failed), "now": to_micros(now)}
+        cancelled = sql.rows("job_cancel_dependents", args) if failed else []
+        args = {"ids": sql.ids(list(level)), "now": to_micros(now)}
+        rows = sql.rows("job_release_dependents", args)
+        ready = [int(r["id"]) for r in rows if r["status"] == JobStatus.PENDING.value]
+        _record_released(sql, cancelled, ready, level, now)
+        released.cancelled += [int(r["id"]) for r in cancelled]
+        released.ready += ready
+        level = {int(r["id"]): JobStatus.CANCELLED for r in cancelled if r["has_dependents"]}
+    return released
+
+
+def _endings(jobs: Iterable[Job | Row]) -> Iterable[tuple[int, JobStatus]]:
+    """``(id, status)`` of each job that ended and that another job depends on."""
+    for job in jobs:
+        if isinstance(job, Job):
+            if job.has_dependents and job.status in TERMINAL:
+                yield job.id, job.status
+        elif job["has_dependents"] and job["status"] in _TERMINAL_VALUES:
+            yield int(job["id"]), JobStatus(job["status"])
+
+
+_TERMINAL_VALUES = frozenset(status.value for status in TERMINAL)
+
+
+def _record_released(
+    sql: WorkflowSql,
+    cancelled: list[Row],
+    ready: list[int],
+    level: dict[int, JobStatus],
+    now: datetime,
+) -> None:
+    _record_each(sql, ready, EventKind.READY, ACTOR, now)
+    events = []
+    for row in cancelled:
+        cause = int(row["cancelled_by"])
+        detail = f"job {cause} {level[cause].value}"
+        kind = EventKind.DEPENDENCY_FAILED
+        events.append(event_params(row, now, kind, JobStatus.WAITING, ACTOR, detail))
+    if events:
+        sql.run("event_insert_many", {"events": json_param(events)})
+
+
+# -- a redrive --------------------------------------------------------------------
+
+
+def redrive(sql: WorkflowSql, requeued: Sequence[Job], actor: str, now: datetime) -> list[Job]:
+    """After ``requeued`` jobs went back from failed or cancelled: the jobs their failure
+    cancelled wait again, recursively (event ``requeued``), unless another dependency of
+    theirs failed too (a redrive of that one brings them back), and every waiting job
+    whose dependencies changed counts again what it waits for. The requeued jobs as they
+    are then: a job with dependencies waits, unless none is left (then it is ``ready``)."""
+    counted = [job.id for job in requeued if job.status is JobStatus.WAITING]
+    level = [job.id for job in requeued]
+    while level:
+        ids = sql.ids(level)
+        back = sql.rows("job_reinstate_dependents", {"ids": ids, "now": to_micros(now)})
+        sql.run("job_cancel_moved", {"ids": ids})
+        _record_each(sql, [int(r["id"]) for r in back], EventKind.REQUEUED, actor, now)
+        counted += [int(r["id"]) for r in sql.rows("job_waiting_dependents", {"ids": ids})]
+        level = [int(r["id"]) for r in back if r["has_dependents"]]
+    if not counted:
+        return list(requeued)
+    sql.run("job_recount", {"ids": sql.ids(counted)})
+    rows = sql.rows("job_ready_counted", {"ids": sql.ids(counted), "now": to_micros(now)})
+    ready = {job.id: job for job in map(job_from_row, rows)}
+    _record_each(sql, list(ready), EventKind.READY, ACTOR, now)
+    return [ready.get(job.id, job) for job in requeued]
+
+
+_MOVES = {
+    EventKind.READY: (JobStatus.WAITING, JobStatus.PENDING),
+    EventKind.REQUEUED: (JobStatus.CANCELLED, JobStatus.WAITING),
+}
+
+
+def _record_each(
+    sql: WorkflowSql, ids: list[int], kind: EventKind, actor: str, now: datetime
+) -> None:
+    """One ``kind`` event (a job made ready, or brought back to wait) for each of ``ids``."""
+    if ids:
+        before, after = _MOVES[kind]
+        sql.run("event_insert_each", each_event_params(ids, now, kind, before, after, actor))

@@ -1,0 +1,58 @@
+"""Workflows as the service sees them: which jobs an enqueue may wait for, and a job's
+dependencies. The storage keeps the graph and moves waiting jobs in the transactions
+that end their dependencies (storage/workflows.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from queuelog.errors import ValidationFailed
+from queuelog.models import ApiKey, Job
+from queuelog.specs import EnqueueSpec
+from queuelog.storage.protocol import Storage
+
+Visible = Callable[[ApiKey, Job], bool]
+
+
+class Workflows:
+    def __init__(self, storage: Storage, visible: Visible) -> None:
+        """Args:
+        storage: the backend.
+        visible: whether a caller may see a job (the service's rule).
+        """
+        self.storage = storage
+        self._visible = visible
+
+    async def check(self, caller: ApiKey, specs: Sequence[EnqueueSpec], batch: bool) -> None:
+        """Refuse (422, naming the batch item) a ``depends_on`` id that names no job the
+        caller may see: a job of another producer is refused as a missing one is, so
+        the answer never tells that it exists."""
+        wanted = sorted({dep for spec in specs for dep in spec.depends_on})
+        if not wanted:
+            return
+        found = {job.id: job for job in await self.storage.job_get_many(wanted)}
+        for index, spec in enumerate(specs):
+            for place, dep in enumerate(spec.depends_on):
+                job = found.get(dep)
+                if job is None or not self._visible(caller, job):
+                    raise _unseen(dep, place, index if batch else None)
+
+    async def dependencies(self, job: Job) -> list[Job]:
+        """The jobs ``job`` depends on, in the order it named them (a pruned one left out:
+        retention keeps them only while a job that depends on them is active)."""
+        found = {dep.id: dep for dep in await self.storage.job_get_many(job.depends_on)}
+        return [found[dep] for dep in job.depends_on if dep in found]
+
+
+def _unseen(dep: int, place: int, index: int | None) -> ValidationFailed:
+    where: dict[str, Any] = {}
+    loc: list[str | int] = ["body", "depends_on", place]
+    if index is not None:
+        where["index"] = index
+        loc = ["body", "jobs", index, "depends_on", place]
+    return ValidationFailed(
+        f"depends_on names no job this key may see: {dep}",
+        errors=[{"loc": loc, "msg": "no such job"}],
+        **where,
+    )

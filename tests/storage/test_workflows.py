@@ -1,0 +1,87 @@
+"""Workflows in the storage, on every backend: waiting jobs are made in their insert's
+transaction and released in the transaction that ends their last dependency."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from queuelog.errors import ValidationFailed
+from queuelog.models import DependencyFailure, EventKind, JobStatus
+from queuelog.storage.protocol import JobListParams, NewJob, Storage
+from tests.storage.test_conformance import T0, claim, finish, new_job
+
+pytestmark = pytest.mark.anyio
+
+FAN_OUT = 10_000
+
+
+def waiting_on(*ids: int, items: tuple[int, ...] = (), run: bool = False) -> NewJob:
+    mode = DependencyFailure.RUN if run else DependencyFailure.CANCEL
+    return replace(new_job(), depends_on=ids, depends_on_items=items, on_dependency_failure=mode)
+
+
+async def test_a_job_with_dependencies_is_made_waiting_and_never_claimed(store: Storage) -> None:
+    ((a, _),) = await store.job_insert_many([new_job()], T0)
+    ((b, created),) = await store.job_insert_many([waiting_on(a.id)], T0)
+    assert created and b.status is JobStatus.WAITING and b.depends_on == (a.id,)
+    assert b.on_dependency_failure is DependencyFailure.CANCEL
+    assert [j.id for j in await claim(store, limit=10)] == [a.id]
+    events = await store.job_events(b.id)
+    assert [(e.event, e.to_status) for e in events] == [(EventKind.ENQUEUED, JobStatus.WAITING)]
+
+
+async def test_an_insert_naming_a_missing_job_stores_nothing(store: Storage) -> None:
+    jobs = [new_job(), waiting_on(10_000)]
+    with pytest.raises(ValidationFailed) as refused:
+        await store.job_insert_many(jobs, T0)
+    assert refused.value.extra["index"] == 1
+    assert await store.job_list(JobListParams(limit=10)) == []
+
+
+async def test_items_name_earlier_items_of_the_same_insert(store: Storage) -> None:
+    jobs = [new_job(), waiting_on(items=(0,)), waiting_on(items=(0, 1))]
+    made = await store.job_insert_many(jobs, T0)
+    a, b, c = (job for job, _ in made)
+    assert (b.depends_on, c.depends_on) == ((a.id,), (a.id, b.id))
+    listed = await store.job_list(JobListParams(limit=10, depends_on=a.id))
+    assert [job.id for job in listed] == [c.id, b.id]
+
+
+async def test_the_end_of_a_job_releases_its_dependents_in_its_transaction(
+    store: Storage,
+) -> None:
+    ((a, _), (b, _)) = await store.job_insert_many([new_job(), new_job()], T0)
+    jobs = [waiting_on(a.id), waiting_on(a.id, b.id, run=True), waiting_on(a.id, b.id)]
+    made = await store.job_insert_many(jobs, T0)
+    only_a, both_run, both = (job.id for job, _ in made)
+    first, second = await claim(store, limit=2)
+    await finish(store, first)
+    await finish(store, second, error="boom", retryable=False)
+    found = {job.id: job.status for job in await store.job_get_many([only_a, both_run, both])}
+    assert found == {
+        only_a: JobStatus.PENDING,
+        both_run: JobStatus.PENDING,
+        both: JobStatus.CANCELLED,
+    }
+
+
+async def test_completing_a_job_with_ten_thousand_dependents_is_one_call(
+    store: Storage, record_property: pytest.RecordProperty
+) -> None:
+    ((a, _),) = await store.job_insert_many([new_job()], T0)
+    await store.job_insert_many([waiting_on(a.id)] * FAN_OUT, T0)
+    (held,) = await claim(store)
+    started = time.perf_counter()
+    await finish(store, held)  # one transaction: the completion and every release
+    seconds = time.perf_counter() - started
+    # Recorded, never asserted: a shared machine's speed says nothing of the code.
+    record_property("fan_out_release_seconds", round(seconds, 3))
+    print(f"\ncompleting a job with {FAN_OUT:,} dependents took {seconds:.3f} s")
+    stats = await store.job_stats(T0)
+    assert stats.counts.get(("pending", "noop")) == FAN_OUT
+    assert stats.counts.get(("waiting", "noop")) is None
+    counts = await store.job_event_counts(T0, T0.replace(year=2027), 86_400 * 365)
+    assert {c.event: c.count for c in counts}[EventKind.READY] == FAN_OUT
