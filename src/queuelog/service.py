@@ -9,13 +9,7 @@ from datetime import datetime, timedelta
 
 from queuelog.clock import Clock
 from queuelog.config import JobTypeConfig, Settings
-from queuelog.errors import (
-    Forbidden,
-    NotFound,
-    PayloadTooLarge,
-    QueueError,
-    UnknownJobType,
-)
+from queuelog.errors import Forbidden, NotFound, PayloadTooLarge, QueueError, UnknownJobType
 from queuelog.flow import FlowControl
 from queuelog.intake import Intake
 from queuelog.models import (
@@ -42,13 +36,7 @@ from queuelog.specs import (
     progress_text,
     stored_json,
 )
-from queuelog.storage.protocol import (
-    ClaimParams,
-    FinishParams,
-    HeldParams,
-    JobListParams,
-    Storage,
-)
+from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, JobListParams, Storage
 from queuelog.storage.statements import guard_failure
 from queuelog.workflows import Workflows
 
