@@ -7,11 +7,16 @@ and is imported by ``queuelog serve``, never by ``import queuelog``.
 from queuelog._version import __version__
 from queuelog.client import (
     AsyncClient,
+    BodyTooLarge,
     Client,
     Fail,
     Job,
+    JobCancelled,
+    JobFailed,
+    JobTimeout,
     Retry,
     RetryPolicy,
+    ServerError,
     ServerUnavailable,
     Snooze,
     Worker,
@@ -19,11 +24,16 @@ from queuelog.client import (
 
 __all__ = [
     "AsyncClient",
+    "BodyTooLarge",
     "Client",
     "Fail",
     "Job",
+    "JobCancelled",
+    "JobFailed",
+    "JobTimeout",
     "Retry",
     "RetryPolicy",
+    "ServerError",
     "ServerUnavailable",
     "Snooze",
     "Worker",

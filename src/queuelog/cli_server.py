@@ -55,7 +55,7 @@ def _settings(config_path: str | None) -> Settings:
 def _open(settings: Settings) -> Storage:
     from queuelog.storage import open_storage
 
-    if settings.sqlite_path is None:
+    if settings.database.startswith(("postgresql://", "postgres://")):
         require("postgres", "a PostgreSQL database")
     try:
         return open_storage(settings)
