@@ -30,7 +30,8 @@ pytest: $(STAMP)
 
 test: lint typecheck pytest
 
-# The tests run `bench --quick` too, so the bench extra (Huey) is always installed.
+# The tests run `bench --quick` too, so the bench extra (Huey, pgqueuer) is always installed.
+# The PostgreSQL modes use fresh schemas on $$BENCH_POSTGRES_URL (default: 127.0.0.1:5432/test).
 # Durability stays full; every load targets 127.0.0.1. Writes bench/results/latest.json.
 bench: $(STAMP)
 	$(BIN)/python -m bench

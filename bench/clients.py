@@ -36,13 +36,13 @@ def expect(response: httpx.Response, status: int = 200) -> Any:
 
 
 def fill_queue(url: str, key: str, count: int, job_type: str = "noop", groups: int = 0) -> None:
-    """Enqueue ``count`` jobs (a multiple of 500) of ``job_type`` in batches of 500; with
-    ``groups``, spread over that many groups."""
+    """Enqueue ``count`` jobs of ``job_type`` in batches of up to 500; with ``groups``,
+    spread over that many groups."""
     with client(url, key) as c:
-        for start in range(0, count - count % 500, 500):
+        for start in range(0, count, 500):
             jobs = [
                 job_body(job_type, f"g{(start + i) % groups}" if groups else None)
-                for i in range(500)
+                for i in range(min(500, count - start))
             ]
             expect(c.post("/jobs/batch", json={"jobs": jobs}))
 

@@ -61,9 +61,8 @@ def _worker(huey: Any, deadline: float, stop_when_empty: bool) -> int:
     return done
 
 
-def _measure(workdir: Path, jobs: int, seconds: float, threads: int) -> dict[str, float]:
-    huey, noop = _open(workdir / "huey.db")
-    deadline = time.monotonic() + 60
+def _enqueue(noop: Callable[..., Any], jobs: int, threads: int) -> float:
+    """Jobs per second of ``jobs`` enqueued one per call from ``threads`` threads."""
     share = jobs // threads
 
     def enqueue() -> int:
@@ -72,7 +71,18 @@ def _measure(workdir: Path, jobs: int, seconds: float, threads: int) -> dict[str
         return share
 
     enqueued, took = _threads(enqueue, threads)
-    result = {"enqueue_single": enqueued / took}
+    return enqueued / took
+
+
+def _measure(
+    workdir: Path, jobs: int, seconds: float, threads: int, one_by_one: int
+) -> dict[str, float]:
+    huey, noop = _open(workdir / "huey.db")
+    deadline = time.monotonic() + 60
+    result = {"enqueue_single": _enqueue(noop, jobs, threads)}
+    # The users' shapes: one producer thread, then a pool of 16 (drained by the burn-down).
+    result["enqueue_one"] = _enqueue(noop, one_by_one, 1)
+    result["enqueue_16"] = _enqueue(noop, one_by_one, 16)
     drained, took = _threads(lambda: _worker(huey, deadline, True), threads)
     result["burn_down"] = drained / took
     result["steady"] = _steady(huey, noop, seconds, threads)
@@ -93,19 +103,22 @@ def _steady(huey: Any, noop: Callable[..., Any], seconds: float, threads: int) -
     return done / took
 
 
-def _child(workdir: Path, jobs: int, seconds: float, threads: int, out: Any) -> None:
+def _child(workdir: Path, jobs: int, seconds: float, threads: int, one: int, out: Any) -> None:
     try:
-        out.put(_measure(workdir, jobs, seconds, threads))
+        out.put(_measure(workdir, jobs, seconds, threads, one))
     except Exception as exc:
         out.put(RuntimeError(repr(exc)))
 
 
-def huey_reference(workdir: Path, jobs: int, seconds: float, threads: int = 4) -> dict[str, float]:
-    """Huey's jobs per second: enqueue one by one, burn-down, steady state."""
+def huey_reference(
+    workdir: Path, jobs: int, seconds: float, one_by_one: int, threads: int = 4
+) -> dict[str, float]:
+    """Huey's jobs per second: enqueue one by one (from ``threads`` threads, then
+    ``one_by_one`` jobs from one thread and from 16), burn-down, steady state."""
     workdir.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("fork")
     out = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(workdir, jobs, seconds, threads, out))
+    proc = ctx.Process(target=_child, args=(workdir, jobs, seconds, threads, one_by_one, out))
     proc.start()
     try:
         result = out.get(timeout=150)

@@ -20,6 +20,15 @@ ROWS = [
     ("workflow, fan-in of 1,000 jobs -> 1", "workflows", "fan_in_jobs_per_s", None),
 ]
 
+# The users' shapes (bench/shapes.py), on both backends: (label, key, Huey's key or None).
+SHAPES = [
+    ("SDK enqueue, one by one, 1 producer", "enqueue_one", "enqueue_one"),
+    ("SDK enqueue, one by one, 16 threads", "enqueue_16", "enqueue_16"),
+    ("burn-down, SDK Worker's defaults", "burn_down", "burn_down"),
+    ("steady, 1 SDK producer + 4 Workers", "steady", "steady"),
+    ("bulk, batches of 500", "bulk", None),
+]
+
 # (name, section, key, bound, "min" or "max")
 GOALS = [
     ("burn-down, SDK Worker >= 8,600 jobs/s", "burn_down", "sdk_worker", 8600, "min"),
@@ -32,26 +41,61 @@ GOALS = [
     ("limits that never bind >= 0.9x none", "flow", "never_binds_ratio", 0.9, "min"),
     ("server RSS <= 150 MB", "rss", "peak_mb", 150, "max"),
     ("200 awaiting requests slow claims <= 10 %", "waiting", "slowdown_pct", 10, "max"),
+    ("SQLite enqueue 1 by 1 >= 1.0x pgqueuer", "ratios", "sqlite.enqueue_one/pgq", 1, "min"),
+    ("SQLite steady >= 1.0x Huey", "ratios", "sqlite.steady/huey", 1.0, "min"),
+    ("SQLite Worker burn-down >= 2x best peer", "ratios", "sqlite.burn_down/best", 2, "min"),
+    ("SQLite claim 50 burn-down >= 2x best peer", "ratios", "batched_50/best", 2, "min"),
+    *[
+        (f"PostgreSQL {key} >= {bound}x pgqueuer", "ratios", f"postgres.{key}/pgq", bound, "min")
+        for key, bound in (
+            ("enqueue_one", 1.0),
+            ("enqueue_16", 1.0),
+            ("steady", 1.0),
+            ("burn_down", 1.5),
+            ("bulk", 1.0),
+        )
+    ],
 ]
 
 
 def ratios(results: dict[str, Any]) -> dict[str, float]:
-    huey = results.get("huey")
-    if not huey:
-        return {}
+    huey = results.get("huey") or {}
     out = {}
     for _, section, key, huey_key in ROWS:
         value = results.get(section, {}).get(key)
         if value is not None and huey_key and huey.get(huey_key):
             out[f"{section}.{key}"] = round(value / huey[huey_key], 2)
+    out.update(_shape_ratios(results))
+    return out
+
+
+def _shape_ratios(results: dict[str, Any]) -> dict[str, float]:
+    """The users' shapes against Huey (``/huey``, SQLite) and pgqueuer (``/pgq``, both
+    backends), and the burn-downs against the best peer's (``/best``)."""
+    refs = {"huey": results.get("huey") or {}, "pgq": results.get("pgqueuer") or {}}
+    peers = [r["burn_down"] for r in refs.values() if r.get("burn_down")]
+    out = {}
+    for backend, figures in (results.get("users") or {}).items():
+        for _, key, _huey_key in SHAPES:
+            for name, ref in refs.items():
+                if name == "huey" and backend != "sqlite":
+                    continue
+                if figures.get(key) is not None and ref.get(key):
+                    out[f"{backend}.{key}/{name}"] = round(figures[key] / ref[key], 2)
+        if peers and figures.get("burn_down") is not None:
+            out[f"{backend}.burn_down/best"] = round(figures["burn_down"] / max(peers), 2)
+    batched = results.get("burn_down", {}).get("batched_50")
+    if peers and batched is not None:
+        out["batched_50/best"] = round(batched / max(peers), 2)
     return out
 
 
 def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each goal, met or not; None where its figure was not measured in this run."""
     out = []
     for name, section, key, bound, kind in GOALS:
         value = results.get(section, {}).get(key)
-        met = value is not None and (value >= bound if kind == "min" else value <= bound)
+        met = None if value is None else (value >= bound if kind == "min" else value <= bound)
         out.append({"goal": name, "value": value, "met": met})
     return out
 
@@ -91,11 +135,41 @@ def render(results: dict[str, Any]) -> str:
             f"fan-in of 1,000 jobs -> 1: {flows['fan_in_seconds']} s end to end; completing a "
             f"job {flows['fan_out_jobs']:,} jobs wait for: {flows['fan_out_complete_ms']} ms"
         )
-    lines.append(f"server peak RSS: {results.get('rss', {}).get('peak_mb')} MB\n")
+    lines.append(f"server peak RSS: {results.get('rss', {}).get('peak_mb')} MB")
+    lines.append(render_shapes(results))
     for goal in results.get("goals", []):
-        mark = "met" if goal["met"] else "MISSED"
+        mark = {True: "met", False: "MISSED", None: "-"}[goal["met"]]
         lines.append(f"  [{mark:>6}] {goal['goal']} (measured {goal['value']})")
     return "\n".join(lines)
+
+
+def render_shapes(results: dict[str, Any]) -> str:
+    """The users' shapes: each backend's jobs/s, the references', and the ratios."""
+    users = results.get("users") or {}
+    if not users:
+        return ""
+    sq, pg = users.get("sqlite", {}), users.get("postgres", {})
+    huey, pgq = results.get("huey") or {}, results.get("pgqueuer") or {}
+    rate = results.get("ratios", {})
+    head = ["SQLite", "PG", "Huey", "pgqueuer", "SQ/Huey", "SQ/pgq", "PG/pgq"]
+    lines = [f"\n{'users shapes, jobs/s':<38}" + "".join(f"{h:>9}" for h in head)]
+    for label, key, huey_key in SHAPES:
+        cells = [
+            _or_dash(sq.get(key), ",.0f"),
+            _or_dash(pg.get(key), ",.0f"),
+            _or_dash(huey.get(huey_key) if huey_key else None, ",.0f"),
+            _or_dash(pgq.get(key), ",.0f"),
+            *(
+                _or_dash(rate.get(f"{name}/{ref}"), ".2f")
+                for name, ref in (
+                    (f"sqlite.{key}", "huey"),
+                    (f"sqlite.{key}", "pgq"),
+                    (f"postgres.{key}", "pgq"),
+                )
+            ),
+        ]
+        lines.append(f"{label:<38}" + "".join(f"{c:>9}" for c in cells))
+    return "\n".join(lines) + "\n"
 
 
 def _or_dash(value: float | None, spec: str) -> str:
@@ -115,6 +189,8 @@ SPREAD = [
     ("huey", "enqueue_single", True),
     ("huey", "burn_down", True),
     ("huey", "steady", True),
+    *[("users", f"{b}.{key}", True) for b in ("sqlite", "postgres") for _, key, _ in SHAPES],
+    *[("pgqueuer", key, True) for _, key, _ in SHAPES],
 ]
 
 
@@ -123,12 +199,18 @@ def spread(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     rows = [*SPREAD, *[("ratios", key, True) for key in runs[0].get("ratios", {})]]
     out = {}
     for section, key, higher in rows:
-        values = [r.get(section, {}).get(key) for r in runs]
-        values = [v for v in values if v is not None]
+        values = [v for r in runs if (v := _figure(r, section, key)) is not None]
         if values:
             best, worst = (max, min) if higher else (min, max)
             out[f"{section}.{key}"] = {"best": best(values), "worst": worst(values), "all": values}
     return out
+
+
+def _figure(results: dict[str, Any], section: str, key: str) -> Any:
+    if section == "users":  # users.<backend>.<shape>
+        backend, _, key = key.partition(".")
+        return (results.get("users") or {}).get(backend, {}).get(key)
+    return results.get(section, {}).get(key)
 
 
 def render_spread(summary: dict[str, dict[str, Any]]) -> str:

@@ -1,4 +1,5 @@
-"""A real ``queuelog serve`` process on a temporary SQLite file, with bench keys."""
+"""A real ``queuelog serve`` process on a temporary SQLite file (or a PostgreSQL schema),
+with bench keys."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ import httpx
 from queuelog.auth import KeyRing
 from queuelog.clock import SystemClock
 from queuelog.models import Priority, Role
+from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.sqlite.store import SqliteStorage
 
 BIN = Path(sys.executable).parent / "queuelog"
 
 CONFIG = """
-database = "sqlite:///{db}"
+database = "{database}"
 durability = "full"
 [limits]
 rate_per_second = 0
@@ -58,14 +60,21 @@ class Keys:
     worker: str
 
 
-def prepare_database(workdir: Path, flow: bool = False) -> tuple[Path, Keys]:
+def prepare_database(
+    workdir: Path, flow: bool = False, database: str | None = None
+) -> tuple[Path, Keys]:
     """Write the config (with ``flow``, the limited types too), migrate the database
-    and create the bench's keys."""
+    and create the bench's keys. ``database``: a PostgreSQL URL (of a fresh schema)
+    instead of a SQLite file in ``workdir``."""
     workdir.mkdir(parents=True, exist_ok=True)
-    db = workdir / "queuelog.db"
     config = workdir / "queuelog.toml"
-    config.write_text(CONFIG.format(db=db) + (FLOW_TYPES if flow else ""))
-    storage = SqliteStorage(db, durability="full")
+    url = database or f"sqlite:///{workdir / 'queuelog.db'}"
+    config.write_text(CONFIG.format(database=url) + (FLOW_TYPES if flow else ""))
+    storage: SqliteStorage | PostgresStorage
+    if database:
+        storage = PostgresStorage(database, durability="full")
+    else:
+        storage = SqliteStorage(workdir / "queuelog.db", durability="full")
     try:
         keys = asyncio.run(_create_keys(KeyRing(storage, SystemClock())))
     finally:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.postgres import postgres_url
+
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = {
     "enqueue",
@@ -26,6 +28,8 @@ SECTIONS = {
     "waiting",
     "workflows",
     "huey",
+    "users",
+    "pgqueuer",
     "ratios",
     "goals",
     "meta",
@@ -38,9 +42,12 @@ if os.environ.get("CI") != "true":  # in CI a missing extra fails the run instea
 @pytest.mark.slow
 def test_quick_benchmark_completes_and_writes_every_section(tmp_path: Path) -> None:
     output = tmp_path / "latest.json"
+    # The PostgreSQL modes run in fresh schemas on the tests' server (skipped without one).
+    env = {**os.environ, "BENCH_POSTGRES_URL": postgres_url()}
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--output", str(output)],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=240,
@@ -57,4 +64,13 @@ def test_quick_benchmark_completes_and_writes_every_section(tmp_path: Path) -> N
     assert {"claims_alone", "claims_beside_200_waits", "slowdown_pct"} <= results["waiting"].keys()
     flows = {"fan_in_seconds", "fan_in_jobs_per_s", "fan_out_jobs", "fan_out_complete_ms"}
     assert flows <= results["workflows"].keys()
+    shapes = {"enqueue_one", "enqueue_16", "burn_down", "steady", "bulk"}
+    for backend in ("sqlite", "postgres"):
+        assert shapes <= results["users"][backend].keys()
+    assert shapes <= results["pgqueuer"].keys()
+    assert {"enqueue_one", "enqueue_16"} <= results["huey"].keys()
+    assert {"postgres.steady/pgq", "sqlite.steady/huey", "sqlite.burn_down/best"} <= set(
+        results["ratios"]
+    )
     assert "queuelog" in done.stdout
+    assert "PG/pgq" in done.stdout
