@@ -17,6 +17,7 @@ import pytest
 
 from queuelog.client import Client, Fail, Job, Retry, Worker
 from queuelog.client.acknowledger import ACK_BYTES
+from queuelog.client.claimer import AHEAD_SECONDS
 from queuelog.models import JobStatus
 from tests.client.conftest import CONFIG, TYPES
 from tests.realserver import RealServer, closing, wait_until
@@ -376,6 +377,38 @@ def test_a_worker_claims_at_once_when_no_claimed_job_is_waiting(server: RealServ
         wait_until(lambda: len(client.limits) == 2, "a second claim", timeout=30)
         assert client.limits == [6, 2]
         assert finished() == 2
+
+
+def claims_of(worker: Worker, server: RealServer, jobs: int) -> list[int]:
+    """The limits of the claims ``worker`` sends until ``jobs`` enqueued jobs are done."""
+    with Client(server.url, server.keys["shop"]) as shop:
+        ids = [m.job.id for m in shop.enqueue_many([{"type": "noop"}] * jobs)]
+    client = _ClaimLog(server.url, server.keys["mailer"])
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        wait_until(settled(server, *ids), "every job to complete")
+    finally:
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+        client.close()
+    assert not thread.is_alive(), "the worker did not stop"
+    return client.limits
+
+
+def test_by_default_a_worker_claims_ahead_once_its_jobs_prove_short(server: RealServer) -> None:
+    worker = Worker(concurrency=2, wait_seconds=1)
+    worker.handler("noop")(lambda job: None)
+    limits = claims_of(worker, server, jobs=60)
+    assert limits[0] == 2  # nothing is known of the jobs yet: as many as the handlers
+    assert max(limits) > 2  # they finish at once: many more are claimed ahead
+
+
+def test_by_default_a_worker_claims_nothing_ahead_of_long_jobs(server: RealServer) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1)
+    # Each job takes longer than the handlers may be kept waiting for: none is held ahead.
+    worker.handler("noop")(lambda job: time.sleep(AHEAD_SECONDS * 1.2))
+    assert set(claims_of(worker, server, jobs=3)) == {1}
 
 
 def test_prefetched_jobs_not_started_by_the_deadline_are_released_unrun(

@@ -14,6 +14,12 @@ from queuelog.client.types import Job
 from queuelog.errors import QueueError
 
 CLAIM_LIMIT = 100  # the API's most jobs per claim
+# Without a fixed prefetch, a worker claims ahead the jobs its handlers would start within
+# this many seconds at the pace they have been finishing jobs: short jobs come in large
+# claims, and jobs that take longer wait for a free handler on the server, where no lease
+# is held for them.
+AHEAD_SECONDS = 0.5
+_PACE_WEIGHT = 0.2  # of the latest job in the running mean of a job's time in a handler
 
 
 class Claimer:
@@ -31,6 +37,7 @@ class Claimer:
         self._changed = threading.Condition()  # busy or waiting changed, or stopping
         self._busy = 0
         self._waiting = 0  # claimed jobs no handler has taken yet (part of busy)
+        self._pace: float | None = None  # mean seconds a handler spends on a job
         self._jobs: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self.fatal: QueueError | None = None  # why this worker cannot claim at all
 
@@ -67,9 +74,12 @@ class Claimer:
                     self._changed.notify_all()
         return running
 
-    def finished(self) -> None:
-        """A handler is done with its job: the outcome is reported or queued for sending."""
+    def finished(self, seconds: float) -> None:
+        """A handler is done with its job, after ``seconds``: the outcome is reported or
+        queued for sending."""
         with self._changed:
+            pace = self._pace
+            self._pace = seconds if pace is None else pace + _PACE_WEIGHT * (seconds - pace)
             self._busy -= 1
             if self._busy == 0 or self._claim_due():  # what the claimer and the end wait for
                 self._changed.notify_all()
@@ -87,7 +97,7 @@ class Claimer:
             self._jobs.put(None)
 
     def _room(self) -> int:
-        """Jobs to claim: free handlers, plus ``prefetch`` jobs waiting for one; waits until
+        """Jobs to claim: free handlers, plus the jobs to claim ahead; waits until
         a claim falls due (woken by ``next_job``, ``finished`` or ``stop``)."""
         with self._changed:
             self._changed.wait_for(lambda: self._stopping.is_set() or self._claim_due() > 0)
@@ -97,17 +107,29 @@ class Claimer:
         """The free slots, once a claim is worth sending (0 until then); under ``_changed``.
 
         While claimed jobs still wait for a handler, the next claim waits until half the
-        room (``concurrency + prefetch``, rounded up) is free: a prefetching worker then
+        room (``concurrency`` plus the jobs claimed ahead, rounded up) is free: a worker then
         sends a few large claims instead of one for every job that finishes, and the jobs
         still waiting keep its handlers busy while the claim travels. Once no job waits,
         any free slot is claimed at once. A claim asks for at most CLAIM_LIMIT jobs, so a
         room over twice that is not filled up.
         """
-        room = self._options.concurrency + self._options.prefetch
+        room = self._options.concurrency + self._ahead()
         free = room - self._busy
         if free <= 0 or (free < (room + 1) // 2 and self._waiting):
             return 0
         return free
+
+    def _ahead(self) -> int:
+        """Jobs to hold beyond the handlers: ``prefetch`` if given, else what the handlers
+        would start within AHEAD_SECONDS at their pace (none before a job has finished),
+        at most what fills one claim."""
+        concurrency, prefetch = self._options.concurrency, self._options.prefetch
+        if prefetch is not None:
+            return prefetch
+        if self._pace is None:
+            return 0
+        most = max(0, CLAIM_LIMIT - concurrency)
+        return min(most, int(concurrency * AHEAD_SECONDS / max(self._pace, 1e-6)))
 
     def _claim(self, limit: int) -> list[Job]:
         options = self._options

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable
 from typing import Any
 
@@ -62,6 +63,7 @@ class Handlers:
 
     def _handle_jobs(self) -> None:
         while (running := self._claimer.next_job()) is not None:
+            started = time.monotonic()
             try:
                 if not running.begin():  # handed back at the deadline: never run it
                     continue
@@ -73,7 +75,7 @@ class Handlers:
                 self._leases.release(running)
             finally:
                 # Only now: a slot is free once the outcome is reported or queued for sending.
-                self._claimer.finished()
+                self._claimer.finished(time.monotonic() - started)
 
     def _execute(self, running: Running) -> Outcome:
         """The handler's outcome; run within its consumer span, when traced."""

@@ -35,7 +35,7 @@ MAX_PROGRESS_BYTES = 4096  # the server's limit on a heartbeat's progress
 @dataclass(frozen=True, slots=True)
 class Options:
     concurrency: int
-    prefetch: int
+    prefetch: int | None  # None: as many as the handlers' pace calls for (see Claimer)
     wait_seconds: float
     lease_seconds: int | None
     instance: str | None

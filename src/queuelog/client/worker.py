@@ -97,13 +97,17 @@ class Worker:
     Args:
         concurrency: Jobs run at once, each on its own thread (``async def`` handlers share
             one event loop). Claims fetch up to the free slots in one request.
-        prefetch: Jobs claimed ahead, waiting for a free handler (default none). The next
-            claim's round trip then overlaps the handlers' work, and claims are bigger:
-            worth it for many short jobs. While jobs wait, the next claim waits until
-            half of ``concurrency + prefetch`` is free. Waiting jobs hold their leases
-            (kept alive by heartbeats); on stopping they run within ``shutdown_seconds``
-            like the others, and those not started by then are released unrun, their
-            attempt unspent.
+        prefetch: Jobs claimed ahead, waiting for a free handler. The next claim's round
+            trip then overlaps the handlers' work, and claims are bigger. By default the
+            worker claims ahead what its handlers would start within ``AHEAD_SECONDS``
+            (``queuelog.client.claimer``) at the pace they have been finishing jobs, up
+            to a claim of 100 jobs: many ahead for short jobs, none for long ones (and
+            none until the first jobs have finished). A number fixes it (0: none). While
+            jobs wait, the next claim waits until half of the room (``concurrency`` and
+            the jobs ahead) is free. Waiting jobs hold their leases (kept alive by
+            heartbeats); on stopping they run within ``shutdown_seconds`` like the
+            others, and those not started by then are released unrun, their attempt
+            unspent.
         wait_seconds: How long a claim may wait on the server for a job (long-poll).
         lease_seconds: Lease to claim with; default the job type's. Heartbeats renew it
             every third of the lease while the handler runs.
@@ -119,7 +123,7 @@ class Worker:
         self,
         *,
         concurrency: int = 4,
-        prefetch: int = 0,
+        prefetch: int | None = None,
         wait_seconds: float = 5.0,
         lease_seconds: int | None = None,
         instance: str | None = None,
@@ -128,7 +132,7 @@ class Worker:
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        if prefetch < 0:
+        if prefetch is not None and prefetch < 0:
             raise ValueError("prefetch must be 0 or more")
         self.handlers: dict[str, Handler] = {}
         self.options = Options(
