@@ -114,7 +114,8 @@ def render(results: dict[str, Any]) -> str:
             f"{label:<40}{value:>10,.0f}{_or_dash(ref, ',.0f'):>10}{_or_dash(ratio, '.2f'):>8}"
         )
     lat = results.get("latency", {})
-    lines.append(f"\nlong-poll latency: p50 {lat.get('p50_ms')} ms, p99 {lat.get('p99_ms')} ms")
+    if lat:
+        lines.append(f"\nlong-poll latency: p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms")
     cost = results.get("claim_cost", {})
     sizes = [v for v in cost.values() if isinstance(v, dict)]
     if len(sizes) == 2:
