@@ -146,8 +146,13 @@ def enqueue(
     """Enqueue one job (``POST /jobs``). Returns the new job, or the existing one when the
     idempotency key was already used for the same request, or when an active job holds
     ``unique_key`` (kept, or given this payload with ``on_duplicate="replace"``)."""
-    body = enqueue_body(type, payload, **options)
-    return Call("POST", "/jobs", _job, resend=True, json=body, produces=Produces((type,)))
+    return enqueue_job(enqueue_body(type, payload, **options))
+
+
+def enqueue_job(body: JsonObject) -> Call[Job]:
+    """``POST /jobs`` of a body made by ``enqueue_body``."""
+    produces = Produces((str(body["type"]),))
+    return Call("POST", "/jobs", _job, resend=True, json=body, produces=produces)
 
 
 def enqueue_many(jobs: Iterable[JsonObject]) -> Call[list[Enqueued]]:

@@ -5,15 +5,16 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from types import TracebackType
-from typing import TypeVar
+from typing import TypeVar, Unpack
 
 import httpx
 
 from queuelog.client import calls, tracing
 from queuelog.client.awaiting import Awaiting
-from queuelog.client.calls import Call, JobRef, answer
+from queuelog.client.calls import Call, EnqueueOptions, JobRef, answer
+from queuelog.client.coalesce import Coalescer
 from queuelog.client.errors import ServerError
-from queuelog.client.types import Job
+from queuelog.client.types import Job, JsonObject
 from queuelog.client.verbs import Verbs
 from queuelog.errors import RateLimited
 
@@ -24,7 +25,21 @@ class Client(Verbs[httpx.Client, httpx.BaseTransport]):
     """A blocking queuelog client over httpx."""
 
     def _open(self, transport: httpx.BaseTransport | None) -> httpx.Client:
+        self._enqueues = Coalescer(self.send)
         return httpx.Client(transport=transport, **self.connection.client_args())
+
+    def enqueue(
+        self, type: str, payload: JsonObject | None = None, **options: Unpack[EnqueueOptions]
+    ) -> Job:
+        """Enqueue one job (``POST /jobs``). Returns the new job, or the existing one when
+        the idempotency key was already used for the same request, or when an active job
+        holds ``unique_key`` (kept, or given this payload with ``on_duplicate="replace"``).
+
+        Calls made at once from several threads of this client travel together as one
+        ``POST /jobs/batch``, each answered with its own job or error once it is stored
+        (see ``queuelog.client.coalesce``).
+        """
+        return self._enqueues.enqueue(calls.enqueue_body(type, payload, **options))
 
     def send(self, call: Call[T]) -> T:
         """Send one call, trying again after connection failures where that is safe (an

@@ -1,0 +1,119 @@
+"""Group commit on the client: ``Client.enqueue`` calls made at once by threads of one
+process (a web app's pool) travel together as one ``POST /jobs/batch``.
+
+A call that finds no enqueue of its client on the way sends its job alone
+(``POST /jobs``), as a single call always did. Calls made while one is on the way
+queue up; when it is answered, the first of them sends the whole queue (up to 500
+jobs) as one batch for all, and the next queue waits for that one. Every call is
+answered only once the request holding its job is answered: its own job, stored.
+
+A batch is all or nothing, but each call keeps its own answer: a batch the server
+refuses as a whole (one job of a type it does not know, a priority the key may not
+use, too large a body) is sent again job by job, so each call gets its own job or its
+own error. Each job carries its own idempotency key, so a job whose batch was stored
+after all is found by that resend, never made twice. A server that cannot be reached
+is the error of every call of the batch, after the client's own tries.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from queuelog.client import calls
+from queuelog.client.calls import Call
+from queuelog.client.errors import ServerUnavailable
+from queuelog.client.types import Job, JsonObject
+from queuelog.errors import QueueError
+
+BATCH_LIMIT = 500  # the API's most jobs per batch
+
+
+class _Call:
+    """One caller's job, and its answer once it is in."""
+
+    def __init__(self, body: JsonObject) -> None:
+        self.body = body
+        self.job: Job | None = None
+        self.error: BaseException | None = None
+        self.batch: list[_Call] | None = None  # set when this caller sends for a queue
+        self.woken = threading.Event()  # answered, or given a batch to send
+
+    def answer(self) -> Job:
+        if self.error is not None:
+            raise self.error
+        assert self.job is not None
+        return self.job
+
+
+class Coalescer:
+    """Sends the enqueues of one client, alone or together (see the module)."""
+
+    def __init__(self, send: Callable[[Call[Any]], Any]) -> None:
+        self._send = send
+        self._lock = threading.Lock()
+        self._queue: list[_Call] = []
+        self._on_the_way = False  # a request of these enqueues is being sent
+
+    def enqueue(self, body: JsonObject) -> Job:
+        """Enqueue the job of ``body`` (from ``calls.enqueue_body``); the stored job."""
+        me = _Call(body)
+        if "depends_on_items" in body:  # indices into its own batch: never another's
+            self._send_alone(me)
+            return me.answer()
+        with self._lock:
+            if self._on_the_way:
+                self._queue.append(me)
+            else:
+                self._on_the_way = True
+                me.batch = [me]
+        if me.batch is None:
+            me.woken.wait()
+        if me.batch is not None:
+            try:
+                self._send_batch(me.batch)
+            finally:
+                self._hand_over()
+        return me.answer()
+
+    def _hand_over(self) -> None:
+        """The next queue goes to its first caller to send, or nothing is on the way."""
+        with self._lock:
+            if not self._queue:
+                self._on_the_way = False
+                return
+            batch, self._queue = self._queue[:BATCH_LIMIT], self._queue[BATCH_LIMIT:]
+            batch[0].batch = batch
+        batch[0].woken.set()
+
+    def _send_batch(self, batch: list[_Call]) -> None:
+        try:
+            if len(batch) == 1:
+                self._send_alone(batch[0])
+                return
+            try:
+                answers = self._send(calls.enqueue_many(c.body for c in batch))
+            except ServerUnavailable as error:
+                for c in batch:
+                    c.error = error
+            except QueueError:  # refused as a whole: each alone, for its own answer
+                for c in batch:
+                    self._send_alone(c)
+            else:
+                for c, answer in zip(batch, answers, strict=True):
+                    c.job = answer.job
+        except BaseException as error:  # never leave a caller waiting
+            for c in batch:
+                if c.job is None and c.error is None:
+                    c.error = error
+            raise
+        finally:
+            for c in batch:
+                c.woken.set()
+
+    def _send_alone(self, caller: _Call) -> None:
+        try:
+            caller.job = self._send(calls.enqueue_job(caller.body))
+        except QueueError as error:
+            caller.error = error
