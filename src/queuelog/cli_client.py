@@ -192,7 +192,9 @@ def load_worker(target: str) -> Worker:
 @key_option
 @click.option("--concurrency", type=click.IntRange(1, 1000), help="Jobs run at once.")
 @click.option(
-    "--prefetch", type=click.IntRange(0, 1000), help="Jobs claimed ahead of a free handler."
+    "--prefetch",
+    type=click.IntRange(0, 1000),
+    help="Jobs claimed ahead of a free handler (default: as the handlers' pace calls for).",
 )
 def worker(
     target: str,
