@@ -12,8 +12,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import psycopg
-
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 URL_VARIABLE = "BENCH_POSTGRES_URL"
 
@@ -29,6 +27,10 @@ def postgres_url() -> str:
 
 def unavailable(url: str) -> str | None:
     """Why PostgreSQL cannot be used, or None when it can."""
+    try:
+        import psycopg  # the postgres extra
+    except ImportError:
+        return "psycopg is not installed (the postgres extra)"
     try:
         with psycopg.connect(url, connect_timeout=5) as conn:
             conn.execute("SELECT 1")
@@ -48,6 +50,8 @@ def with_schema(url: str, schema: str) -> str:
 @contextmanager
 def fresh_schema(url: str, prefix: str) -> Iterator[str]:
     """An empty schema named ``<prefix>_<random>``; its name, dropped afterwards."""
+    import psycopg
+
     schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")

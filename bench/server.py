@@ -11,13 +11,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from queuelog.auth import KeyRing
 from queuelog.clock import SystemClock
 from queuelog.models import Priority, Role
-from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.sqlite.store import SqliteStorage
 
 BIN = Path(sys.executable).parent / "queuelog"
@@ -70,8 +70,10 @@ def prepare_database(
     config = workdir / "queuelog.toml"
     url = database or f"sqlite:///{workdir / 'queuelog.db'}"
     config.write_text(CONFIG.format(database=url) + (FLOW_TYPES if flow else ""))
-    storage: SqliteStorage | PostgresStorage
+    storage: Any
     if database:
+        from queuelog.storage.postgres.store import PostgresStorage  # the postgres extra
+
         storage = PostgresStorage(database, durability="full")
     else:
         storage = SqliteStorage(workdir / "queuelog.db", durability="full")
