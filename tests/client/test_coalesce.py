@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from contextlib import closing
 from typing import Any
 
 import httpx
@@ -104,8 +105,8 @@ def test_an_enqueue_naming_items_of_its_own_batch_is_never_sent_in_another(
 ) -> None:
     transport = FirstHeldBack()
     transport.gate.set()
-    with Client(real_server.url, real_server.keys["shop"], transport=transport) as client:
-        with pytest.raises(QueueError) as refused:
-            client.enqueue("noop", {"n": 1}, depends_on_items=[0])
+    client = Client(real_server.url, real_server.keys["shop"], transport=transport)
+    with closing(client), pytest.raises(QueueError) as refused:
+        client.enqueue("noop", {"n": 1}, depends_on_items=[0])
     assert refused.value.status == 422  # as the single route answers it
     assert transport.sent == ["POST /jobs"]
