@@ -8,6 +8,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from opentelemetry import trace
@@ -79,6 +80,33 @@ def test_a_handler_runs_in_a_child_span_of_the_enqueue_s_producer_span(
         "messaging.queuelog.job.outcome": "completed",
     }
     assert process.status.status_code is StatusCode.UNSET and not process.events
+
+
+def test_enqueues_made_at_once_in_different_traces_each_keep_their_own(
+    server: RealServer, spans: InMemorySpanExporter
+) -> None:
+    shop = Client(server.url, server.keys["shop"])
+    barrier = threading.Barrier(8)
+    traces: dict[int, int] = {}
+
+    def request(number: int) -> None:
+        with tracer.start_as_current_span(f"request {number}") as span:
+            barrier.wait(timeout=10)
+            job = shop.enqueue("noop", {"request": number})
+        traces[job.id] = span.get_span_context().trace_id
+
+    with shop:
+        threads = [threading.Thread(target=request, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        with Client(server.url, server.keys["mailer"]) as mailer:
+            claimed = mailer.claim(["noop"], limit=8)
+    assert len(traces) == len(claimed) == 8
+    for job in claimed:
+        assert job.trace_context is not None
+        assert int(job.trace_context["traceparent"].split("-")[1], 16) == traces[job.id]
 
 
 def test_a_failing_handler_s_span_records_the_exception_and_the_error(

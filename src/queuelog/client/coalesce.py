@@ -2,7 +2,9 @@
 process (a web app's pool) travel together as one ``POST /jobs/batch``.
 
 A call that finds no enqueue of its client on the way sends its job alone
-(``POST /jobs``), as a single call always did. Calls made while one is on the way
+(``POST /jobs``), as a single call always did; so does a call made inside a trace
+(OpenTelemetry), since a request carries one trace context, and a call that names
+items of its own batch. Calls made while one is on the way
 queue up; when it is answered, the first of them sends the whole queue (up to 500
 jobs) as one batch for all, and the next queue waits for that one. Every call is
 answered only once the request holding its job is answered: its own job, stored.
@@ -21,7 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from queuelog.client import calls
+from queuelog.client import calls, tracing
 from queuelog.client.calls import Call
 from queuelog.client.errors import ServerUnavailable
 from queuelog.client.types import Job, JsonObject
@@ -59,7 +61,9 @@ class Coalescer:
     def enqueue(self, body: JsonObject) -> Job:
         """Enqueue the job of ``body`` (from ``calls.enqueue_body``); the stored job."""
         me = _Call(body)
-        if "depends_on_items" in body:  # indices into its own batch: never another's
+        # Indices into its own batch, or a trace context of its own (a batch carries one,
+        # its sender's): such a job never travels in another caller's request.
+        if "depends_on_items" in body or tracing.in_a_trace():
             self._send_alone(me)
             return me.answer()
         with self._lock:

@@ -119,3 +119,8 @@ def _error_type(error: BaseException) -> str:
     kind = type(error)
     module = "" if kind.__module__ == "builtins" else f"{kind.__module__}."
     return module + kind.__qualname__
+
+
+def in_a_trace() -> bool:
+    """Whether the calling thread is inside a recorded span (its context is one to send)."""
+    return trace.get_current_span().get_span_context().is_valid

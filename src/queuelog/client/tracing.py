@@ -58,6 +58,13 @@ def producing(call: Call[T]) -> Iterator[Call[T]]:
         yield traced
 
 
+def in_a_trace() -> bool:
+    """Whether the caller has a trace context of its own to send with its enqueue (never,
+    without OpenTelemetry): such an enqueue is not sent in another caller's request."""
+    otel = _otel()
+    return otel is not None and bool(otel.in_a_trace())
+
+
 @contextmanager
 def processing(job: Job) -> Iterator[Processing]:
     """A handler's run of ``job`` within its consumer span, the child of the enqueue's
