@@ -213,7 +213,6 @@ def worker(
         log_lines = logging.StreamHandler()
         log_lines.setFormatter(ShownFormatter("%(asctime)s %(levelname)s %(message)s"))
         logging.basicConfig(level=logging.INFO, handlers=[log_lines])
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # the worker logs each job
     with reported("worker stopped"):
         runtime.run(url=url, api_key=api_key)
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
 from queuelog.client import (
@@ -26,6 +25,7 @@ from queuelog.client import (
 from queuelog.client.awaiting import Awaiting
 from queuelog.errors import NotFound
 from queuelog.models import JobStatus
+from tests.client.pools import Noting, Sent
 from tests.client.test_worker import DEADLINE, running, wait_until
 from tests.realserver import RealServer
 
@@ -168,19 +168,18 @@ def test_report_progress_outside_a_worker_is_refused(real_server: RealServer) ->
         shop.cancel(job)
 
 
-class Beats(httpx.HTTPTransport):
-    """A real transport that keeps, for each heartbeat sent, when and whether it carried
+class Beats(Noting):
+    """A real pool that keeps, for each heartbeat sent, when and whether it carried
     progress."""
 
     def __init__(self) -> None:
         super().__init__()
         self.beats: list[tuple[float, bool]] = []
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/heartbeat"):
-            carried = "progress" in json.loads(request.content)
-            self.beats.append((time.monotonic(), carried))
-        return super().handle_request(request)
+    def forward(self, sent: Sent, send: Callable[[], Any]) -> Any:
+        if sent.path.endswith("/heartbeat"):
+            self.beats.append((time.monotonic(), "progress" in sent.json()))
+        return send()
 
 
 def test_progress_goes_out_at_most_once_a_second(server: RealServer) -> None:

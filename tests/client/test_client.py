@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 import pytest
 
 from queuelog.client import (
@@ -33,6 +32,7 @@ from queuelog.errors import (
     ValidationFailed,
 )
 from queuelog.models import JobStatus, Priority
+from tests.client.pools import Scripted, answer
 from tests.realserver import RealServer, free_port
 
 FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
@@ -201,29 +201,19 @@ def test_async_client_speaks_the_same_calls(real_server: RealServer) -> None:
 def scripted(
     status: int, body: Any, headers: dict[str, str] | None = None, retry: RetryPolicy = FAST
 ) -> Client:
-    def answer(_: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, json=body, headers=headers)
-
-    return Client(
-        "http://127.0.0.1:1", "ql_x", retry_policy=retry, transport=httpx.MockTransport(answer)
-    )
+    pool = Scripted(lambda _: answer(status, body, headers))
+    return Client("http://127.0.0.1:1", "ql_x", retry_policy=retry, transport=pool)
 
 
 def test_a_rate_limited_claim_is_sent_again_after_retry_after() -> None:
     answers = [
-        httpx.Response(429, json={"type": "rate-limited"}, headers={"Retry-After": "0"}),
-        httpx.Response(200, json={"jobs": []}),
+        answer(429, {"type": "rate-limited"}, {"Retry-After": "0"}),
+        answer(200, {"jobs": []}),
     ]
-    sent: list[httpx.Request] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(request)
-        return answers[len(sent) - 1]
-
-    transport = httpx.MockTransport(answer)
-    with Client("http://127.0.0.1:1", "ql_x", retry_policy=FAST, transport=transport) as worker:
+    pool = Scripted(lambda _: answers[len(pool.sent) - 1])
+    with Client("http://127.0.0.1:1", "ql_x", retry_policy=FAST, transport=pool) as worker:
         assert worker.claim() == []
-    assert len(sent) == 2  # refused before anything happened, so even a claim is safe
+    assert len(pool.sent) == 2  # refused before anything happened, so even a claim is safe
 
 
 def test_rate_limited_carries_retry_after() -> None:

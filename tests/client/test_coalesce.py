@@ -5,35 +5,31 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import closing
 from typing import Any
 
-import httpx
 import pytest
 
 from queuelog.client import Client, Job
 from queuelog.errors import QueueError
+from tests.client.pools import Noting, Sent
 from tests.realserver import RealServer, wait_until
 
 DEADLINE = 60.0  # seconds any single wait here may take, on a busy machine
 
 
-class FirstHeldBack(httpx.BaseTransport):
+class FirstHeldBack(Noting):
     """Notes every request; holds the first one back until ``gate`` is set."""
 
     def __init__(self) -> None:
-        self.inner = httpx.HTTPTransport()
+        super().__init__()
         self.gate = threading.Event()
-        self.sent: list[str] = []
-        self._lock = threading.Lock()
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        with self._lock:
-            self.sent.append(f"{request.method} {request.url.path}")
-            first = len(self.sent) == 1
-        if first:
+    def forward(self, sent: Sent, send: Callable[[], Any]) -> Any:
+        if sent is self.sent[0]:
             assert self.gate.wait(DEADLINE)
-        return self.inner.handle_request(request)
+        return send()
 
 
 def enqueue_at_once(server: RealServer, jobs: list[dict[str, Any]]) -> tuple[list[Any], list[str]]:
@@ -60,7 +56,7 @@ def enqueue_at_once(server: RealServer, jobs: list[dict[str, Any]]) -> tuple[lis
         thread.join(DEADLINE)
     client.close()
     assert not any(t.is_alive() for t in threads), "an enqueue was never answered"
-    return answers, transport.sent
+    return answers, transport.paths()
 
 
 def test_enqueues_made_at_once_travel_together_each_answered_with_its_own_job(
@@ -97,7 +93,7 @@ def test_enqueues_one_after_another_are_sent_alone(real_server: RealServer) -> N
     with Client(real_server.url, real_server.keys["shop"], transport=transport) as client:
         client.enqueue("noop", {"n": 1})
         client.enqueue("noop", {"n": 2})
-    assert transport.sent == ["POST /jobs", "POST /jobs"]
+    assert transport.paths() == ["POST /jobs", "POST /jobs"]
 
 
 def test_an_enqueue_naming_items_of_its_own_batch_is_never_sent_in_another(
@@ -109,4 +105,4 @@ def test_an_enqueue_naming_items_of_its_own_batch_is_never_sent_in_another(
     with closing(client), pytest.raises(QueueError) as refused:
         client.enqueue("noop", {"n": 1}, depends_on_items=[0])
     assert refused.value.status == 422  # as the single route answers it
-    assert transport.sent == ["POST /jobs"]
+    assert transport.paths() == ["POST /jobs"]

@@ -28,7 +28,7 @@ def _loaded_by(module: str) -> set[str]:
 
 def test_importing_queuelog_loads_the_sdk_and_no_server_module() -> None:
     loaded = _loaded_by("queuelog")
-    assert {"queuelog.client", "queuelog.client.worker", "httpx"} <= loaded
+    assert {"queuelog.client", "queuelog.client.worker", "urllib3", "httpx"} <= loaded
     assert not {m.split(".")[0] for m in loaded} & SERVER_LIBRARIES
     # Installed here, yet imported only at the first traced call (client/tracing.py).
     assert not {m for m in loaded if m.startswith(("opentelemetry", "queuelog.client.otel"))}
@@ -55,17 +55,11 @@ def test_the_sdk_never_imports_the_package_root() -> None:
 
 
 def test_the_package_version_is_the_sdks_user_agent() -> None:
-    import httpx
-
     from queuelog.client import Client
+    from tests.client.pools import Scripted, answer
 
-    sent: list[httpx.Request] = []
-
-    def server(request: httpx.Request) -> httpx.Response:
-        sent.append(request)
-        return httpx.Response(200, json={"keys": []})
-
-    with Client("http://127.0.0.1:1", "k", transport=httpx.MockTransport(server)) as client:
+    pool = Scripted(lambda _: answer(200, {"keys": []}))
+    with Client("http://127.0.0.1:1", "k", transport=pool) as client:
         client.list_keys()
-    assert sent[0].headers["User-Agent"] == f"queuelog-python/{queuelog.__version__}"
-    assert sent[0].headers["Authorization"] == "Bearer k"
+    assert pool.sent[0].header("User-Agent") == f"queuelog-python/{queuelog.__version__}"
+    assert pool.sent[0].header("Authorization") == "Bearer k"

@@ -4,46 +4,38 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
+import urllib3
 
 from queuelog.client import AsyncClient, Client, RetryPolicy, ServerUnavailable
 from queuelog.models import JobStatus
+from tests.client.pools import Noting, Sent
 from tests.realserver import RealServer
 
 FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
 
 
-class DropFirstResponse(httpx.BaseTransport):
+class DropFirstResponse(Noting):
     """Delivers every request, but loses the first answer as if the connection broke."""
 
-    def __init__(self) -> None:
-        self.inner = httpx.HTTPTransport()
-        self.sent: list[str] = []
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(f"{request.method} {request.url.path}")
-        response = self.inner.handle_request(request)
-        if len(self.sent) == 1:
-            response.read()
-            response.close()
-            raise httpx.ReadError("connection reset after the server answered", request=request)
+    def forward(self, sent: Sent, send: Callable[[], Any]) -> Any:
+        response = send()
+        if sent is self.sent[0]:
+            raise urllib3.exceptions.ProtocolError("connection reset after the server answered")
         return response
 
 
-class RefuseFirstConnection(httpx.BaseTransport):
+class RefuseFirstConnection(Noting):
     """The first request never reaches the server."""
 
-    def __init__(self) -> None:
-        self.inner = httpx.HTTPTransport()
-        self.attempts = 0
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.attempts += 1
-        if self.attempts == 1:
-            raise httpx.ConnectError("connection refused", request=request)
-        return self.inner.handle_request(request)
+    def forward(self, sent: Sent, send: Callable[[], Any]) -> Any:
+        if sent is self.sent[0]:
+            raise urllib3.exceptions.NewConnectionError(None, "connection refused")
+        return send()
 
 
 class AsyncDropFirstResponse(httpx.AsyncBaseTransport):
@@ -73,7 +65,7 @@ def test_enqueue_resent_after_a_lost_answer_creates_one_job(real_server: RealSer
         real_server.url, real_server.keys["shop"], retry_policy=FAST, transport=transport
     ) as c:
         job = c.enqueue("noop", {"marker": marker})
-    assert transport.sent == ["POST /jobs", "POST /jobs"]
+    assert transport.paths() == ["POST /jobs", "POST /jobs"]
     assert jobs_with_marker(real_server, marker) == [job.id]
 
 
@@ -119,7 +111,7 @@ def test_claim_is_not_resent_once_it_may_have_reached_the_server(
     worker = Client(real_server.url, worker_key, retry_policy=FAST, transport=transport)
     with worker, pytest.raises(ServerUnavailable):
         worker.claim(types=["noop"], limit=100)
-    assert transport.sent == ["POST /jobs/claim"]
+    assert transport.paths() == ["POST /jobs/claim"]
     with Client(real_server.url, real_server.keys["root"]) as root:
         # Held until its lease expires: a second claim could not have brought it back.
         assert root.get(job.id).status is JobStatus.RUNNING
@@ -132,7 +124,7 @@ def test_claim_is_resent_when_the_connection_was_refused(real_server: RealServer
     worker_key = real_server.keys["mailer"]
     with Client(real_server.url, worker_key, retry_policy=FAST, transport=transport) as worker:
         assert worker.claim(types=["noop"], limit=100)
-    assert transport.attempts == 2
+    assert len(transport.sent) == 2
 
 
 def test_key_creation_is_never_resent(real_server: RealServer) -> None:
@@ -141,4 +133,4 @@ def test_key_creation_is_never_resent(real_server: RealServer) -> None:
     root = Client(real_server.url, admin_key, retry_policy=FAST, transport=transport)
     with root, pytest.raises(ServerUnavailable):
         root.create_key("once", ["producer"])
-    assert transport.sent == ["POST /keys"]
+    assert transport.paths() == ["POST /keys"]

@@ -12,7 +12,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-import httpx
 import pytest
 
 from queuelog.client import Client, Fail, Job, Retry, Worker
@@ -20,6 +19,7 @@ from queuelog.client.acknowledger import ACK_BYTES
 from queuelog.client.claimer import AHEAD_SECONDS
 from queuelog.models import JobStatus
 from tests.client.conftest import CONFIG, TYPES
+from tests.client.pools import Noting, Sent
 from tests.realserver import RealServer, closing, wait_until
 
 DEADLINE = 90.0  # seconds any single wait in these tests may take, on a busy machine
@@ -84,24 +84,12 @@ def test_handler_outcomes_become_complete_retry_and_fail(server: RealServer) -> 
     assert jobs["crash"].retry_count == 2 and jobs["crash"].error == "RuntimeError: boom"
 
 
-class Recording(httpx.HTTPTransport):
-    """A real transport that notes each request's path and ``Prefer`` header."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[tuple[str, str | None]] = []
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.seen.append((request.url.path, request.headers.get("prefer")))
-        return super().handle_request(request)
-
-
 def test_the_worker_acknowledges_without_asking_for_the_jobs_back(server: RealServer) -> None:
     worker = Worker(concurrency=2, wait_seconds=1)
     worker.handler("noop")(lambda job: {"n": job.payload["n"]})
     with Client(server.url, server.keys["shop"]) as shop:
         ids = [shop.enqueue("noop", {"n": n}).id for n in range(4)]
-    transport = Recording()
+    transport = Noting()
     client = Client(server.url, server.keys["mailer"], transport=transport)
     thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
     thread.start()
@@ -113,7 +101,7 @@ def test_the_worker_acknowledges_without_asking_for_the_jobs_back(server: RealSe
         client.close()
     with admin(server) as root:
         assert [root.get(i).result for i in ids] == [{"n": n} for n in range(4)]
-    acks = [prefer for path, prefer in transport.seen if path == "/jobs/batch/complete"]
+    acks = [s.header("Prefer") for s in transport.sent if s.path == "/jobs/batch/complete"]
     assert acks and set(acks) == {"return=minimal"}
 
 
@@ -453,8 +441,8 @@ def test_worker_with_a_bad_key_stops_with_the_error(server: RealServer) -> None:
         worker.run(url=server.url, api_key="ql_not_a_key")
 
 
-class HoldingFirstAck(httpx.HTTPTransport):
-    """A real transport that holds the first acknowledgement until ``release`` is set, so
+class HoldingFirstAck(Noting):
+    """A real pool that holds the first acknowledgement until ``release`` is set, so
     the completions after it queue up behind it; notes each one's size and status."""
 
     def __init__(self) -> None:
@@ -463,14 +451,14 @@ class HoldingFirstAck(httpx.HTTPTransport):
         self.release = threading.Event()
         self.acks: list[tuple[int, int]] = []
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path != "/jobs/batch/complete":
-            return super().handle_request(request)
+    def forward(self, sent: Sent, send: Callable[[], Any]) -> Any:
+        if sent.path != "/jobs/batch/complete":
+            return send()
         if not self.holding.is_set():
             self.holding.set()
             self.release.wait(DEADLINE)
-        response = super().handle_request(request)
-        self.acks.append((len(request.content), response.status_code))
+        response = send()
+        self.acks.append((len(sent.body or b""), response.status))
         return response
 
 

@@ -13,6 +13,7 @@ from queuelog.client import calls, tracing
 from queuelog.client.awaiting import Awaiting
 from queuelog.client.calls import Call, JobRef, answer
 from queuelog.client.errors import ServerError
+from queuelog.client.policy import Outgoing
 from queuelog.client.types import Job
 from queuelog.client.verbs import Verbs
 from queuelog.errors import RateLimited
@@ -24,7 +25,7 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
     """An asyncio queuelog client over httpx; the same methods as ``Client``, awaited."""
 
     def _open(self, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
-        return httpx.AsyncClient(transport=transport, **self.connection.client_args())
+        return httpx.AsyncClient(transport=transport)
 
     async def send(self, call: Call[T]) -> T:
         """Send one call, trying again after connection failures where that is safe (an
@@ -33,13 +34,24 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
             attempt = 1
             while True:
                 try:
-                    response = await self._http.request(**self.connection.request_of(call))
-                    return answer(call, response)
+                    return await self._exchange(call, self.connection.request_of(call))
                 except (httpx.HTTPError, ServerError, RateLimited) as error:
                     policy = self.retry_policy
                     delay = policy.retry_or_raise(call, error, attempt, self.connection)
                 await asyncio.sleep(delay)
                 attempt += 1
+
+    async def _exchange(self, call: Call[T], request: Outgoing) -> T:
+        response = await self._http.request(
+            request.method,
+            request.url,
+            content=request.body,
+            headers=request.headers,
+            timeout=httpx.Timeout(request.read_timeout, connect=request.connect_timeout),
+        )
+        return answer(
+            call, response.status_code, response.content, response.headers.get("Retry-After")
+        )
 
     async def follow(self, waiting: Awaiting[T]) -> T:
         """Send the reads of a wait (``wait``, ``result``) until it is over; its answer."""

@@ -4,13 +4,12 @@ send what is built here."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
-
-import httpx
 
 from queuelog.client.errors import ServerError, error_from_item, error_from_problem
 from queuelog.client.types import (
@@ -57,15 +56,14 @@ class Call(Generic[T]):
     produces: Produces | None = None  # an enqueue: traced as a producer's send
 
 
-def answer(call: Call[T], response: httpx.Response) -> T:
-    """What a call returns for a (fully read) response, or the error it raises."""
+def answer(call: Call[T], status: int, content: bytes, retry_after: str | None) -> T:
+    """What a call returns for a (fully read) answer, or the error it raises."""
     try:
-        body = response.json() if response.content else None
+        body = json.loads(content) if content else None
     except ValueError:
         body = _NOT_JSON
-    if response.status_code >= 400:
-        retry_after = response.headers.get("Retry-After")
-        raise error_from_problem(response.status_code, body, retry_after)
+    if status >= 400:
+        raise error_from_problem(status, body, retry_after)
     if body is _NOT_JSON:
         raise ServerError(f"the answer to {call.method} {call.path} is not JSON", 502, "not-json")
     return call.read(body)

@@ -3,12 +3,15 @@ and when a failed send is tried again."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
+import urllib3
 
 from queuelog._version import __version__
 from queuelog.client.calls import Call
@@ -19,6 +22,17 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 # Answers that mean "not now": from a proxy, a server that is starting or stopping, or
 # one whose database cannot take the request for now (503, or 507 for lack of space).
 _TRANSIENT_STATUS = frozenset({502, 503, 504, 507})
+# The failures of either client's HTTP library (urllib3 for ``Client``, httpx for
+# ``AsyncClient``) where the request never reached the server...
+NOT_SENT = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    urllib3.exceptions.ConnectTimeoutError,  # a refused connection (NewConnectionError) too
+    urllib3.exceptions.EmptyPoolError,
+)
+# ... and every other failure of the connection, after which it may have.
+BROKEN = (httpx.TransportError, urllib3.exceptions.HTTPError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,24 +65,37 @@ class Connection:
         user = parsed.userinfo.partition(b":")[0]
         return str(parsed.copy_with(userinfo=user + b":***"))
 
-    def client_args(self) -> dict[str, Any]:
-        """The arguments of an httpx client that sends to this server with this key."""
-        headers = {"User-Agent": f"queuelog-python/{__version__}"}
+    def request_of(self, call: Call[Any]) -> Outgoing:
+        """The request that sends ``call`` to this server with this key."""
+        headers = {"User-Agent": f"queuelog-python/{__version__}", **call.headers}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        return {"base_url": self.url, "headers": headers}
+        body = None
+        if call.json is not None:
+            body = json.dumps(call.json, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            headers["Content-Type"] = "application/json"
+        query = f"?{urlencode(call.params)}" if call.params else ""
+        # A long-poll claim is answered up to wait_seconds late by design.
+        return Outgoing(
+            call.method,
+            f"{self.url}{call.path}{query}",
+            headers,
+            body.encode() if body is not None else None,
+            connect_timeout=self.timeout,
+            read_timeout=self.timeout + call.wait_seconds,
+        )
 
-    def request_of(self, call: Call[Any]) -> dict[str, Any]:
-        """The arguments of httpx's ``request`` that send ``call``."""
-        return {
-            "method": call.method,
-            "url": call.path,
-            "json": call.json,
-            "params": call.params,
-            "headers": call.headers,
-            # A long-poll claim is answered up to wait_seconds late by design.
-            "timeout": httpx.Timeout(self.timeout + call.wait_seconds, connect=self.timeout),
-        }
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One request as both clients send it, each with its own HTTP library."""
+
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: bytes | None
+    connect_timeout: float
+    read_timeout: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +117,9 @@ class RetryPolicy:
             return False
         if isinstance(error, RateLimited):
             return True  # refused before the server did anything: safe for every call
-        if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+        if isinstance(error, NOT_SENT):
             return True  # the request never reached the server
-        if isinstance(error, httpx.TransportError):
+        if isinstance(error, BROKEN):
             return call.resend  # it may have reached the server and been acted on
         return isinstance(error, ServerError) and error.status in _TRANSIENT_STATUS and call.resend
 

@@ -21,8 +21,8 @@ from queuelog.client.policy import Connection, RetryPolicy
 P = ParamSpec("P")
 T = TypeVar("T")
 S = TypeVar("S")
-H = TypeVar("H")  # the httpx client
-X = TypeVar("X")  # its transport
+H = TypeVar("H")  # what sends the requests: urllib3's pool or httpx's client
+X = TypeVar("X")  # what may be given instead (tests, proxies)
 
 
 class _SendsAwaited(Protocol):
@@ -100,7 +100,7 @@ class Wait(Generic[P, T]):
 
 class Verbs(ABC, Generic[H, X]):
     """What both clients share: how they are made, and their verbs. Each adds its own
-    ``send`` (blocking or awaited) and the httpx client it sends with."""
+    ``send`` (blocking or awaited) and the HTTP library it sends with."""
 
     def __init__(
         self,
@@ -117,8 +117,9 @@ class Verbs(ABC, Generic[H, X]):
             api_key: The key to send; default ``$QUEUELOG_API_KEY``.
             timeout: Seconds per request (a long-poll claim gets its ``wait_seconds`` on top).
             retry_policy: When a send that failed is tried again (see ``RetryPolicy``).
-            transport: An httpx transport to send through (tests, proxies); an async one
-                for ``AsyncClient``.
+            transport: What to send through (tests, proxies): a ``urllib3.PoolManager``
+                (or ``ProxyManager``) for ``Client``, an httpx async transport for
+                ``AsyncClient``.
         """
         self.connection = Connection.resolve(url, api_key, timeout)
         self.retry_policy = retry_policy or RetryPolicy()
@@ -126,7 +127,7 @@ class Verbs(ABC, Generic[H, X]):
 
     @abstractmethod
     def _open(self, transport: X | None) -> H:
-        """The httpx client (blocking or asyncio) that sends to ``self.connection``."""
+        """What sends the requests to ``self.connection``: urllib3 (blocking) or httpx."""
 
     enqueue = Verb(calls.enqueue)
     enqueue_many = Verb(calls.enqueue_many)
