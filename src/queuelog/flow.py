@@ -4,18 +4,26 @@ held back. The limits are enforced by the storage's claim (storage/flow.py)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from queuelog.clock import Clock
 from queuelog.config import JobTypeConfig, Settings
 from queuelog.errors import NotFound
 from queuelog.models import ApiKey, JobStatus
-from queuelog.storage.protocol import FlowLimits, Storage, TypeEvent, TypePause
+from queuelog.storage.protocol import ClaimParams, FlowLimits, Storage, TypeEvent, TypePause
 
 # The counts GET /types gives per type.
 COUNTED = ("pending", "waiting", "running", "failed")
+
+
+class OnReady(Protocol):
+    """Called once jobs may have become ready: of ``types`` (None: of any), at most
+    ``ready`` of them (None: no count), to wake as many long polls as may take them."""
+
+    def __call__(self, types: Collection[str] | None = None, ready: int | None = None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +48,7 @@ def _limits(cfg: JobTypeConfig) -> FlowLimits:
 
 class FlowControl:
     def __init__(
-        self, storage: Storage, settings: Settings, clock: Clock, on_ready: Callable[[], None]
+        self, storage: Storage, settings: Settings, clock: Clock, on_ready: OnReady
     ) -> None:
         self.storage = storage
         self.settings = settings
@@ -50,12 +58,20 @@ class FlowControl:
         self.configured = tuple(sorted(settings.types))
         # (type, reason) -> claims in which that limit held back a ready job.
         self.skipped: Counter[tuple[str, str]] = Counter()
+        # Claims run against the storage (each look of a long poll), by whether they found
+        # jobs: empty ones are the cost of waiting.
+        self.claims: Counter[bool] = Counter()
         # The types whose running jobs hold slots: their end may let a waiting claim in.
         self.slot_types = frozenset(
             name
             for name, lim in self.limits.items()
             if lim.concurrency is not None or lim.group_concurrency is not None
         )
+
+    def claimed(self, params: ClaimParams, found: int) -> None:
+        """Count a claim that ran against the storage and the limits that held jobs back."""
+        self.skipped.update(params.skipped)
+        self.claims[found > 0] += 1
 
     def slots_freed(self) -> None:
         """A running job ended: a claim waiting on a concurrency limit may now succeed."""

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 from queuelog.clock import Clock
 from queuelog.config import JobTypeConfig, Settings
 from queuelog.errors import Forbidden, NotFound, PayloadTooLarge, QueueError, UnknownJobType
-from queuelog.flow import FlowControl
+from queuelog.flow import FlowControl, OnReady
 from queuelog.intake import Intake
 from queuelog.models import (
     TERMINAL,
@@ -45,6 +45,10 @@ _DEFAULT_TYPE = JobTypeConfig()
 _PRUNE_MAX_BATCHES = 100
 
 
+def _nobody(types: Collection[str] | None = None, ready: int | None = None) -> None:
+    """No long poll to wake (a service without a server)."""
+
+
 def _unindex(exc: QueueError, batch: bool) -> None:
     """A refusal of a single enqueue does not name an ``index``; a batch's does."""
     if not batch:
@@ -58,7 +62,7 @@ class JobService:
         settings: Settings,
         clock: Clock,
         rng: random.Random | None = None,
-        on_ready: Callable[[], None] | None = None,
+        on_ready: OnReady | None = None,
         on_finished: Callable[[Iterable[int]], None] | None = None,
     ) -> None:
         """Args:
@@ -73,7 +77,7 @@ class JobService:
         self.settings = settings
         self.clock = clock
         self._rng = rng or random.Random()
-        self._on_ready = on_ready or (lambda: None)
+        self._on_ready: OnReady = on_ready or _nobody
         self._on_finished = on_finished or (lambda _: None)
         self._intake = Intake(settings)
         self.flow = FlowControl(storage, settings, clock, self._on_ready)
@@ -99,7 +103,7 @@ class JobService:
         # A replace may have moved a pending job's run_at to now.
         replacing = any(s.unique_key and s.on_duplicate is OnDuplicate.REPLACE for s in specs)
         if replacing or any(created for _, created in results):
-            self._on_ready()
+            self._on_ready({job.type for job, _ in results}, len(results))
         return results
 
     async def enqueue(self, caller: ApiKey, spec: EnqueueSpec) -> tuple[Job, bool]:
@@ -206,7 +210,7 @@ class JobService:
             configured=self.flow.configured,
         )
         jobs = await self.storage.job_claim(params)
-        self.flow.skipped.update(params.skipped)
+        self.flow.claimed(params, len(jobs))
         return jobs
 
     def claimable_types(self, caller: ApiKey, types: Sequence[str] | None) -> Sequence[str] | None:

@@ -3,7 +3,11 @@ awaiting a job's result when it finishes.
 
 Producers of readiness (enqueue, retry, redrive, lease rescue, and another
 node's notification) call ``Wakeup.notify()`` from any thread once the job is
-committed; claimers wait in the event loop. A claimer registers *before* it
+committed; claimers wait in the event loop. An enqueue says how many jobs of which
+types it made, and wakes only as many of the claimers that may take them, those
+asleep first: every woken claimer looks in the database, and a trickle of single
+jobs would otherwise send every waiting claim there for each one. The others wake
+at their next recheck, or at the next notification. A claimer registers *before* it
 looks for jobs, so a notification that arrives between an empty claim and the
 wait is never lost. ``Finishes`` does the same for the jobs that finished
 (completed, failed, cancelled): it wakes only the waiters of those jobs.
@@ -39,6 +43,15 @@ class Waiter:
         self._thread = threading.get_ident()
         self._notified = False
         self._future: asyncio.Future[bool] | None = None
+
+    def may_take(self, types: Collection[str] | None) -> bool:
+        """Whether this claimer may take a job of one of ``types`` (None: of any type)."""
+        return types is None or self.types is None or not set(types).isdisjoint(self.types)
+
+    @property
+    def asleep(self) -> bool:
+        """In ``wait`` now (not between its registration and its wait, looking)."""
+        return self._future is not None
 
     def _set(self) -> None:
         if threading.get_ident() == self._thread:
@@ -100,9 +113,15 @@ class Wakeup:
             self._waiters.add(waiter)
         return waiter
 
-    def notify(self) -> None:
+    def notify(self, types: Collection[str] | None = None, ready: int | None = None) -> None:
+        """Wake the claimers that may take jobs of ``types`` (None: every claimer); with
+        ``ready``, at most that many of them, those asleep first (one that is looking
+        already may have looked before the jobs were committed: it is woken after)."""
         with self._lock:
-            waiters = list(self._waiters)
+            waiters = [w for w in self._waiters if w.may_take(types)]
+        if ready is not None and len(waiters) > ready:
+            waiters.sort(key=lambda w: not w.asleep)
+            del waiters[ready:]
         for waiter in waiters:
             waiter._set()
 

@@ -304,6 +304,7 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
         "admin_bootstrap_lock",
         "current_schema",
         "job_finished_notify",
+        "job_made_notify",
         "flow_lock",
         "job_ready_notify",
         "migrate_lock",

@@ -49,6 +49,15 @@ class _JobsCollector:
         for (job_type, reason), count in sorted(self._flow.skipped.items()):
             skipped.add_metric([job_type, reason], count)
         yield skipped
+        claims = CounterMetricFamily(
+            "queuelog_claims",
+            "Claims run against the database by this node, each look of a waiting long "
+            "poll included, by whether they found jobs (found: true or false)",
+            labels=["found"],
+        )
+        for found in (True, False):
+            claims.add_metric([str(found).lower()], self._flow.claims[found])
+        yield claims
 
 
 class _StorageCollector:

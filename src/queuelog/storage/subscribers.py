@@ -11,8 +11,9 @@ from typing import Protocol, runtime_checkable
 class ReadySubscriber(Protocol):
     """A backend that tells when a job may have become ready where the service did not
     see it: made ready by another process sharing the database (PostgreSQL, LISTEN/NOTIFY,
-    this node's own writes included), or a waiting job released by the end of its last
-    dependency (SQLite, whose one process hears only its own writes).
+    this node's own writes included but for its enqueues, which its service announced
+    itself), or a waiting job released by the end of its last dependency (SQLite, whose
+    one process hears only its own writes).
     """
 
     def subscribe(self, on_ready: Callable[[], None]) -> None:

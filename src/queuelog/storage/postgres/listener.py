@@ -27,8 +27,11 @@ class ReadyListener:
     (finish callbacks called with None) looks at its job again.
     """
 
-    def __init__(self, url: str, poll_seconds: float = 0.1, retry_seconds: float = 1.0) -> None:
+    def __init__(
+        self, url: str, node: str, poll_seconds: float = 0.1, retry_seconds: float = 1.0
+    ) -> None:
         self._url = url
+        self._node = node  # this node's enqueues: its service woke its own long polls
         self._poll_seconds = poll_seconds
         self._retry_seconds = retry_seconds
         self._callbacks: list[Callable[[], None]] = []
@@ -74,7 +77,8 @@ class ReadyListener:
 
     def _heard(self, channel: str, payload: str, schema: str | None) -> None:
         if channel == CHANNEL:
-            if payload == schema:
+            of, _, node = payload.rpartition(":") if payload != schema else (payload, "", "")
+            if of == schema and node != self._node:
                 self._fire()
             return
         of, _, ids = payload.rpartition(":")

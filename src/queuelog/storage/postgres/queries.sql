@@ -25,6 +25,11 @@ SELECT set_config('synchronous_commit', %(value)s, false);
 -- nodes of another queue in the same database ignore it.
 SELECT pg_notify('queuelog_ready', current_schema());
 
+-- name: job_made_notify
+-- The same for jobs this node enqueued, naming the node: its own service wakes as many
+-- of its long polls as it made jobs, so its listener leaves this one to the others.
+SELECT pg_notify('queuelog_ready', current_schema() || ':' || %(node)s);
+
 -- name: job_finished_notify
 -- Delivered at commit, to every node LISTENing: the schema, a colon and the ids of
 -- the jobs that finished, comma-separated. Requests awaiting their results wake.

@@ -17,7 +17,9 @@ with heartbeats at half a lease.
 
 from __future__ import annotations
 
+import functools
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -84,6 +86,8 @@ class PostgresStorage(SqlReads):
         self._synchronous_commit = "on" if durability == "full" else "off"
         self._connection_wait = connection_wait
         self.health = StorageHealth()
+        self._node = uuid.uuid4().hex  # names this node's enqueue notifications
+        self._insert_many = functools.partial(tx.insert_many, node=self._node)
         self._pool = self._new_pool(pool_size, connection_wait)
         self._listener: ReadyListener | None = None
         self._listener_lock = threading.Lock()
@@ -197,7 +201,7 @@ class PostgresStorage(SqlReads):
     def _listening(self) -> ReadyListener:
         with self._listener_lock:
             if self._listener is None:
-                self._listener = ReadyListener(self._url)
+                self._listener = ReadyListener(self._url, self._node)
                 self._listener.start()
             return self._listener
 
@@ -206,7 +210,7 @@ class PostgresStorage(SqlReads):
     async def job_insert_many(
         self, jobs: Sequence[NewJob], now: datetime
     ) -> list[tuple[Job, bool]]:
-        return await self._write(lambda conn: tx.insert_many(conn, jobs, now))
+        return await self._write(lambda conn: self._insert_many(conn, jobs, now))
 
     async def job_claim(self, params: ClaimParams) -> list[Job]:
         return await self._write(lambda conn: tx.claim(conn, params))
@@ -269,11 +273,11 @@ class PostgresStorage(SqlReads):
         )
 
     async def schedule_fire(self, fire: ScheduleFire) -> tuple[FireOutcome, Job | None]:
-        return await self._write(lambda conn: sr.fire(conn, Q, tx.insert_many, fire))
+        return await self._write(lambda conn: sr.fire(conn, Q, self._insert_many, fire))
 
     async def schedule_trigger(self, name: str, job: NewJob) -> Job:
         return await self._write(
-            lambda conn: sr.trigger(conn, Q, tx.insert_many, name, job, job.run_at)
+            lambda conn: sr.trigger(conn, Q, self._insert_many, name, job, job.run_at)
         )
 
     async def type_set_paused(self, job_type: str, paused: bool, actor: str, now: datetime) -> None:

@@ -87,14 +87,17 @@ def apply_migrations(conn: Conn) -> None:
             conn.execute(Q["migration_record"], {"version": version})
 
 
-def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
-    made = _insert(conn, jobs, now)
+def insert_many(
+    conn: Conn, jobs: Sequence[NewJob], now: datetime, node: str
+) -> list[tuple[Job, bool]]:
+    """Insert ``jobs`` (enqueued by ``node``, which NOTIFY names)."""
+    made = _insert(conn, jobs, now, node)
     if any(new.waits for new in jobs):
         return workflows.settle_new(_Sql(conn), jobs, made, now)
     return made
 
 
-def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
+def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime, node: str) -> list[tuple[Job, bool]]:
     def execute(name: str, args: Mapping[str, Any]) -> Any:
         return conn.execute(Q[name], args)
 
@@ -104,7 +107,7 @@ def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job
         # Job by job: a unique key's holder decides, and may be an earlier job of the batch.
         each = insert_each(execute, jobs, now)
         if any(created or replaced for _, created, replaced in each):
-            _notify_ready(conn)
+            conn.execute(Q["job_made_notify"], {"node": node})
         return [(job, created) for job, created, _ in each]
     query, args = insert_statement(jobs, now)
     rows = conn.execute(Q[query], args).fetchall()
@@ -115,7 +118,7 @@ def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job
         jobs, now, rows, lambda new: insert_one(execute, new, now, jobs.index(new))[:2]
     )
     if any(created for _, created in out):
-        _notify_ready(conn)
+        conn.execute(Q["job_made_notify"], {"node": node})
     return out
 
 
