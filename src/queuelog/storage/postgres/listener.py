@@ -77,8 +77,8 @@ class ReadyListener:
 
     def _heard(self, channel: str, payload: str, schema: str | None) -> None:
         if channel == CHANNEL:
-            of, _, node = payload.rpartition(":") if payload != schema else (payload, "", "")
-            if of == schema and node != self._node:
+            of, _, node = payload.rpartition(":")
+            if payload == schema or (of == schema and node != self._node):
                 self._fire()
             return
         of, _, ids = payload.rpartition(":")

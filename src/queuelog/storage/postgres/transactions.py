@@ -52,8 +52,13 @@ def _record(conn: Conn, events: Sequence[dict[str, Any]]) -> None:
         conn.execute(Q["event_insert_many"], {"events": json_param(list(events))})
 
 
-def _notify_ready(conn: Conn) -> None:
-    conn.execute(Q["job_ready_notify"])
+def _notify_ready(conn: Conn, node: str | None = None) -> None:
+    """NOTIFY every node's claimers; ``node``: jobs this node enqueued (its service woke
+    its own claimers, so its listener skips this one)."""
+    if node is None:
+        conn.execute(Q["job_ready_notify"])
+    else:
+        conn.execute(Q["job_made_notify"], {"node": node})
 
 
 # Ids per finish notification: a notification's payload holds under 8,000 bytes.
@@ -107,7 +112,7 @@ def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime, node: str) -> lis
         # Job by job: a unique key's holder decides, and may be an earlier job of the batch.
         each = insert_each(execute, jobs, now)
         if any(created or replaced for _, created, replaced in each):
-            conn.execute(Q["job_made_notify"], {"node": node})
+            _notify_ready(conn, node)
         return [(job, created) for job, created, _ in each]
     query, args = insert_statement(jobs, now)
     rows = conn.execute(Q[query], args).fetchall()
@@ -118,7 +123,7 @@ def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime, node: str) -> lis
         jobs, now, rows, lambda new: insert_one(execute, new, now, jobs.index(new))[:2]
     )
     if any(created for _, created in out):
-        conn.execute(Q["job_made_notify"], {"node": node})
+        _notify_ready(conn, node)
     return out
 
 
