@@ -8,6 +8,7 @@ check live in the HTTP server, not in the app.
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import statistics
 import time
@@ -228,3 +229,64 @@ def test_hardening_03_beyond_limit_concurrency_a_request_is_answered_503(tmp_pat
             served = httpx.get(f"{real.url}/healthz", timeout=10)
     assert refused.status_code == 503
     assert served.status_code == 200
+
+
+# -- request framing: what the HTTP parser refuses, answered as every refusal is ------
+
+
+def _exchange(server: RealServer, raw: bytes) -> bytes:
+    """Send ``raw`` on a connection of its own; everything read until the server closes
+    it or goes quiet for a second."""
+    answer = b""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(raw)
+        sock.settimeout(1)
+        with contextlib.suppress(TimeoutError, OSError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    return answer
+
+
+def _problem_400(answer: bytes) -> None:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 400 Bad Request", answer
+    assert b"content-type: application/problem+json" in lines
+    assert b"connection: close" in lines
+    problem = json.loads(body)
+    assert problem["type"] == "bad-request"
+    assert problem["status"] == 400
+
+
+def test_a_malformed_request_is_a_400_problem_and_its_connection_closed(
+    server: RealServer,
+) -> None:
+    _problem_400(_exchange(server, b"NOT HTTP AT ALL\r\n\r\n"))
+
+
+def test_a_request_with_content_length_and_transfer_encoding_is_refused_and_stores_nothing(
+    server: RealServer,
+) -> None:
+    """Two framings of one body are how requests are smuggled past a proxy that reads
+    the other one: such a request is refused, never served."""
+    key = server.create_key("framing", "producer")
+    with server.client(key) as client:
+        before = client.get("/jobs", params={"type": "noop"}).json()["jobs"]
+    body = b'{"type": "noop", "payload": {"smuggled": true}}'
+    raw = b"POST /jobs HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer " + key.encode()
+    raw += b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+    raw += b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    _problem_400(_exchange(server, raw))
+    with server.client(key) as client:
+        assert client.get("/jobs", params={"type": "noop"}).json()["jobs"] == before
+
+
+def test_pipelined_requests_on_one_connection_are_each_answered_in_order(
+    server: RealServer,
+) -> None:
+    one = b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"
+    last = b"GET /readyz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+    answer = _exchange(server, one * 3 + last)
+    assert answer.count(b"HTTP/1.1 200 OK") == 4
+    assert answer.count(b'{"status":"ok"}') == 3
+    assert answer.endswith(b'{"status":"ready"}')

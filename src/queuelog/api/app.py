@@ -65,6 +65,9 @@ Choices where the contract is silent:
 * An enqueue's W3C `traceparent` and `tracestate` headers are stored with each job it
   makes and handed to the worker that claims it (`trace_context`); a malformed one is
   ignored as the Trace Context recommendation says, never refused.
+* A request the HTTP parser refuses (malformed, a head over 64 KiB, both
+  `Content-Length` and `Transfer-Encoding`) is 400 `bad-request` and its
+  connection is closed; a head not all sent within 10 s closes the connection.
 * A request is checked in this order: body size (413), media type (415), JSON
   syntax (422), API key (401), rate limit (429), role (403), then the fields (422)
   and the rules. The first three cost nothing to check and reveal nothing.

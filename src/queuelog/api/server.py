@@ -8,10 +8,11 @@ import signal
 import socket
 from collections.abc import Callable
 
-import h11
+import httptools
+import orjson
 import uvicorn
 from fastapi import FastAPI
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from queuelog.app_state import AppState
 
@@ -21,6 +22,7 @@ GRACEFUL_SHUTDOWN_SECONDS = 10
 HEAD_TIMEOUT_SECONDS = 10
 # A longer request head is refused (400) and its connection closed.
 MAX_HEAD_BYTES = 64 * 1024
+_HEAD_TOO_LARGE = "Request head is too large"
 # An idle connection between two requests is closed after this long.
 KEEP_ALIVE_SECONDS = 5
 # Python's cyclic collector, tuned for a server (see tune_gc): the youngest generation
@@ -29,35 +31,87 @@ KEEP_ALIVE_SECONDS = 5
 GC_THRESHOLDS = (20_000, 20, 20)
 
 
-class _HeadTimeout(H11Protocol):
-    """uvicorn's h11 protocol, closing a connection whose request head is late.
+class _BoundedHeads(HttpToolsProtocol):
+    """uvicorn's httptools protocol, bounding a request head in time and in size.
 
-    uvicorn bounds a head's size (``h11_max_incomplete_event_size``) but not the time it
-    takes: its keep-alive timer stops at a request's first byte, so a client sending a
+    uvicorn's keep-alive timer stops at a request's first byte, so a client sending a
     byte now and then kept its connection, and its place under ``limit_concurrency``,
-    for ever. This arms a timer where a head is awaited and stops it once h11 has read
-    the whole head (the other side's state leaves ``IDLE``).
+    for ever; and its httptools protocol reads a head of any size. This arms a timer
+    where a head is awaited and stops it once the whole head is read, and refuses a
+    head longer than ``MAX_HEAD_BYTES``: counted by the bytes read while it is
+    unfinished (an endless header line, which the parser holds until it ends) and by
+    its line and headers (many headers arriving at once).
     """
 
     head_timer: asyncio.TimerHandle | None = None
+    awaiting_head = True
+    head_bytes = 0  # read while a head is awaited
+    head_size = 0  # of the head's line and headers parsed so far
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._await_head()
 
     def data_received(self, data: bytes) -> None:
+        if self.awaiting_head:
+            self.head_bytes += len(data)
         super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:
-            self._stop_head_timer()
+        if self.awaiting_head and self.head_bytes > MAX_HEAD_BYTES:
+            self.send_400_response(_HEAD_TOO_LARGE)
+
+    def on_message_begin(self) -> None:
+        self.head_size = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + len(b": \r\n"))
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._stop_head_timer()
+        self.awaiting_head = False
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        # What the client sends next is the next request's head.
+        self.awaiting_head = True
+        self.head_bytes = 0
+        super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self.conn.their_state is h11.IDLE:  # a pipelined head may have come already
+        if self.awaiting_head:
             self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """A malformed or oversized request is answered as every refusal is: a
+        problem+json body; the connection is closed."""
+        if self.transport.is_closing():
+            return
+        problem = {"type": "bad-request", "title": "Bad request", "status": 400, "detail": msg}
+        body = orjson.dumps(problem)
+        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        head += [
+            name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers
+        ]
+        head.append(b"content-type: application/problem+json\r\n")
+        head.append(b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
+
+    def _count_head(self, size: int) -> None:
+        self.head_size += size
+        if self.head_size > MAX_HEAD_BYTES:
+            # The parser stops at a callback's exception; uvicorn answers it with 400.
+            raise httptools.HttpParserError(_HEAD_TOO_LARGE)
 
     def _await_head(self) -> None:
         self._stop_head_timer()
@@ -101,8 +155,7 @@ def run(app: FastAPI, host: str, port: int, access_log: bool = False) -> None:
         port=port,
         log_level="info",
         access_log=access_log,
-        http=_HeadTimeout,
-        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        http=_BoundedHeads,
         limit_concurrency=state.settings.server.limit_concurrency,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
