@@ -19,9 +19,10 @@ from itertools import islice
 from typing import Any, Protocol
 
 from queuelog.clock import to_micros
+from queuelog.models import Job
 from queuelog.storage.protocol import ClaimParams, FlowLimits
-from queuelog.storage.rows import Row
-from queuelog.storage.statements import claim_params
+from queuelog.storage.rows import Row, job_from_row
+from queuelog.storage.statements import claim_order, claim_params, claimed_events
 
 # Where a ready job stands in claim order: priority DESC, created_at, id.
 Place = tuple[int, int, int]
@@ -38,7 +39,27 @@ class FlowSql(Protocol):
     def rows(self, name: str, args: dict[str, Any]) -> list[Row]: ...
     def run(self, name: str, args: dict[str, Any]) -> None: ...
     def ids(self, ids: list[int]) -> Any: ...
+    def texts(self, texts: list[str]) -> Any: ...
     def lock(self, types: Sequence[str]) -> None: ...
+
+
+def take(sql: FlowSql, params: ClaimParams) -> list[Job]:
+    """The claim's pick once expired leases are rescued: jobs whose time has come are
+    made pending, then up to ``params.limit`` ready ones are leased, in claim order,
+    each with its ``claimed`` event. Without a limit or pause in the way this is one
+    statement over the ready index; else the types are read one by one (``claim``)."""
+    sql.run("job_promote_due", {"now": to_micros(params.now)})
+    paused = {row["type"] for row in sql.rows("type_paused", {})}
+    types = scope(params, paused)
+    if types is None:
+        wanted = None if params.types is None else sql.texts(list(params.types))
+        rows = sql.rows("job_claim", claim_params(params, wanted))
+    else:
+        rows = claim(sql, params, types, paused)
+    jobs = sorted(map(job_from_row, rows), key=claim_order)
+    if jobs:
+        sql.run("event_insert_each", claimed_events(jobs, params))
+    return jobs
 
 
 def scope(params: ClaimParams, paused: set[str]) -> list[str] | None:

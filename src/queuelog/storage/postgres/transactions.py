@@ -143,6 +143,9 @@ class _Sql:
     def ids(self, ids: list[int]) -> list[int]:
         return ids
 
+    def texts(self, texts: list[str]) -> list[str]:
+        return texts
+
     def lock(self, types: Sequence[str]) -> None:
         # Always in the same (sorted) order, so two claims never wait on each other.
         for name in sorted(types):
@@ -152,19 +155,7 @@ class _Sql:
 def claim(conn: Conn, params: ClaimParams) -> list[Job]:
     if params.retry_at is not None:
         rescue(conn, params.now, params.retry_at, limit=500)
-    conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
-    paused = {r["type"] for r in conn.execute(Q["type_paused"])}
-    scope = flow.scope(params, paused)
-    if scope is None:
-        types = list(params.types) if params.types is not None else None
-        rows = conn.execute(Q["job_claim"], st.claim_params(params, types)).fetchall()
-    else:
-        rows = flow.claim(_Sql(conn), params, scope, paused)
-    jobs = [job_from_row(r) for r in rows]
-    jobs.sort(key=st.claim_order)
-    if jobs:
-        conn.execute(Q["event_insert_each"], st.claimed_events(jobs, params))
-    return jobs
+    return flow.take(_Sql(conn), params)
 
 
 def rescue(conn: Conn, now: datetime, retry_at: Callable[[Job], datetime], limit: int) -> list[Job]:

@@ -150,6 +150,9 @@ class _Sql:
     def ids(self, ids: list[int]) -> str:
         return json.dumps(ids)
 
+    def texts(self, texts: list[str]) -> str:
+        return json.dumps(texts)
+
     def lock(self, types: Sequence[str]) -> None:
         """Nothing to take: the group's transaction holds the database's write lock."""
 
@@ -161,19 +164,7 @@ def claim(conn: sqlite3.Connection, params: ClaimParams) -> tuple[list[Job], lis
     released = Released()
     if params.retry_at is not None:
         rescued, released = rescue(conn, params.now, params.retry_at, limit=500)
-    conn.execute(Q["job_promote_due"], {"now": to_micros(params.now)})
-    paused = {r["type"] for r in conn.execute(Q["type_paused"])}
-    types = flow.scope(params, paused)
-    if types is None:
-        args = st.claim_params(params, types_json(params.types))
-        rows = conn.execute(Q["job_claim"], args).fetchall()
-    else:
-        rows = flow.claim(_Sql(conn), params, types, paused)
-    jobs = [job_from_row(r) for r in rows]
-    jobs.sort(key=st.claim_order)
-    if jobs:
-        conn.execute(Q["event_insert_each"], st.claimed_events(jobs, params))
-    return jobs, rescued, released
+    return flow.take(_Sql(conn), params), rescued, released
 
 
 def finish(
