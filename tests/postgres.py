@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import psycopg
 import pytest
+from bench.pg import fresh_schema as schema_named
+from bench.pg import unavailable, with_schema
 
 from queuelog.storage.subscribers import ReadySubscriber
 
@@ -31,12 +30,8 @@ def _unavailable(url: str | None) -> str | None:
     """Why PostgreSQL cannot be used, or None when it can (checked once per run)."""
     if not url:
         return f"{URL_VARIABLE} is not set"
-    try:
-        with psycopg.connect(url, connect_timeout=5) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.Error as exc:
-        return f"PostgreSQL at {URL_VARIABLE} is unreachable: {type(exc).__name__}"
-    return None
+    reason = unavailable(url)
+    return None if reason is None else f"PostgreSQL at {URL_VARIABLE} is unusable: {reason}"
 
 
 def postgres_url() -> str:
@@ -51,26 +46,12 @@ def postgres_url() -> str:
     return url
 
 
-def with_schema(url: str, schema: str) -> str:
-    """``url`` whose sessions use ``schema`` (libpq ``options=-csearch_path=...``)."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
-    query.append(("options", f"-csearch_path={schema}"))
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
 @contextmanager
 def fresh_schema() -> Iterator[str]:
     """Create an empty schema; yield a URL that uses it; drop it afterwards."""
     url = postgres_url()
-    schema = f"ql_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
+    with schema_named(url, "ql_test") as schema:
         yield with_schema(url, schema)
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def subscribed(store: ReadySubscriber) -> threading.Event:
