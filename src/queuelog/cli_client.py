@@ -10,11 +10,11 @@ import logging
 import re
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import click
 from rich.console import Console
@@ -40,6 +40,8 @@ Exit codes:
 """
 BATCH_MAX = 500
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 url_option = click.option(
     "--url", envvar="QUEUELOG_URL", help="Server address (default: $QUEUELOG_URL, else local)."
 )
@@ -47,6 +49,12 @@ key_option = click.option(
     "--api-key", envvar="QUEUELOG_API_KEY", help="API key (default: $QUEUELOG_API_KEY)."
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON, not a table.")
+
+
+def server_call(command: F) -> F:
+    """The options of a command that asks the server and prints its answer: ``--url``,
+    ``--api-key`` and ``--json``."""
+    return url_option(key_option(json_option(command)))
 
 
 class Refused(click.ClickException):
@@ -310,9 +318,7 @@ def enqueue_file(client: Client, jobs: list[dict[str, Any]], batch_size: int) ->
     type=click.FloatRange(min=0),
     help="Then await the job up to this many seconds and print its result (as `jobs wait`).",
 )
-@url_option
-@key_option
-@json_option
+@server_call
 def enqueue(
     job_type: str | None,
     payload: str | None,

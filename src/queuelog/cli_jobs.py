@@ -12,15 +12,13 @@ from queuelog.cli_client import (
     EXIT_CODES,
     await_job,
     console,
-    json_option,
-    key_option,
     literal,
     one_line,
     print_jobs,
     print_json,
     reported,
+    server_call,
     to_json,
-    url_option,
 )
 from queuelog.client import Client, Dependency, Job
 from queuelog.models import JobStatus
@@ -41,9 +39,7 @@ def jobs() -> None:
 @click.option(
     "--depends-on", type=click.IntRange(min=1), help="Only the jobs that depend on this job."
 )
-@url_option
-@key_option
-@json_option
+@server_call
 def list_jobs(
     status: str | None,
     job_type: str | None,
@@ -66,9 +62,7 @@ def list_jobs(
 
 @jobs.command("show", epilog=EXIT_CODES)
 @click.argument("job_id", type=int)
-@url_option
-@key_option
-@json_option
+@server_call
 def show(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Every field of one job, then the jobs it depends on and the jobs that depend on it
     (with --json: the job alone)."""
@@ -120,9 +114,7 @@ def _cell(value: object) -> str:
     type=click.FloatRange(min=0),
     help="Give up after this many seconds (exit 5); default: wait as long as it takes.",
 )
-@url_option
-@key_option
-@json_option
+@server_call
 def wait(
     job_id: int, timeout: float | None, url: str | None, api_key: str | None, as_json: bool
 ) -> None:
@@ -134,9 +126,7 @@ def wait(
 
 @jobs.command("events", epilog=EXIT_CODES)
 @click.argument("job_id", type=int)
-@url_option
-@key_option
-@json_option
+@server_call
 def events(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> None:
     """A job's history, oldest first."""
     with Client(url, api_key) as client, reported(f"cannot read events of job {job_id}"):
@@ -160,9 +150,7 @@ def events(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> 
 
 @jobs.command("cancel", epilog=EXIT_CODES)
 @click.argument("job_id", type=int)
-@url_option
-@key_option
-@json_option
+@server_call
 def cancel(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Cancel a waiting or pending job."""
     with Client(url, api_key) as client, reported(f"cannot cancel job {job_id}"):
@@ -172,9 +160,7 @@ def cancel(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> 
 
 @jobs.command("retry", epilog=EXIT_CODES)
 @click.argument("job_id", type=int)
-@url_option
-@key_option
-@json_option
+@server_call
 def retry(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Run a failed or cancelled job again (admin)."""
     with Client(url, api_key) as client, reported(f"cannot retry job {job_id}"):

@@ -11,13 +11,13 @@ from rich.table import Table
 from queuelog.cli_client import (
     EXIT_CODES,
     console,
-    json_option,
     key_option,
     literal,
     one_line,
     payload_argument,
     print_json,
     reported,
+    server_call,
     url_option,
 )
 from queuelog.client import Client, Schedule
@@ -57,9 +57,7 @@ def _print(found: list[Schedule]) -> None:
 
 
 @schedules.command("list", epilog=EXIT_CODES)
-@url_option
-@key_option
-@json_option
+@server_call
 def list_schedules(url: str | None, api_key: str | None, as_json: bool) -> None:
     """Every schedule, by name."""
     with Client(url, api_key) as client, reported("cannot list schedules"):
@@ -79,9 +77,7 @@ def list_schedules(url: str | None, api_key: str | None, as_json: bool) -> None:
 @click.option("--timezone", help="IANA name the cron is read in (default UTC).")
 @click.option("--priority", type=click.Choice(PRIORITY_LABELS, case_sensitive=False))
 @click.option("--overlap/--no-overlap", default=None, help="Fire while the last job is active.")
-@url_option
-@key_option
-@json_option
+@server_call
 def create(
     name: str,
     job_type: str,
@@ -122,9 +118,7 @@ def _done(schedule: Schedule, as_json: bool) -> None:
 
 @schedules.command("pause", epilog=EXIT_CODES)
 @click.argument("name")
-@url_option
-@key_option
-@json_option
+@server_call
 def pause(name: str, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Pause a schedule: it makes no job until resumed."""
     with Client(url, api_key) as client, reported(f"cannot pause schedule {name}"):
@@ -133,9 +127,7 @@ def pause(name: str, url: str | None, api_key: str | None, as_json: bool) -> Non
 
 @schedules.command("resume", epilog=EXIT_CODES)
 @click.argument("name")
-@url_option
-@key_option
-@json_option
+@server_call
 def resume(name: str, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Resume a schedule from its next fire time."""
     with Client(url, api_key) as client, reported(f"cannot resume schedule {name}"):
@@ -144,9 +136,7 @@ def resume(name: str, url: str | None, api_key: str | None, as_json: bool) -> No
 
 @schedules.command("trigger", epilog=EXIT_CODES)
 @click.argument("name")
-@url_option
-@key_option
-@json_option
+@server_call
 def trigger(name: str, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Make the schedule's job now."""
     with Client(url, api_key) as client, reported(f"cannot trigger schedule {name}"):

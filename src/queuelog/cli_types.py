@@ -8,13 +8,11 @@ from rich.table import Table
 from queuelog.cli_client import (
     EXIT_CODES,
     console,
-    json_option,
-    key_option,
     literal,
     one_line,
     print_json,
     reported,
-    url_option,
+    server_call,
 )
 from queuelog.client import Client, JobType
 
@@ -34,9 +32,7 @@ def _rate(job_type: JobType) -> str:
 
 
 @types.command("list", epilog=EXIT_CODES)
-@url_option
-@key_option
-@json_option
+@server_call
 def list_types(url: str | None, api_key: str | None, as_json: bool) -> None:
     """Every configured type: running now against its limit, rate limit, pause, counts."""
     with Client(url, api_key) as client, reported("cannot list job types"):
@@ -76,9 +72,7 @@ def _set_paused(
 
 @types.command("pause", epilog=EXIT_CODES)
 @click.argument("name", metavar="TYPE")
-@url_option
-@key_option
-@json_option
+@server_call
 def pause(name: str, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Stop TYPE's jobs from being claimed, on every node, until it is resumed."""
     _set_paused(name, True, url, api_key, as_json)
@@ -86,9 +80,7 @@ def pause(name: str, url: str | None, api_key: str | None, as_json: bool) -> Non
 
 @types.command("resume", epilog=EXIT_CODES)
 @click.argument("name", metavar="TYPE")
-@url_option
-@key_option
-@json_option
+@server_call
 def resume(name: str, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Let TYPE's jobs be claimed again."""
     _set_paused(name, False, url, api_key, as_json)
