@@ -290,3 +290,106 @@ def test_pipelined_requests_on_one_connection_are_each_answered_in_order(
     assert answer.count(b"HTTP/1.1 200 OK") == 4
     assert answer.count(b'{"status":"ok"}') == 3
     assert answer.endswith(b'{"status":"ready"}')
+
+
+def _answers(server: RealServer, pieces: list[bytes], quiet: float) -> tuple[bytes, float]:
+    """Send ``pieces`` on one connection; all that is read until the server closes it or
+    is quiet for ``quiet`` seconds, and how long after the last piece it closed (inf:
+    it did not)."""
+    answer = b""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        for piece in pieces:
+            sock.sendall(piece)
+        sent = time.monotonic()
+        sock.settimeout(quiet)
+        with contextlib.suppress(TimeoutError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+            return answer, time.monotonic() - sent
+    return answer, float("inf")
+
+
+def _claim_waiting(key: str, seconds: int) -> bytes:
+    body = json.dumps({"types": ["noop"], "wait_seconds": seconds}).encode()
+    head = b"POST /jobs/claim HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer " + key.encode()
+    head += b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    return head + body
+
+
+@pytest.mark.slow
+def test_a_pipelined_request_served_longer_than_the_head_timeout_is_answered(
+    server: RealServer,
+) -> None:
+    """The head timer waits for the next head only once nothing is being served: a long
+    poll pipelined behind another request is answered, not cut at the head timeout."""
+    key = server.create_key("pipelining-worker", "worker")
+    seconds = HEAD_TIMEOUT_SECONDS + 2
+    healthz = b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"
+    answer, _ = _answers(server, [healthz + _claim_waiting(key, seconds)], seconds + 5)
+    assert answer.count(b"HTTP/1.1 200 OK") == 2, answer
+    assert answer.endswith(b'{"jobs":[]}')
+
+
+@pytest.mark.slow
+def test_what_is_left_of_a_body_after_an_early_answer_must_come_within_the_head_timeout(
+    server: RealServer,
+) -> None:
+    """The app may answer before it reads a request's body. The rest of the body then
+    still ends the keep-alive timer, but not the head timer armed by that answer."""
+    answer = b""
+    early = b"GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n12345"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(early)
+        answered = time.monotonic()
+        time.sleep(1)
+        sock.sendall(b"67890")  # the body's end, then no next head
+        sock.settimeout(HEAD_TIMEOUT_SECONDS + 10)
+        with contextlib.suppress(TimeoutError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+        closed_after = time.monotonic() - answered
+    assert answer.startswith(b"HTTP/1.1 200 OK")
+    assert HEAD_TIMEOUT_SECONDS - 1 <= closed_after < HEAD_TIMEOUT_SECONDS + 10
+
+
+@pytest.mark.slow
+def test_an_endless_trailer_line_is_refused_without_growing_the_server_s_memory(
+    server: RealServer,
+) -> None:
+    assert server.process is not None
+    before = _rss_bytes(server.process.pid)
+    chunk = b"a" * 65_536
+    sent = 0
+    answer = b""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        with contextlib.suppress(OSError):  # the server closes the connection
+            sock.sendall(
+                b"POST /jobs HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX-Trailer: "
+            )
+            while sent < 64 << 20:
+                sock.sendall(chunk)
+                sent += len(chunk)
+        with contextlib.suppress(OSError):
+            answer = sock.recv(4096)
+    grown = _rss_bytes(server.process.pid) - before
+    assert sent < 64 << 20, "the server read a 64 MiB trailer line to its end"
+    assert grown < 8 << 20
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 400 Bad Request")
+
+
+def test_a_head_of_too_many_headers_is_refused_as_too_large(server: RealServer) -> None:
+    many = b"GET /healthz HTTP/1.1\r\nHost: a\r\n" + b"X-Many: b\r\n" * 10_000 + b"\r\n"
+    answer = _exchange(server, many)
+    _problem_400(answer)
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["detail"] == "Request head is too large"
+
+
+def test_a_refused_request_is_answered_after_the_requests_before_it(server: RealServer) -> None:
+    """Answers are read in order: a malformed request pipelined behind a long poll is
+    refused after the long poll's answer, which is not lost."""
+    key = server.create_key("ordering-worker", "worker")
+    answer, _ = _answers(server, [_claim_waiting(key, 1) + b"NOT HTTP\r\n\r\n"], 5)
+    first, _, rest = answer.partition(b'{"jobs":[]}')
+    assert first.startswith(b"HTTP/1.1 200 OK"), answer
+    _problem_400(rest)

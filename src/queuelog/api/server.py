@@ -37,26 +37,33 @@ class _BoundedHeads(HttpToolsProtocol):
     uvicorn's keep-alive timer stops at a request's first byte, so a client sending a
     byte now and then kept its connection, and its place under ``limit_concurrency``,
     for ever; and its httptools protocol reads a head of any size. This arms a timer
-    where a head is awaited and stops it once the whole head is read, and refuses a
-    head longer than ``MAX_HEAD_BYTES``: counted by the bytes read while it is
-    unfinished (an endless header line, which the parser holds until it ends) and by
-    its line and headers (many headers arriving at once).
+    once an answer is sent and nothing else is being served (or once the connection
+    opens) and stops it when the next head is whole; and it refuses a head longer than
+    ``MAX_HEAD_BYTES``, counted by its line and headers as parsed (many headers in one
+    read) and by the bytes read since the parser last finished anything (an endless
+    header or trailer line, which the parser holds until it ends: at most one read
+    more than the bound is held).
+
+    Every refusal of the parser is answered 400 as problem+json, after the answers of
+    the requests before it on the connection (a client reads answers in order), and
+    the connection is then closed.
     """
 
     head_timer: asyncio.TimerHandle | None = None
-    awaiting_head = True
-    head_bytes = 0  # read while a head is awaited
+    unparsed = 0  # bytes read since the parser last finished a head, a body piece or a message
     head_size = 0  # of the head's line and headers parsed so far
+    refusal: str | None = None  # the 400 to send once the requests before it are answered
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._await_head()
 
     def data_received(self, data: bytes) -> None:
-        if self.awaiting_head:
-            self.head_bytes += len(data)
+        if self.refusal is not None:
+            return  # refused: nothing more from this connection is read
+        self.unparsed += len(data)
         super().data_received(data)
-        if self.awaiting_head and self.head_bytes > MAX_HEAD_BYTES:
+        if self.unparsed > MAX_HEAD_BYTES:
             self.send_400_response(_HEAD_TOO_LARGE)
 
     def on_message_begin(self) -> None:
@@ -73,18 +80,24 @@ class _BoundedHeads(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._stop_head_timer()
-        self.awaiting_head = False
+        self.unparsed = 0
         super().on_headers_complete()
 
+    def on_body(self, body: bytes) -> None:
+        self.unparsed = 0
+        super().on_body(body)
+
     def on_message_complete(self) -> None:
-        # What the client sends next is the next request's head.
-        self.awaiting_head = True
-        self.head_bytes = 0
+        self.unparsed = 0
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self.awaiting_head:
+        if self.transport.is_closing() or not self.cycle.response_complete:
+            return  # closed, or a pipelined request is being served now
+        if self.refusal is not None:
+            self.send_400_response(self.refusal)
+        else:  # also after an early answer: what is left of the body must come in time
             self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -92,9 +105,16 @@ class _BoundedHeads(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
-        """A malformed or oversized request is answered as every refusal is: a
-        problem+json body; the connection is closed."""
+        """Refuse what the parser could not take: a problem+json 400, then close."""
         if self.transport.is_closing():
+            return
+        if self.head_size > MAX_HEAD_BYTES:  # uvicorn names every parser error alike
+            msg = _HEAD_TOO_LARGE
+        self.refusal = msg
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and not cycle.more_body:
+            # What is refused comes after a whole request still being served: this is
+            # sent by on_response_complete, after the answers before it.
             return
         problem = {"type": "bad-request", "title": "Bad request", "status": 400, "detail": msg}
         body = orjson.dumps(problem)
