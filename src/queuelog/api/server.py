@@ -14,6 +14,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from queuelog.api.problems import PROBLEM_JSON
 from queuelog.app_state import AppState
 
 GRACEFUL_SHUTDOWN_SECONDS = 10
@@ -122,7 +123,7 @@ class _BoundedHeads(HttpToolsProtocol):
         head += [
             name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers
         ]
-        head.append(b"content-type: application/problem+json\r\n")
+        head.append(b"content-type: " + PROBLEM_JSON.encode() + b"\r\n")
         head.append(b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body))
         self.transport.write(b"".join(head) + body)
         self.transport.close()

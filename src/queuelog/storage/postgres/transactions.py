@@ -143,8 +143,8 @@ class _Sql:
     def ids(self, ids: list[int]) -> list[int]:
         return ids
 
-    def texts(self, texts: list[str]) -> list[str]:
-        return texts
+    def types(self, types: Sequence[str] | None) -> list[str] | None:
+        return None if types is None else list(types)
 
     def lock(self, types: Sequence[str]) -> None:
         # Always in the same (sorted) order, so two claims never wait on each other.

@@ -150,8 +150,8 @@ class _Sql:
     def ids(self, ids: list[int]) -> str:
         return json.dumps(ids)
 
-    def texts(self, texts: list[str]) -> str:
-        return json.dumps(texts)
+    def types(self, types: Sequence[str] | None) -> str | None:
+        return types_json(types)
 
     def lock(self, types: Sequence[str]) -> None:
         """Nothing to take: the group's transaction holds the database's write lock."""
