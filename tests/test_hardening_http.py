@@ -234,17 +234,20 @@ def test_hardening_03_beyond_limit_concurrency_a_request_is_answered_503(tmp_pat
 # -- request framing: what the HTTP parser refuses, answered as every refusal is ------
 
 
-def _exchange(server: RealServer, raw: bytes) -> bytes:
+def _exchange(server: RealServer, raw: bytes, quiet: float = 1.0) -> tuple[bytes, float]:
     """Send ``raw`` on a connection of its own; everything read until the server closes
-    it or goes quiet for a second."""
+    it or goes quiet for ``quiet`` seconds, and how long after sending it closed (inf:
+    it did not)."""
     answer = b""
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         sock.sendall(raw)
-        sock.settimeout(1)
-        with contextlib.suppress(TimeoutError, OSError):
+        sent = time.monotonic()
+        sock.settimeout(quiet)
+        with contextlib.suppress(TimeoutError, ConnectionResetError):
             while chunk := sock.recv(65536):
                 answer += chunk
-    return answer
+            return answer, time.monotonic() - sent
+    return answer, float("inf")
 
 
 def _problem_400(answer: bytes) -> None:
@@ -261,7 +264,7 @@ def _problem_400(answer: bytes) -> None:
 def test_a_malformed_request_is_a_400_problem_and_its_connection_closed(
     server: RealServer,
 ) -> None:
-    _problem_400(_exchange(server, b"NOT HTTP AT ALL\r\n\r\n"))
+    _problem_400(_exchange(server, b"NOT HTTP AT ALL\r\n\r\n")[0])
 
 
 def test_a_request_with_content_length_and_transfer_encoding_is_refused_and_stores_nothing(
@@ -276,7 +279,7 @@ def test_a_request_with_content_length_and_transfer_encoding_is_refused_and_stor
     raw = b"POST /jobs HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer " + key.encode()
     raw += b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
     raw += b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-    _problem_400(_exchange(server, raw))
+    _problem_400(_exchange(server, raw)[0])
     with server.client(key) as client:
         assert client.get("/jobs", params={"type": "noop"}).json()["jobs"] == before
 
@@ -286,27 +289,10 @@ def test_pipelined_requests_on_one_connection_are_each_answered_in_order(
 ) -> None:
     one = b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"
     last = b"GET /readyz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
-    answer = _exchange(server, one * 3 + last)
+    answer, _ = _exchange(server, one * 3 + last)
     assert answer.count(b"HTTP/1.1 200 OK") == 4
     assert answer.count(b'{"status":"ok"}') == 3
     assert answer.endswith(b'{"status":"ready"}')
-
-
-def _answers(server: RealServer, pieces: list[bytes], quiet: float) -> tuple[bytes, float]:
-    """Send ``pieces`` on one connection; all that is read until the server closes it or
-    is quiet for ``quiet`` seconds, and how long after the last piece it closed (inf:
-    it did not)."""
-    answer = b""
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        for piece in pieces:
-            sock.sendall(piece)
-        sent = time.monotonic()
-        sock.settimeout(quiet)
-        with contextlib.suppress(TimeoutError):
-            while chunk := sock.recv(65536):
-                answer += chunk
-            return answer, time.monotonic() - sent
-    return answer, float("inf")
 
 
 def _claim_waiting(key: str, seconds: int) -> bytes:
@@ -325,7 +311,7 @@ def test_a_pipelined_request_served_longer_than_the_head_timeout_is_answered(
     key = server.create_key("pipelining-worker", "worker")
     seconds = HEAD_TIMEOUT_SECONDS + 2
     healthz = b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"
-    answer, _ = _answers(server, [healthz + _claim_waiting(key, seconds)], seconds + 5)
+    answer, _ = _exchange(server, healthz + _claim_waiting(key, seconds), seconds + 5)
     assert answer.count(b"HTTP/1.1 200 OK") == 2, answer
     assert answer.endswith(b'{"jobs":[]}')
 
@@ -380,7 +366,7 @@ def test_an_endless_trailer_line_is_refused_without_growing_the_server_s_memory(
 
 def test_a_head_of_too_many_headers_is_refused_as_too_large(server: RealServer) -> None:
     many = b"GET /healthz HTTP/1.1\r\nHost: a\r\n" + b"X-Many: b\r\n" * 10_000 + b"\r\n"
-    answer = _exchange(server, many)
+    answer, _ = _exchange(server, many)
     _problem_400(answer)
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["detail"] == "Request head is too large"
 
@@ -389,7 +375,7 @@ def test_a_refused_request_is_answered_after_the_requests_before_it(server: Real
     """Answers are read in order: a malformed request pipelined behind a long poll is
     refused after the long poll's answer, which is not lost."""
     key = server.create_key("ordering-worker", "worker")
-    answer, _ = _answers(server, [_claim_waiting(key, 1) + b"NOT HTTP\r\n\r\n"], 5)
+    answer, _ = _exchange(server, _claim_waiting(key, 1) + b"NOT HTTP\r\n\r\n", 5)
     first, _, rest = answer.partition(b'{"jobs":[]}')
     assert first.startswith(b"HTTP/1.1 200 OK"), answer
     _problem_400(rest)
