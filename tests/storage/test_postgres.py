@@ -186,6 +186,25 @@ def test_a_job_made_ready_on_one_node_wakes_listeners_on_another(
     assert woken.wait(10), "redrive on node 2 did not reach node 1"
 
 
+def test_an_enqueue_wakes_the_other_nodes_and_a_repeat_of_its_key_wakes_none(
+    nodes: list[PostgresStorage],
+) -> None:
+    """The insert itself notifies (one job's enqueue is one statement): it names its
+    node, whose service wakes its own long polls, so that node's listener stays quiet;
+    a repeated idempotency key inserts nothing and notifies no one."""
+    own, other = subscribed(nodes[0]), subscribed(nodes[1])
+    keyed = new_job(key="order-7")
+    ((first, created),) = run_blocking(nodes[0].job_insert_many([keyed], T0))
+    assert created and other.wait(10), "enqueue on node 0 did not reach node 1"
+    assert not own.wait(1.0), "node 0's listener was woken by its own enqueue"
+    other.clear()
+    ((again, created),) = run_blocking(nodes[2].job_insert_many([keyed], T0))
+    assert (again.id, created) == (first.id, False)
+    assert not other.wait(1.0) and not own.is_set()
+    events = [e.event for e in run_blocking(nodes[1].job_events(first.id))]
+    assert events == [EventKind.ENQUEUED]
+
+
 def test_notifications_of_another_schema_are_ignored(nodes: list[PostgresStorage]) -> None:
     woken = subscribed(nodes[0])
     with fresh_schema() as other_url:
@@ -298,17 +317,16 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
     }
     assert numbers["postgres"] == numbers["sqlite"]
     # Both backends run the same queries by the same names; PostgreSQL alone needs its
-    # advisory locks, NOTIFY, the session's durability, the schema's name and whether
+    # advisory locks, NOTIFY, the session's settings, the schema's name and whether
     # a transaction wrote (SQLite's connection counts its changes itself).
     postgres_only = {
         "admin_bootstrap_lock",
         "current_schema",
         "job_finished_notify",
-        "job_made_notify",
         "flow_lock",
         "job_ready_notify",
         "migrate_lock",
-        "session_durability",
+        "session_settings",
         "transaction_wrote",
     }
     sqlite_names = set(load_queries("queuelog.storage.sqlite"))

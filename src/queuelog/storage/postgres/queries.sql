@@ -17,18 +17,16 @@ SELECT version FROM schema_migrations;
 -- name: migration_record
 INSERT INTO schema_migrations (version) VALUES (%(version)s);
 
--- name: session_durability
-SELECT set_config('synchronous_commit', %(value)s, false);
+-- name: session_settings
+-- The session's durability, and the node its inserts of jobs name when they NOTIFY
+-- (migration 0011).
+SELECT set_config('synchronous_commit', %(durability)s, false),
+       set_config('queuelog.node', %(node)s, false);
 
 -- name: job_ready_notify
 -- Delivered at commit, to every node LISTENing; the payload names the schema so
 -- nodes of another queue in the same database ignore it.
 SELECT pg_notify('queuelog_ready', current_schema());
-
--- name: job_made_notify
--- The same for jobs this node enqueued, naming the node: its own service wakes as many
--- of its long polls as it made jobs, so its listener leaves this one to the others.
-SELECT pg_notify('queuelog_ready', current_schema() || ':' || %(node)s);
 
 -- name: job_finished_notify
 -- Delivered at commit, to every node LISTENing: the schema, a colon and the ids of

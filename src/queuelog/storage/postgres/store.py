@@ -17,7 +17,6 @@ with heartbeats at half a lease.
 
 from __future__ import annotations
 
-import functools
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -87,7 +86,6 @@ class PostgresStorage(SqlReads):
         self._connection_wait = connection_wait
         self.health = StorageHealth()
         self._node = uuid.uuid4().hex  # names this node's enqueue notifications
-        self._insert_many = functools.partial(tx.insert_many, node=self._node)
         self._pool = self._new_pool(pool_size, connection_wait)
         self._listener: ReadyListener | None = None
         self._listener_lock = threading.Lock()
@@ -117,7 +115,8 @@ class PostgresStorage(SqlReads):
         )
 
     def _configure(self, conn: Conn) -> None:
-        conn.execute(Q["session_durability"], {"value": self._synchronous_commit})
+        args = {"durability": self._synchronous_commit, "node": self._node}
+        conn.execute(Q["session_settings"], args)
 
     async def _read(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
         """Run a named query on a pool thread, so the event loop never waits for it."""
@@ -137,12 +136,13 @@ class PostgresStorage(SqlReads):
                 raise self._refused(exc) from None
         raise AssertionError("unreachable")
 
-    async def _write(self, operation: Callable[[Conn], T]) -> T:
+    async def _write(self, operation: Callable[[Conn], T], alone: bool = False) -> T:
         """Run ``operation`` in one transaction on a pool thread (psycopg's blocking
-        connections are kept off the event loop)."""
-        return await anyio.to_thread.run_sync(self._write_now, operation)
+        connections are kept off the event loop); ``alone``: its one write is a
+        statement the database commits by itself (no BEGIN and COMMIT to wait for)."""
+        return await anyio.to_thread.run_sync(self._write_now, operation, alone)
 
-    def _write_now(self, operation: Callable[[Conn], T]) -> T:
+    def _write_now(self, operation: Callable[[Conn], T], alone: bool = False) -> T:
         """Run ``operation`` in one transaction; again if it lost a deadlock.
 
         A lost connection is not retried: the commit may have happened. The caller
@@ -150,7 +150,7 @@ class PostgresStorage(SqlReads):
         """
         for attempt in range(_RETRIES):
             try:
-                return self._transaction(operation)
+                return self._transaction(operation, alone)
             except _RETRYABLE:
                 if attempt == _RETRIES - 1:
                     raise
@@ -158,13 +158,17 @@ class PostgresStorage(SqlReads):
                 raise self._refused(exc) from None
         raise AssertionError("unreachable")
 
-    def _transaction(self, operation: Callable[[Conn], T]) -> T:
+    def _transaction(self, operation: Callable[[Conn], T], alone: bool) -> T:
         """Run ``operation`` in one transaction. While writes are refused for a fault,
-        its commit ends the fault if it wrote something."""
+        its commit ends the fault if it wrote something (which only a transaction of
+        its own tells)."""
         faulty = not self.health.writable
-        with self._pool.connection() as conn, conn.transaction():
-            value = operation(conn)
-            wrote = faulty and bool(tx.one(conn, "transaction_wrote", {})["wrote"])
+        with self._pool.connection() as conn:
+            if alone and not faulty:
+                return operation(conn)  # autocommit: the statement is its transaction
+            with conn.transaction():
+                value = operation(conn)
+                wrote = faulty and bool(tx.one(conn, "transaction_wrote", {})["wrote"])
         if wrote:
             self.health.stored()
         return value
@@ -210,7 +214,9 @@ class PostgresStorage(SqlReads):
     async def job_insert_many(
         self, jobs: Sequence[NewJob], now: datetime
     ) -> list[tuple[Job, bool]]:
-        return await self._write(lambda conn: self._insert_many(conn, jobs, now))
+        return await self._write(
+            lambda conn: tx.insert_many(conn, jobs, now), alone=tx.one_statement(jobs)
+        )
 
     async def job_claim(self, params: ClaimParams) -> list[Job]:
         return await self._write(lambda conn: tx.claim(conn, params))
@@ -273,11 +279,11 @@ class PostgresStorage(SqlReads):
         )
 
     async def schedule_fire(self, fire: ScheduleFire) -> tuple[FireOutcome, Job | None]:
-        return await self._write(lambda conn: sr.fire(conn, Q, self._insert_many, fire))
+        return await self._write(lambda conn: sr.fire(conn, Q, tx.insert_many, fire))
 
     async def schedule_trigger(self, name: str, job: NewJob) -> Job:
         return await self._write(
-            lambda conn: sr.trigger(conn, Q, self._insert_many, name, job, job.run_at)
+            lambda conn: sr.trigger(conn, Q, tx.insert_many, name, job, job.run_at)
         )
 
     async def type_set_paused(self, job_type: str, paused: bool, actor: str, now: datetime) -> None:

@@ -52,13 +52,10 @@ def _record(conn: Conn, events: Sequence[dict[str, Any]]) -> None:
         conn.execute(Q["event_insert_many"], {"events": json_param(list(events))})
 
 
-def _notify_ready(conn: Conn, node: str | None = None) -> None:
-    """NOTIFY every node's claimers; ``node``: jobs this node enqueued (its service woke
-    its own claimers, so its listener skips this one)."""
-    if node is None:
-        conn.execute(Q["job_ready_notify"])
-    else:
-        conn.execute(Q["job_made_notify"], {"node": node})
+def _notify_ready(conn: Conn) -> None:
+    """NOTIFY every node's claimers (an insert of jobs notifies by itself: migration
+    0011)."""
+    conn.execute(Q["job_ready_notify"])
 
 
 # Ids per finish notification: a notification's payload holds under 8,000 bytes.
@@ -92,39 +89,40 @@ def apply_migrations(conn: Conn) -> None:
             conn.execute(Q["migration_record"], {"version": version})
 
 
-def insert_many(
-    conn: Conn, jobs: Sequence[NewJob], now: datetime, node: str
-) -> list[tuple[Job, bool]]:
-    """Insert ``jobs`` (enqueued by ``node``, which NOTIFY names)."""
-    made = _insert(conn, jobs, now, node)
+def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
+    made = _insert(conn, jobs, now)
     if any(new.waits for new in jobs):
         return workflows.settle_new(_Sql(conn), jobs, made, now)
     return made
 
 
-def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime, node: str) -> list[tuple[Job, bool]]:
+def one_statement(jobs: Sequence[NewJob]) -> bool:
+    """Whether inserting ``jobs`` is one statement, the database's own transaction: one
+    job with no unique key and no dependencies (a repeat of an idempotency key then
+    inserts nothing, and the reads that find its first job change nothing)."""
+    return len(jobs) == 1 and jobs[0].unique_key is None and not jobs[0].waits
+
+
+def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
     def execute(name: str, args: Mapping[str, Any]) -> Any:
         return conn.execute(Q[name], args)
 
-    # Each inserted job's 'enqueued' event is written by the insert (the
-    # jobs_enqueued trigger, migrations 0004 and 0009).
+    # Each inserted job's 'enqueued' event, and the NOTIFY of the nodes' claimers, are
+    # the insert's (the jobs_enqueued trigger, migrations 0004, 0009 and 0011).
     if any(new.unique_key is not None for new in jobs):
         # Job by job: a unique key's holder decides, and may be an earlier job of the batch.
         each = insert_each(execute, jobs, now)
-        if any(created or replaced for _, created, replaced in each):
-            _notify_ready(conn, node)
+        if any(replaced for _, _, replaced in each):
+            _notify_ready(conn)  # a replaced job may be due sooner
         return [(job, created) for job, created, _ in each]
     query, args = insert_statement(jobs, now)
     rows = conn.execute(Q[query], args).fetchall()
     # A job whose idempotency key another insert took (on any node): ON CONFLICT waited
     # for that insert to commit, so insert_one finds the winner (or inserts, if it is
     # gone since).
-    out = match_inserted(
+    return match_inserted(
         jobs, now, rows, lambda new: insert_one(execute, new, now, jobs.index(new))[:2]
     )
-    if any(created for _, created in out):
-        _notify_ready(conn, node)
-    return out
 
 
 class _Sql:

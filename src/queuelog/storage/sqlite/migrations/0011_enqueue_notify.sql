@@ -1,0 +1,2 @@
+-- Nothing to change on SQLite: its one server process wakes its own claimers. On
+-- PostgreSQL, 0011 makes the insert of jobs NOTIFY the other nodes.
