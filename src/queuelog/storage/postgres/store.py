@@ -17,6 +17,7 @@ with heartbeats at half a lease.
 
 from __future__ import annotations
 
+import select
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -60,6 +61,16 @@ T = TypeVar("T")
 _RETRIES = 3
 _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 _FAULTS = (psycopg.Error, PoolTimeout)
+
+
+def _closed_by_server(conn: Conn) -> None:
+    """Refuse a connection the server dropped (restart, pg_terminate_backend), so the
+    pool replaces it instead of handing it to a request. An idle connection has nothing
+    to read unless its server said goodbye or closed it: a look at its socket tells,
+    without the round trip of a query."""
+    if conn.broken or select.select([conn.fileno()], [], [], 0)[0]:
+        conn.close()  # so the pool discards it instead of putting it back
+        raise psycopg.OperationalError("the server closed the connection")
 
 
 class PostgresStorage(SqlReads):
@@ -106,9 +117,7 @@ class PostgresStorage(SqlReads):
             connection_class=psycopg.Connection[DictRow],
             kwargs={"autocommit": True, "row_factory": dict_row},
             configure=self._configure,
-            # A connection the server dropped (restart, pg_terminate_backend) is
-            # replaced when it is taken from the pool, not handed to a request.
-            check=ConnectionPool.check_connection,
+            check=_closed_by_server,
             timeout=wait,
             open=False,
             name="queuelog",
