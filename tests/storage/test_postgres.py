@@ -19,7 +19,7 @@ from queuelog.clock import SystemClock, to_micros
 from queuelog.models import EventKind, Job, JobStatus, Priority, Role
 from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.postgres.transactions import Q
-from queuelog.storage.protocol import JobListParams, NewJob
+from queuelog.storage.protocol import FinishParams, JobListParams, NewJob
 from queuelog.storage.sqlfile import load_migrations, load_queries
 from queuelog.storage.subscribers import ReadySubscriber
 from tests.conftest import run_blocking
@@ -203,6 +203,45 @@ def test_an_enqueue_wakes_the_other_nodes_and_a_repeat_of_its_key_wakes_none(
     assert not other.wait(1.0) and not own.is_set()
     events = [e.event for e in run_blocking(nodes[1].job_events(first.id))]
     assert events == [EventKind.ENQUEUED]
+
+
+def test_completions_notify_every_node_of_their_ids_and_record_their_events(
+    nodes: list[PostgresStorage],
+) -> None:
+    """A completion's statement records its event and NOTIFYs its id; a batch of them
+    notifies every id, though one notification holds at most 200."""
+    heard: list[int] = []
+    listening = threading.Event()
+
+    def on_finished(ids: object) -> None:
+        if ids is None:  # the listener (re)connected
+            listening.set()
+        else:
+            heard.extend(ids)  # type: ignore[call-overload]
+
+    nodes[1].subscribe_finished(on_finished)
+    assert listening.wait(10), "node 1 did not start listening"
+    run_blocking(nodes[0].job_insert_many([new_job() for _ in range(251)], T0))
+    (alone,) = run_blocking(claim(nodes[0]))
+    run_blocking(finish(nodes[0], alone))
+    held = run_blocking(claim(nodes[0], limit=250))
+    items = [FinishParams(job.id, job.lease_token or "", "w", T0) for job in held]
+    outcomes = run_blocking(nodes[2].job_finish_many(items))
+    assert all(isinstance(o, Job) and o.status == JobStatus.COMPLETED for o in outcomes)
+    expected = sorted([alone.id] + [job.id for job in held])
+    for _ in range(100):  # bounded: the notifications arrive at commit, on another thread
+        if len(heard) >= len(expected):
+            break
+        threading.Event().wait(0.1)
+    assert sorted(heard) == expected
+    for job in (alone, held[0], held[-1]):
+        events = run_blocking(nodes[1].job_events(job.id))
+        assert [e.event for e in events] == [
+            EventKind.ENQUEUED,
+            EventKind.CLAIMED,
+            EventKind.COMPLETED,
+        ]
+        assert events[-1].actor == "w" and events[-1].from_status == JobStatus.RUNNING
 
 
 def test_notifications_of_another_schema_are_ignored(nodes: list[PostgresStorage]) -> None:

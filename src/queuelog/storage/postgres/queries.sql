@@ -224,24 +224,48 @@ WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
 RETURNING *;
 
 -- name: job_complete
-UPDATE jobs
-SET status = 'completed', result = %(result)s::text, lease_token = NULL,
-    lease_expires_at = NULL, updated_at = %(now)s::bigint
-WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
-  AND claimed_by = %(worker_name)s AND lease_expires_at > %(now)s::bigint
-RETURNING *;
+-- Also records the job's 'completed' event and NOTIFYs its id (awaiting reads on
+-- every node answer), in the same statement: no round trip of its own for either.
+WITH done AS (
+    UPDATE jobs
+    SET status = 'completed', result = %(result)s::text, lease_token = NULL,
+        lease_expires_at = NULL, updated_at = %(now)s::bigint
+    WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
+      AND claimed_by = %(worker_name)s AND lease_expires_at > %(now)s::bigint
+    RETURNING *
+), recorded AS (
+    INSERT INTO job_events (job_id, at, event, from_status, to_status, actor)
+    SELECT id, %(now)s::bigint, 'completed', 'running', 'completed', %(worker_name)s
+    FROM done
+)
+SELECT done.*, pg_notify('queuelog_finished', current_schema() || ':' || done.id) AS notified
+FROM done;
 
 -- name: job_complete_batch
 -- job_complete for every item of the JSON array %(items)s ({id, lease_token,
--- worker_name, result}), each under its own guard, in one statement.
-UPDATE jobs
-SET status = 'completed', result = i.value ->> 'result', lease_token = NULL,
-    lease_expires_at = NULL, updated_at = %(now)s
-FROM json_array_elements(%(items)s::json) AS i (value)
-WHERE jobs.id = (i.value ->> 'id')::bigint AND jobs.status = 'running'
-  AND jobs.lease_token = i.value ->> 'lease_token'
-  AND jobs.claimed_by = i.value ->> 'worker_name' AND jobs.lease_expires_at > %(now)s
-RETURNING jobs.*;
+-- worker_name, result}), each under its own guard, in one statement; with their
+-- 'completed' events, and a NOTIFY of their ids per 200 (a notification's payload
+-- holds under 8,000 bytes). The count of notifications is joined in so that every
+-- one of them is sent (PostgreSQL runs a SELECT in WITH only as far as it is read).
+WITH done AS (
+    UPDATE jobs
+    SET status = 'completed', result = i.value ->> 'result', lease_token = NULL,
+        lease_expires_at = NULL, updated_at = %(now)s
+    FROM json_array_elements(%(items)s::json) AS i (value)
+    WHERE jobs.id = (i.value ->> 'id')::bigint AND jobs.status = 'running'
+      AND jobs.lease_token = i.value ->> 'lease_token'
+      AND jobs.claimed_by = i.value ->> 'worker_name' AND jobs.lease_expires_at > %(now)s
+    RETURNING jobs.*
+), recorded AS (
+    INSERT INTO job_events (job_id, at, event, from_status, to_status, actor)
+    SELECT id, %(now)s, 'completed', 'running', 'completed', claimed_by
+    FROM done ORDER BY id
+), notified AS (
+    SELECT pg_notify('queuelog_finished', current_schema() || ':' || string_agg(id::text, ','))
+    FROM (SELECT id, (row_number() OVER (ORDER BY id) - 1) / 200 AS chunk FROM done) AS c
+    GROUP BY chunk
+)
+SELECT done.* FROM done CROSS JOIN (SELECT count(*) FROM notified) AS sent;
 
 -- name: job_fail
 -- Retry while attempts remain and the error is retryable; else fail for good,

@@ -199,14 +199,13 @@ def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueEr
         outcomes = [_finish(conn, item, events) for item in items]
         finished = [o for o in outcomes if isinstance(o, Job)]
         _recorded(conn, events, finished)
-        _notify_finished(conn, finished)
+        # A completion's statement recorded its event and notified its id itself.
+        _notify_finished(conn, [j for j in finished if j.status != JobStatus.COMPLETED])
         _slots_freed(conn, items, finished)
         _released(conn, finished, items[0].now)
         return outcomes
+    # Completes, records the events and notifies the ids in one statement.
     rows = conn.execute(Q["job_complete_batch"], params).fetchall()
-    if rows:
-        conn.execute(Q["event_insert_each"], st.completed_events(rows, items))
-        _notify_finished(conn, rows)
     matched = st.match_completed(
         items, rows, lambda item: st.guard_failure(_get(conn, item.job_id))
     )
@@ -249,13 +248,15 @@ def _finish(
     kind: EventKind | None = None,
     actor: str | None = None,
 ) -> Job | QueueError:
-    """Complete or fail one held job under its guard; its event goes to ``events``."""
+    """Complete or fail one held job under its guard; a failure's event goes to
+    ``events``."""
     query, args = st.finish_statement(item, expired=kind is EventKind.LEASE_EXPIRED)
     row = conn.execute(Q[query], args).fetchone()
     if row is None:
         return st.guard_failure(_get(conn, item.job_id))
     job = job_from_row(row)
-    events.append(st.finish_event(job, item, kind, actor))
+    if query != "job_complete":  # a completion's statement records its event itself
+        events.append(st.finish_event(job, item, kind, actor))
     return job
 
 
