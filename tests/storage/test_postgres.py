@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import resource
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -386,6 +388,28 @@ def test_listener_reconnects_after_losing_its_connection(
         if woken.wait(0.5):
             break
     assert woken.is_set()
+
+
+def test_a_node_whose_connections_have_high_descriptor_numbers_still_works() -> None:
+    """A server holding many long polls has sockets past descriptor 1024 (select()'s
+    limit) when its pool opens a connection: the pool's check must still pass it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if min(hard, 4096) < 1300:
+        pytest.skip("too few file descriptors allowed")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with fresh_schema() as url:
+            store = PostgresStorage(url, pool_size=2, connection_wait=2.0)
+            try:
+                ((job, created),) = run_blocking(store.job_insert_many([new_job()], T0))
+                assert created and run_blocking(store.job_get(job.id)) is not None
+            finally:
+                store.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_an_unreachable_database_fails_to_open_and_leaves_no_threads() -> None:

@@ -67,10 +67,17 @@ def _closed_by_server(conn: Conn) -> None:
     """Refuse a connection the server dropped (restart, pg_terminate_backend), so the
     pool replaces it instead of handing it to a request. An idle connection has nothing
     to read unless its server said goodbye or closed it: a look at its socket tells,
-    without the round trip of a query."""
-    if conn.broken or select.select([conn.fileno()], [], [], 0)[0]:
+    without the round trip of a query. (poll, not select: a server holding many long
+    polls has descriptors past select's 1024.)"""
+    if conn.broken or _readable(conn.fileno()):
         conn.close()  # so the pool discards it instead of putting it back
         raise psycopg.OperationalError("the server closed the connection")
+
+
+def _readable(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class PostgresStorage(SqlReads):
