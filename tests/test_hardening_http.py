@@ -295,6 +295,20 @@ def test_pipelined_requests_on_one_connection_are_each_answered_in_order(
     assert answer.endswith(b'{"status":"ready"}')
 
 
+def test_head_of_the_health_checks_is_answered_without_a_body(server: RealServer) -> None:
+    """Load balancers probe with HEAD: the status and headers of GET, no body; the
+    connection then serves the next request."""
+    heads = b"HEAD /healthz HTTP/1.1\r\nHost: a\r\n\r\nHEAD /readyz HTTP/1.1\r\nHost: a\r\n\r\n"
+    last = b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+    answer, _ = _exchange(server, heads + last)
+    assert answer.count(b"HTTP/1.1 200 OK") == 3, answer
+    assert answer.count(b"{") == 1 and answer.endswith(b'{"status":"ok"}'), answer
+    first = answer.split(b"\r\n\r\n")[0].split(b"\r\n")
+    assert b"content-type: application/json" in first and b"content-length: 15" in first
+    refused, _ = _exchange(server, b"HEAD /jobs HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+    assert refused.startswith(b"HTTP/1.1 405 "), refused  # the API's reads stay GET only
+
+
 def _claim_waiting(key: str, seconds: int) -> bytes:
     body = json.dumps({"types": ["noop"], "wait_seconds": seconds}).encode()
     head = b"POST /jobs/claim HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer " + key.encode()

@@ -32,6 +32,8 @@ DESCRIPTION = """
 A durable background job queue. Producers enqueue jobs; workers claim them,
 run them and report back. Every route but `/healthz`, `/readyz`,
 `/openapi.json` and `/docs` needs `Authorization: Bearer <api key>`.
+`/healthz` and `/readyz` also answer `HEAD` (the status and headers of `GET`, no
+body), as load balancers and uptime checks probe.
 
 Every error is `application/problem+json` (RFC 9457) with a stable `type` slug.
 Times are RFC 3339 UTC strings with microseconds.

@@ -13,11 +13,16 @@ from queuelog.api.problems import problem
 router = APIRouter(tags=["operations"])
 
 
+# HEAD is answered as GET, without the body (uvicorn sends none for HEAD): load
+# balancers and uptime checks probe with it. Kept out of the OpenAPI document, where
+# it would repeat GET.
+@router.head("/healthz", include_in_schema=False)
 @router.get("/healthz", summary="The process is up (no auth)")
 def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
+@router.head("/readyz", include_in_schema=False)
 @router.get(
     "/readyz",
     summary="The node can read and write its database (no auth)",
