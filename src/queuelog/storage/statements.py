@@ -186,18 +186,3 @@ def claimed_events(jobs: Sequence[Job], params: ClaimParams) -> dict[str, Any]:
     return each_event_params(
         ids, params.now, EventKind.CLAIMED, JobStatus.PENDING, JobStatus.RUNNING, params.worker_id
     )
-
-
-def completed_events(rows: Sequence[Row], items: Sequence[FinishParams]) -> dict[str, Any]:
-    """The ``completed`` events of a batch completion's jobs (``job_complete_batch``'s
-    rows), by the one worker whose batch it is."""
-    ids = [int(row["id"]) for row in rows]
-    first = items[0]
-    return each_event_params(
-        ids,
-        first.now,
-        EventKind.COMPLETED,
-        JobStatus.RUNNING,
-        JobStatus.COMPLETED,
-        first.worker_name,
-    )

@@ -199,8 +199,7 @@ def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueEr
         outcomes = [_finish(conn, item, events) for item in items]
         finished = [o for o in outcomes if isinstance(o, Job)]
         _recorded(conn, events, finished)
-        # A completion's statement recorded its event and notified its id itself.
-        _notify_finished(conn, [j for j in finished if j.status != JobStatus.COMPLETED])
+        _notify_finished(conn, [j for j in finished if not _self_recorded(j)])
         _slots_freed(conn, items, finished)
         _released(conn, finished, items[0].now)
         return outcomes
@@ -255,9 +254,16 @@ def _finish(
     if row is None:
         return st.guard_failure(_get(conn, item.job_id))
     job = job_from_row(row)
-    if query != "job_complete":  # a completion's statement records its event itself
+    if not _self_recorded(job):
         events.append(st.finish_event(job, item, kind, actor))
     return job
+
+
+def _self_recorded(job: Job) -> bool:
+    """Whether the statement that finished ``job`` recorded its event and NOTIFYed its
+    id itself: a completion's does (job_complete, job_complete_batch); a failure's,
+    whose event depends on where the job went, leaves both to the transaction."""
+    return job.status == JobStatus.COMPLETED
 
 
 def cancel(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:

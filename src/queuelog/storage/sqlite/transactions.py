@@ -199,7 +199,7 @@ def finish_many(
     else:
         rows = conn.execute(Q["job_complete_batch"], params).fetchall()
         if rows:
-            conn.execute(Q["event_insert_each"], st.completed_events(rows, items))
+            conn.execute(Q["event_insert_each"], _completed_events(rows, items))
         outcomes = st.match_completed(
             items, rows, lambda item: st.guard_failure(get(conn, item.job_id))
         )
@@ -279,3 +279,18 @@ def set_paused(
     if changed is not None:
         kind = TypeEventKind.PAUSED if paused else TypeEventKind.RESUMED
         conn.execute(Q["type_event_insert"], {**args, "event": kind.value})
+
+
+def _completed_events(rows: Sequence[Row], items: Sequence[FinishParams]) -> dict[str, Any]:
+    """The ``completed`` events of a batch completion's jobs (``job_complete_batch``'s
+    rows), by the one worker whose batch it is."""
+    ids = [int(row["id"]) for row in rows]
+    first = items[0]
+    return st.each_event_params(
+        ids,
+        first.now,
+        EventKind.COMPLETED,
+        JobStatus.RUNNING,
+        JobStatus.COMPLETED,
+        first.worker_name,
+    )
