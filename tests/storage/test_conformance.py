@@ -127,7 +127,7 @@ async def test_a_batch_answers_each_job_as_stored_in_its_order(store: Storage) -
 async def test_a_batch_alike_but_for_type_payload_and_priority_stores_each_job_as_alone(
     store: Storage,
 ) -> None:
-    """SQLite binds the columns such a batch shares once (job_insert_batch_uniform)."""
+    """Each backend binds the columns such a batch shares once (job_insert_batch_uniform)."""
     later = T0 + timedelta(seconds=60)
     kinds = [("noop", Priority.LOW), ("send_email", Priority.HIGH), ("noop", Priority.CRITICAL)]
     for run_at in (T0, later):
@@ -403,6 +403,10 @@ async def test_text_beyond_ascii_is_stored_and_read_back_unchanged(store: Storag
     inserted = [job for job, _ in await store.job_insert_many(jobs, T0)]
     assert all(job.payload == payload for job in inserted)
     assert all([(await store.job_get(job.id)).payload == payload for job in inserted])  # type: ignore[union-attr]
+    # A batch of jobs with keys is read by the other insert statement.
+    keyed = [replace(new_job(key=f"k{n}", fingerprint="f"), payload=payload) for n in range(2)]
+    for job, created in await store.job_insert_many(keyed, T0):
+        assert created and job.payload == payload == (await store.job_get(job.id)).payload  # type: ignore[union-attr]
     held = await claim(store, limit=3)
     assert [job.payload for job in held] == [payload] * 3
     result = {"echo": text}

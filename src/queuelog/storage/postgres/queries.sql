@@ -39,36 +39,41 @@ SELECT current_schema() AS name;
 -- name: job_insert_batch
 -- Every job of the JSON array %(jobs)s, in its order, in one statement. A job whose
 -- (principal, idempotency_key) is taken, or whose unique key an active job holds
--- (jobs_unique_hold), is skipped. Ids rise in the array's order.
+-- (jobs_unique_hold), is skipped. Ids rise in the array's order. json_to_recordset
+-- reads each job's object once into typed columns; a ->> per column parses the object
+-- again for each of them, which took half the time of a batch of 500.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
                   unique_key, unique_hold, job_group,
                   traceparent, tracestate, status, on_dependency_failure)
-SELECT j.value ->> 'type', j.value ->> 'payload', (j.value ->> 'priority')::integer,
-       (j.value ->> 'max_retries')::integer, (j.value ->> 'lease_seconds')::integer,
-       j.value ->> 'principal', j.value ->> 'idempotency_key', j.value ->> 'fingerprint',
-       (j.value ->> 'run_at')::bigint, (j.value ->> 'run_at')::bigint > %(now)s::bigint,
-       %(now)s, %(now)s, j.value ->> 'unique_key', j.value ->> 'unique_key', j.value ->> 'group',
-       j.value ->> 'traceparent', j.value ->> 'tracestate', j.value ->> 'status',
-       j.value ->> 'on_dependency_failure'
-FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS j (value, n)
-ORDER BY j.n
+SELECT j.type, j.payload, j.priority, j.max_retries, j.lease_seconds, j.principal,
+       j.idempotency_key, j.fingerprint, j.run_at, j.run_at > %(now)s::bigint,
+       %(now)s, %(now)s, j.unique_key, j.unique_key, j."group",
+       j.traceparent, j.tracestate, j.status, j.on_dependency_failure
+FROM ROWS FROM (json_to_recordset(%(jobs)s::json) AS (
+         type text, payload text, priority integer, max_retries integer,
+         lease_seconds integer, principal text, idempotency_key text, fingerprint text,
+         run_at bigint, unique_key text, "group" text, traceparent text, tracestate text,
+         status text, on_dependency_failure text)) WITH ORDINALITY AS j
+ORDER BY j.ordinality
 ON CONFLICT DO NOTHING
 RETURNING id, principal, idempotency_key;
 
 -- name: job_insert_batch_uniform
 -- job_insert_batch for jobs that differ only in type, payload and priority (a
--- producer's usual batch, each with its group): no idempotency key, and one principal, retry limit, lease,
--- run_at and trace context, bound once. Without keys nothing can conflict.
+-- producer's usual batch, each with its group): no idempotency key, and one principal,
+-- retry limit, lease, run_at and trace context, bound once. Without keys nothing can
+-- conflict.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
                   job_group, traceparent, tracestate)
-SELECT j.value ->> 'type', j.value ->> 'payload', (j.value ->> 'priority')::integer,
+SELECT j.type, j.payload, j.priority,
        %(max_retries)s, %(lease_seconds)s, %(principal)s, NULL, NULL, %(run_at)s,
-       %(run_at)s::bigint > %(now)s::bigint, %(now)s, %(now)s, j.value ->> 'group',
+       %(run_at)s::bigint > %(now)s::bigint, %(now)s, %(now)s, j."group",
        %(traceparent)s::text, %(tracestate)s::text
-FROM json_array_elements(%(jobs)s::json) WITH ORDINALITY AS j (value, n)
-ORDER BY j.n
+FROM ROWS FROM (json_to_recordset(%(jobs)s::json) AS (
+         type text, payload text, priority integer, "group" text)) WITH ORDINALITY AS j
+ORDER BY j.ordinality
 RETURNING id, principal, idempotency_key;
 
 -- name: job_by_idempotency_key
