@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from queuelog.api.middleware import Answer, HttpMiddleware
 from queuelog.errors import StorageUnavailable
 from queuelog.scheduler import Scheduler
 from queuelog.schedules import Schedule
@@ -159,28 +160,19 @@ class Metrics:
         self._latency.labels(method, route).observe(seconds)
 
 
-class MetricsMiddleware:
+class MetricsMiddleware(HttpMiddleware):
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
+        super().__init__(app)
         self.metrics = metrics
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
-        status = 500
-
-        async def record_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        answer = Answer(send)
         try:
-            await self.app(scope, receive, record_status)
+            await self.app(scope, receive, answer.send)
         finally:
             route = scope.get("route")
             # The route template, not the raw path: ids would make one series per job.
             name = getattr(route, "path_format", "unmatched")
+            status = answer.status or 500  # an app that raised before answering
             self.metrics.observe(scope["method"], name, status, time.perf_counter() - started)

@@ -46,19 +46,50 @@ def is_json_media(content_type: bytes) -> bool:
     )
 
 
-class BodyLimitMiddleware:
+class HttpMiddleware:
+    """A pure ASGI middleware of HTTP requests: ``handle`` sees each of them; anything
+    else (the lifespan) passes straight through."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await self.handle(scope, receive, send)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class Answer:
+    """Watches the answer the app sends through ``send``: its status once it has begun
+    (None before; a middleware may still send an answer of its own then)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.status: int | None = None
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        await self._send(message)
+
+
+class BodyLimitMiddleware(HttpMiddleware):
     """413 for bodies over ``max_bytes`` (before parsing); 415 for non-JSON bodies.
 
     Paths under ``form_prefixes`` (the dashboard) may post HTML forms.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, form_prefixes: tuple[str, ...] = ()):
-        self.app = app
+        super().__init__(app)
         self.max_bytes = max_bytes
         self.form_prefixes = form_prefixes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in _WITH_BODY:
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] not in _WITH_BODY:
             await self.app(scope, receive, send)
             return
         headers = first_headers(scope)
@@ -91,7 +122,7 @@ class BodyLimitMiddleware:
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         received = 0
-        started = False
+        answer = Answer(send)
 
         async def counting_receive() -> Message:
             nonlocal received
@@ -102,20 +133,14 @@ class BodyLimitMiddleware:
                     raise _TooLarge
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
         try:
-            await self.app(scope, counting_receive, tracking_send)
+            await self.app(scope, counting_receive, answer.send)
         except _TooLarge:
-            if not started:
+            if answer.status is None:
                 await _send_problem(send, 413, "body-too-large", "Request body is too large")
 
 
-class InternalErrorMiddleware:
+class InternalErrorMiddleware(HttpMiddleware):
     """An unexpected failure becomes the 500 ``internal`` problem here.
 
     It is logged once, within ``failures.py``'s bounds, and not raised further: raised,
@@ -123,23 +148,11 @@ class InternalErrorMiddleware:
     log the whole traceback and close the client's keep-alive connection.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def watched(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        answer = Answer(send)
         try:
-            await self.app(scope, receive, watched)
+            await self.app(scope, receive, answer.send)
         except Exception as exc:
             log_internal_error(log, exc, scope["method"], scope["path"])
-            if not started:  # else the server ends the half-sent answer
+            if answer.status is None:  # else the server ends the half-sent answer
                 await internal_problem()(scope, receive, send)

@@ -15,7 +15,9 @@ from typing import Any
 
 from fastapi import FastAPI
 from opentelemetry import trace
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
+
+from queuelog.api.middleware import HttpMiddleware
 
 # Load balancers' probes, every few seconds: not worth a span each.
 _UNTRACED_URLS = "/healthz,/readyz"
@@ -40,16 +42,10 @@ def _method_alone(scope: Scope) -> tuple[str, dict[str, Any]]:
     return str(scope.get("method") or "HTTP"), {}
 
 
-class RouteName:
+class RouteName(HttpMiddleware):
     """Names the request's span ``{method} {route}`` once the router has matched it."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         span = trace.get_current_span()
 
         async def named(message: Message) -> None:
