@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from queuelog.clock import to_micros
-from queuelog.errors import ValidationFailed
+from queuelog.errors import InvalidState, NotFound, ValidationFailed
 from queuelog.models import TERMINAL, DependencyFailure, EventKind, Job, JobStatus
 from queuelog.storage.protocol import NewJob
 from queuelog.storage.rows import Row, event_params, job_from_row, json_param
@@ -189,6 +189,32 @@ def _record_released(
         events.append(event_params(row, now, kind, JobStatus.WAITING, ACTOR, detail))
     if events:
         sql.run("event_insert_many", {"events": json_param(events)})
+
+
+# -- an admin's change of one job (cancel, requeue), before its release or redrive -
+
+
+def transition(
+    sql: WorkflowSql, query: str, job_id: int, actor: str, now: datetime, kind: EventKind
+) -> Job:
+    """Run the guarded ``query`` on the job and record its event; NotFound, or
+    InvalidState naming the status the job is in now (on PostgreSQL another node may
+    have moved it since it was read)."""
+    before = _job(sql, job_id)
+    if before is None:
+        raise NotFound("No such job")
+    rows = sql.rows(query, {"id": job_id, "now": to_micros(now)})
+    if not rows:
+        current = _job(sql, job_id) or before
+        raise InvalidState(f"Job is {current.status.value}")
+    job = job_from_row(rows[0])
+    sql.run("event_insert", event_params(job, now, kind, before.status, actor))
+    return job
+
+
+def _job(sql: WorkflowSql, job_id: int) -> Job | None:
+    rows = sql.rows("job_get", {"id": job_id})
+    return job_from_row(rows[0]) if rows else None
 
 
 # -- a redrive --------------------------------------------------------------------

@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import DictRow
 
 from queuelog.clock import to_micros
-from queuelog.errors import InvalidState, NotFound, QueueError
+from queuelog.errors import QueueError
 from queuelog.models import TERMINAL, EventKind, Job, JobStatus, TypeEventKind
 from queuelog.storage import flow, workflows
 from queuelog.storage import statements as st
@@ -267,14 +267,14 @@ def _self_recorded(job: Job) -> bool:
 
 
 def cancel(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:
-    job = _transition(conn, "job_cancel", job_id, actor, now, EventKind.CANCELLED)
+    job = workflows.transition(_Sql(conn), "job_cancel", job_id, actor, now, EventKind.CANCELLED)
     _notify_finished(conn, [job])
     _released(conn, [job], now)
     return job
 
 
 def requeue(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:
-    job = _transition(conn, "job_requeue", job_id, actor, now, EventKind.REQUEUED)
+    job = workflows.transition(_Sql(conn), "job_requeue", job_id, actor, now, EventKind.REQUEUED)
     job = workflows.redrive(_Sql(conn), [job], actor, now)[0]
     _notify_ready(conn)
     return job
@@ -288,22 +288,6 @@ def requeue_failed(conn: Conn, job_type: str, actor: str, now: datetime) -> int:
     # Pending now, or waiting (a job with dependencies) until job_recount finds none left.
     _recorded(conn, [], workflows.redrive(_Sql(conn), jobs, actor, now))
     return len(jobs)
-
-
-def _transition(
-    conn: Conn, query: str, job_id: int, actor: str, now: datetime, kind: EventKind
-) -> Job:
-    before = _get(conn, job_id)
-    if before is None:
-        raise NotFound("No such job")
-    row = conn.execute(Q[query], {"id": job_id, "now": to_micros(now)}).fetchone()
-    if row is None:
-        current = _get(conn, job_id)
-        status = current.status if current is not None else before.status
-        raise InvalidState(f"Job is {status.value}")
-    job = job_from_row(row)
-    _record(conn, [event_params(job, now, kind, before.status, actor)])
-    return job
 
 
 def prune(conn: Conn, cutoffs: Mapping[JobStatus, datetime], limit: int) -> int:

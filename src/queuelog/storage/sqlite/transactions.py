@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any
 
 from queuelog.clock import to_micros
-from queuelog.errors import InvalidState, NotFound, QueueError
+from queuelog.errors import QueueError
 from queuelog.models import EventKind, Job, JobStatus, TypeEventKind
 from queuelog.storage import flow, workflows
 from queuelog.storage import statements as st
@@ -210,27 +210,13 @@ def finish_many(
 def cancel(
     conn: sqlite3.Connection, job_id: int, actor: str, now: datetime
 ) -> tuple[Job, Released]:
-    job = transition(conn, "job_cancel", job_id, actor, now, EventKind.CANCELLED)
+    job = workflows.transition(_Sql(conn), "job_cancel", job_id, actor, now, EventKind.CANCELLED)
     return job, workflows.release(_Sql(conn), [job], now)
 
 
 def requeue(conn: sqlite3.Connection, job_id: int, actor: str, now: datetime) -> Job:
-    job = transition(conn, "job_requeue", job_id, actor, now, EventKind.REQUEUED)
+    job = workflows.transition(_Sql(conn), "job_requeue", job_id, actor, now, EventKind.REQUEUED)
     return workflows.redrive(_Sql(conn), [job], actor, now)[0]
-
-
-def transition(
-    conn: sqlite3.Connection, query: str, job_id: int, actor: str, now: datetime, kind: EventKind
-) -> Job:
-    before = get(conn, job_id)
-    if before is None:
-        raise NotFound("No such job")
-    row = conn.execute(Q[query], {"id": job_id, "now": to_micros(now)}).fetchone()
-    if row is None:
-        raise InvalidState(f"Job is {before.status.value}")
-    job = job_from_row(row)
-    conn.execute(Q["event_insert"], event_params(job, now, kind, before.status, actor))
-    return job
 
 
 def requeue_failed(conn: sqlite3.Connection, job_type: str, actor: str, now: datetime) -> int:
