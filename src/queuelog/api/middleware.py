@@ -48,7 +48,7 @@ def is_json_media(content_type: bytes) -> bool:
 
 class HttpMiddleware:
     """A pure ASGI middleware of HTTP requests: ``handle`` sees each of them; anything
-    else (the lifespan) passes straight through."""
+    else (the lifespan, a websocket) passes straight through."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

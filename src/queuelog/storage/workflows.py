@@ -16,7 +16,9 @@ either ended first (and is read as ended) or waits for the insert to commit and 
 finds the new dependent. Two dependencies of one job that end at once count off in
 turn under the job's row lock.
 
-Each step is a named query both ``queries.sql`` hold, run through ``WorkflowSql``.
+Each step is a named query both ``queries.sql`` hold, run through ``WorkflowSql``;
+so is an admin's cancel or requeue of one job (``transition``), which the release or
+redrive of its dependents follows in the same transaction.
 """
 
 from __future__ import annotations
