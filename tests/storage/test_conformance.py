@@ -404,9 +404,14 @@ async def test_text_beyond_ascii_is_stored_and_read_back_unchanged(store: Storag
     assert all(job.payload == payload for job in inserted)
     assert all([(await store.job_get(job.id)).payload == payload for job in inserted])  # type: ignore[union-attr]
     # A batch of jobs with keys is read by the other insert statement.
-    keyed = [replace(new_job(key=f"k{n}", fingerprint="f"), payload=payload) for n in range(2)]
-    for job, created in await store.job_insert_many(keyed, T0):
-        assert created and job.payload == payload == (await store.job_get(job.id)).payload  # type: ignore[union-attr]
+    keyed = [
+        replace(new_job(key=f"ké{n}", fingerprint="f"), payload=payload, group=f"grüppe 漢{n}")
+        for n in range(2)
+    ]
+    for (job, created), new in zip(await store.job_insert_many(keyed, T0), keyed, strict=True):
+        stored = await store.job_get(job.id)
+        assert created and stored == job and job.payload == payload
+        assert (job.idempotency_key, job.group) == (new.idempotency_key, new.group)
     held = await claim(store, limit=3)
     assert [job.payload for job in held] == [payload] * 3
     result = {"echo": text}
