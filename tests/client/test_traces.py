@@ -208,3 +208,50 @@ def test_without_opentelemetry_jobs_run_untraced(server: RealServer) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == {"seen": [None], "otel": []}
+
+
+# Run in a process where OpenTelemetry is installed but no tracer provider is set: a
+# context given to the process (by a request's headers, say) still travels with its
+# jobs, and a job enqueued outside any context runs in none.
+WITHOUT_PROVIDER = """
+import json, sys
+from opentelemetry import context, trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from queuelog import Client, Worker
+url, shop, mailer = sys.argv[1:]
+worker = Worker(concurrency=1, wait_seconds=1)
+seen = {}
+@worker.handler("noop")
+def handle(job):
+    current = trace.get_current_span().get_span_context()
+    seen[job.payload["n"]] = [bool(job.trace_context), f"{current.trace_id:032x}", current.is_valid]
+    if len(seen) == 2:
+        worker.stop()
+given = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+with Client(url, shop) as client:
+    client.enqueue("noop", {"n": "outside"})
+    token = context.attach(trace.set_span_in_context(NonRecordingSpan(given)))
+    client.enqueue("noop", {"n": "given"})
+    context.detach(token)
+with Client(url, mailer) as client:
+    worker.run(client)
+print(json.dumps(seen))
+"""
+
+
+def test_without_a_tracer_provider_a_given_trace_context_still_reaches_the_handler(
+    server: RealServer,
+) -> None:
+    keys = (server.keys["shop"], server.keys["mailer"])
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PROVIDER, server.url, *keys],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "outside": [False, "0" * 32, False],
+        "given": [True, f"{0xABC:032x}", True],
+    }

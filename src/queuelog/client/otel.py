@@ -124,3 +124,21 @@ def _error_type(error: BaseException) -> str:
 def in_a_trace() -> bool:
     """Whether the calling thread is inside a recorded span (its context is one to send)."""
     return trace.get_current_span().get_span_context().is_valid
+
+
+def _provider_set() -> bool:
+    """Whether the application has set a tracer provider: until it does, OpenTelemetry
+    records no span, and a span only carries on a trace context it was given."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def sends_traced() -> bool:
+    """Whether a send's span would record or carry anything: not without a provider
+    outside any trace context (its headers would get none)."""
+    return _provider_set() or in_a_trace()
+
+
+def processes_traced(job: Job) -> bool:
+    """Whether a run's span of ``job`` would record or carry anything: not without a
+    provider for a job enqueued outside any trace (its handler would see no context)."""
+    return _provider_set() or bool(job.trace_context)

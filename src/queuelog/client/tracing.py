@@ -4,7 +4,9 @@ consumer's process, each in a span, when OpenTelemetry is installed (the ``otel`
 Without it, ``producing`` and ``processing`` do nothing and nothing of OpenTelemetry is
 imported: ``client/otel.py``, which holds the spans, is imported at the first traced
 call, and only if ``opentelemetry`` can be. With it, the spans go to the process's
-tracer provider (with none configured, OpenTelemetry's own no-op).
+tracer provider. Until the application sets one, a span would record nothing and
+carry only a trace context it was given, so where there is none (an enqueue outside
+any trace, a job enqueued so) no span is made at all.
 """
 
 from __future__ import annotations
@@ -51,8 +53,8 @@ def producing(call: Call[T]) -> Iterator[Call[T]]:
     """``call`` to send within its producer span, carrying the span's trace context in
     its headers; an enqueue's only (``call.produces``)."""
     otel = _otel()
-    if otel is None or call.produces is None:
-        yield call
+    if otel is None or call.produces is None or not otel.sends_traced():
+        yield call  # as with OpenTelemetry's no-op, at none of its cost per call
         return
     with otel.producing(call) as traced:
         yield traced
@@ -70,8 +72,8 @@ def processing(job: Job) -> Iterator[Processing]:
     """A handler's run of ``job`` within its consumer span, the child of the enqueue's
     span (``job.trace_context``)."""
     otel = _otel()
-    if otel is None:
-        yield _UNTRACED
+    if otel is None or not otel.processes_traced(job):
+        yield _UNTRACED  # as with OpenTelemetry's no-op, at none of its cost per job
         return
     with otel.processing(job) as span:
         yield span
