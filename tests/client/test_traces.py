@@ -197,17 +197,23 @@ print(json.dumps({"seen": seen, "otel": loaded}))
 """
 
 
-def test_without_opentelemetry_jobs_run_untraced(server: RealServer) -> None:
+def _run_apart(script: str, server: RealServer) -> Any:
+    """What ``script``, run in a Python process of its own against ``server`` with the
+    shop's and the mailer's keys, printed last, as JSON."""
     keys = (server.keys["shop"], server.keys["mailer"])
     done = subprocess.run(
-        [sys.executable, "-c", WITHOUT_OTEL, server.url, *keys],
+        [sys.executable, "-c", script, server.url, *keys],
         capture_output=True,
         text=True,
         timeout=90,
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.splitlines()[-1]) == {"seen": [None], "otel": []}
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_without_opentelemetry_jobs_run_untraced(server: RealServer) -> None:
+    assert _run_apart(WITHOUT_OTEL, server) == {"seen": [None], "otel": []}
 
 
 # Run in a process where OpenTelemetry is installed but no tracer provider is set: a
@@ -242,16 +248,7 @@ print(json.dumps(seen))
 def test_without_a_tracer_provider_a_given_trace_context_still_reaches_the_handler(
     server: RealServer,
 ) -> None:
-    keys = (server.keys["shop"], server.keys["mailer"])
-    done = subprocess.run(
-        [sys.executable, "-c", WITHOUT_PROVIDER, server.url, *keys],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.splitlines()[-1]) == {
+    assert _run_apart(WITHOUT_PROVIDER, server) == {
         "outside": [False, "0" * 32, False],
         "given": [True, f"{0xABC:032x}", True],
     }

@@ -4,6 +4,7 @@ unexpected failure."""
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -46,7 +47,7 @@ def is_json_media(content_type: bytes) -> bool:
     )
 
 
-class HttpMiddleware:
+class HttpMiddleware(ABC):
     """A pure ASGI middleware of HTTP requests: ``handle`` sees each of them; anything
     else (the lifespan, a websocket) passes straight through."""
 
@@ -59,8 +60,9 @@ class HttpMiddleware:
             return
         await self.handle(scope, receive, send)
 
+    @abstractmethod
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        raise NotImplementedError
+        """Serve one HTTP request through ``self.app``."""
 
 
 class Answer:
