@@ -204,19 +204,23 @@ def load_worker(target: str) -> Worker:
     type=click.IntRange(0, 1000),
     help="Jobs claimed ahead of a free handler (default: as the handlers' pace calls for).",
 )
+@click.option(
+    "--linger-ms",
+    type=click.IntRange(0, 1000),
+    help="Milliseconds a claim with room goes on taking jobs after its first (default: the Worker's).",
+)
 def worker(
     target: str,
     url: str | None,
     api_key: str | None,
     concurrency: int | None,
     prefetch: int | None,
+    linger_ms: int | None,
 ) -> None:
     """Run the handlers of a Worker until SIGTERM or SIGINT (then finish running jobs)."""
     runtime = load_worker(target)
-    if concurrency is not None:
-        runtime.configure(concurrency=concurrency)
-    if prefetch is not None:
-        runtime.configure(prefetch=prefetch)
+    given = {"concurrency": concurrency, "prefetch": prefetch, "linger_ms": linger_ms}
+    runtime.configure(**{name: value for name, value in given.items() if value is not None})
     if not logging.getLogger().handlers:
         log_lines = logging.StreamHandler()
         log_lines.setFormatter(ShownFormatter("%(asctime)s %(levelname)s %(message)s"))

@@ -145,6 +145,57 @@ def test_worker_modules_that_cannot_load_exit_2_with_one_line(
         assert "Error: Invalid value" in done.stderr.strip().splitlines()[-1]
 
 
+PROBE = """
+import dataclasses, json, os
+from queuelog import Worker
+
+class Probe(Worker):
+    def run(self, client=None, *, url=None, api_key=None):  # writes the options it would run with
+        with open(os.environ["PROBE_OUT"], "w") as out:
+            json.dump(dataclasses.asdict(self.options), out)
+
+worker = Probe(concurrency=3)
+worker.handler("noop")(print)
+"""
+
+
+def run_probe(
+    server: RealServer, tmp_path: Path, *options: str
+) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "probe.py").write_text(PROBE)
+    env = {**server.client_env(server.keys["mailer"]), "PROBE_OUT": str(tmp_path / "out.json")}
+    return subprocess.run(
+        [QUEUELOG, "worker", "probe:worker", *options],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_worker_options_given_on_the_command_line_replace_the_modules_own(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    done = run_probe(real_server, tmp_path, "--linger-ms", "0", "--prefetch", "7")
+    assert done.returncode == 0, done.stderr
+    options = json.loads((tmp_path / "out.json").read_text())
+    assert (options["linger_ms"], options["prefetch"], options["concurrency"]) == (0, 7, 3)
+    assert run_probe(real_server, tmp_path).returncode == 0
+    options = json.loads((tmp_path / "out.json").read_text())
+    assert (options["linger_ms"], options["prefetch"], options["concurrency"]) == (10, None, 3)
+
+
+@pytest.mark.parametrize("linger", ["-1", "1001", "ten"])
+def test_worker_linger_outside_0_to_1000_ms_exits_2(
+    real_server: RealServer, tmp_path: Path, linger: str
+) -> None:
+    done = run_probe(real_server, tmp_path, "--linger-ms", linger)
+    assert done.returncode == 2 and "--linger-ms" in done.stderr
+    assert not (tmp_path / "out.json").exists()
+
+
 def test_input_that_is_not_utf8_exits_2_with_one_line(
     real_server: RealServer, tmp_path: Path
 ) -> None:

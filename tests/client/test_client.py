@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -281,3 +283,16 @@ def test_hardening_07_sdk_repr_hides_the_api_key(real_server: RealServer) -> Non
         unreachable.close()
         loop.run_until_complete(async_client.aclose())
         loop.close()
+
+
+def test_a_lingering_claim_takes_the_jobs_enqueued_while_it_lingers(
+    real_server: RealServer,
+) -> None:
+    with client(real_server, "shop") as shop, client(real_server, "mailer") as worker:
+        first = shop.enqueue("send_email", {"to": "a@example.com"})
+        with ThreadPoolExecutor(1) as pool:
+            claimed = pool.submit(worker.claim, types=["send_email"], limit=2, linger_ms=1000)
+            time.sleep(0.2)  # the claim holds the first job and lingers for more
+            second = shop.enqueue("send_email", {"to": "b@example.com"})
+            jobs = claimed.result(timeout=30)
+    assert [j.id for j in jobs] == [first.id, second.id] and all(j.lease_token for j in jobs)

@@ -571,3 +571,34 @@ def test_stopping_against_a_hung_server_takes_bounded_time(server: RealServer) -
     # A claim in flight (10 s timeout + 1 s wait), the deadline, then at most a few
     # seconds each for the late reports and the threads: not a retried timeout per job.
     assert took < 45, took
+
+
+def claims_sent(worker: Worker, server: RealServer) -> list[Sent]:
+    """The claims ``worker`` sends while it runs three enqueued jobs."""
+    worker.handler("noop")(lambda job: None)
+    with Client(server.url, server.keys["shop"]) as shop:
+        ids = [shop.enqueue("noop").id for _ in range(3)]
+    transport = Noting()
+    client = Client(server.url, server.keys["mailer"], transport=transport)
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        wait_until(settled(server, *ids), "every job to settle")
+    finally:
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+        client.close()
+    return [s for s in transport.sent if s.path == "/jobs/claim"]
+
+
+def test_a_worker_lingers_its_claims_by_default_and_not_when_told(server: RealServer) -> None:
+    lingering = claims_sent(Worker(concurrency=2, wait_seconds=1), server)
+    assert lingering and all(s.json()["linger_ms"] == 10 for s in lingering)
+    at_once = claims_sent(Worker(concurrency=2, wait_seconds=1, linger_ms=0), server)
+    assert at_once and all("linger_ms" not in s.json() for s in at_once)
+
+
+@pytest.mark.parametrize("linger_ms", [-1, 1001])
+def test_a_linger_outside_0_to_1000_ms_is_refused(linger_ms: int) -> None:
+    with pytest.raises(ValueError, match="linger_ms"):
+        Worker(linger_ms=linger_ms)

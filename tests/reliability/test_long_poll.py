@@ -33,7 +33,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealServe
     """One server for the module; each test uses its own job type so they do not meet."""
     types = {
         name: {"max_retries": 3, "lease_seconds": 30, "backoff_base_seconds": 1}
-        for name in ("wake", "empty", "retry", "gone", "latency")
+        for name in ("wake", "empty", "retry", "gone", "latency", "linger")
     }
     types["expire"] = {"lease_seconds": 1, "backoff_base_seconds": 0.2, "backoff_cap_seconds": 1}
     with closing(RealServer(Path(tmp_path_factory.mktemp("long_poll")), types=types)) as real:
@@ -127,9 +127,9 @@ def test_waiting_claim_gets_a_job_whose_lease_expired_meanwhile(
     assert [e["event"] for e in events] == ["enqueued", "claimed", "lease_expired", "claimed"]
 
 
-def _abandoned_claim(real: RealServer, key: str, wait_seconds: int) -> socket.socket:
-    """Send a long-poll claim on a raw socket; the caller closes it without reading."""
-    body = json.dumps({"types": ["gone"], "wait_seconds": wait_seconds}).encode()
+def _abandoned_claim(real: RealServer, key: str, claim: dict[str, object]) -> socket.socket:
+    """Send a claim on a raw socket; the caller closes it without reading."""
+    body = json.dumps(claim).encode()
     request = (
         b"POST /jobs/claim HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         b"Authorization: Bearer " + key.encode() + b"\r\n"
@@ -150,7 +150,8 @@ def test_client_that_disconnects_while_waiting_takes_no_job(
         real.client(keys.admin) as root,
     ):
         for _ in range(3):
-            gone = [_abandoned_claim(real, keys.worker, 20) for _ in range(3)]
+            claim = {"types": ["gone"], "wait_seconds": 20}
+            gone = [_abandoned_claim(real, keys.worker, claim) for _ in range(3)]
             time.sleep(0.3)
             for sock in gone:
                 sock.close()
@@ -162,6 +163,28 @@ def test_client_that_disconnects_while_waiting_takes_no_job(
             events = root.get(f"/jobs/{job['id']}/events").json()["events"]
             claims = [e for e in events if e["event"] == "claimed"]
             assert len(claims) == 1, events
+
+
+def test_client_that_hangs_up_while_its_claim_lingers_gets_its_jobs_released(
+    server: tuple[RealServer, Keys],
+) -> None:
+    real, keys = server
+    with (
+        real.client(keys.producer) as prod,
+        real.client(keys.worker) as work,
+        real.client(keys.admin) as root,
+    ):
+        job = prod.post("/jobs", json={"type": "linger"}).json()
+        claim = {"types": ["linger"], "limit": 5, "linger_ms": 1000}
+        sock = _abandoned_claim(real, keys.worker, claim)
+        time.sleep(0.3)  # the claim holds the job and lingers for more
+        sock.close()
+        # Released when the hang-up is heard, not when its 30 s lease would end.
+        response = work.post("/jobs/claim", json={"types": ["linger"], "wait_seconds": 10})
+        jobs = response.json()["jobs"]
+        assert [j["id"] for j in jobs] == [job["id"]] and jobs[0]["retry_count"] == 0
+        events = root.get(f"/jobs/{job['id']}/events").json()["events"]
+    assert [e["event"] for e in events] == ["enqueued", "claimed", "released", "claimed"]
 
 
 def test_enqueue_to_waiting_claimer_latency(server: tuple[RealServer, Keys]) -> None:

@@ -80,6 +80,7 @@ RowId = Annotated[int, Field(strict=True, ge=1, le=MAX_ID), BeforeValidator(_int
 MaxRetries = Annotated[int, Field(strict=True, ge=0, le=25), BeforeValidator(_integral)]
 ClaimLimit = Annotated[int, Field(strict=True, ge=1, le=100), BeforeValidator(_integral)]
 LeaseSeconds = Annotated[int, Field(strict=True, ge=1, le=3600), BeforeValidator(_integral)]
+LingerMs = Annotated[int, Field(strict=True, ge=0, le=1000), BeforeValidator(_integral)]
 EverySeconds = Annotated[int, Field(strict=True, ge=1, le=366 * 86_400), BeforeValidator(_integral)]
 CRON_FIVE_FIELDS = r"^ *[!-~]+( +[!-~]+){4} *$"  # minute hour day month weekday, by spaces
 
@@ -243,6 +244,13 @@ class ClaimRequest(_Request):
     )
     limit: ClaimLimit = 1
     wait_seconds: Number = Field(0, ge=0, le=30)
+    linger_ms: LingerMs = Field(
+        0,
+        description=(
+            "Once the claim holds at least one job but fewer than `limit`, how long it goes "
+            "on taking jobs that become ready before it answers (0: answer at once)."
+        ),
+    )
     lease_seconds: LeaseSeconds | None = None
     instance: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = None
 

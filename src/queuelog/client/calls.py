@@ -242,8 +242,10 @@ def claim(
     wait_seconds: float = 0,
     lease_seconds: int | None = None,
     instance: str | None = None,
+    linger_ms: int = 0,
 ) -> Call[list[Job]]:
-    """Claim up to ``limit`` ready jobs (``POST /jobs/claim``).
+    """Claim up to ``limit`` ready jobs (``POST /jobs/claim``); with ``linger_ms``, a claim
+    that holds fewer than ``limit`` goes on taking jobs as they become ready for that long.
 
     Never sent again once it may have reached the server: if the answer was lost, the jobs
     it claimed are held by nobody who knows their lease tokens, and a second claim would
@@ -256,13 +258,15 @@ def claim(
             "wait_seconds": wait_seconds,
             "lease_seconds": lease_seconds,
             "instance": instance,
+            "linger_ms": linger_ms or None,  # unsent at 0: a server before it knows no such field
         }
     )
 
     def read(data: Any) -> list[Job]:
         return [Job.from_json(j) for j in data["jobs"]]
 
-    return Call("POST", "/jobs/claim", read, resend=False, json=body, wait_seconds=wait_seconds)
+    waits = wait_seconds + linger_ms / 1000
+    return Call("POST", "/jobs/claim", read, resend=False, json=body, wait_seconds=waits)
 
 
 def heartbeat(

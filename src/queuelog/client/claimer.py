@@ -138,6 +138,7 @@ class Claimer:
                 types=self._types,
                 limit=limit,
                 wait_seconds=options.wait_seconds,
+                linger_ms=options.linger_ms,
                 lease_seconds=options.lease_seconds,
                 instance=options.instance,
             )

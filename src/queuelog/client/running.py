@@ -37,6 +37,7 @@ class Options:
     concurrency: int
     prefetch: int | None  # None: as many as the handlers' pace calls for (see Claimer)
     wait_seconds: float
+    linger_ms: int
     lease_seconds: int | None
     instance: str | None
     shutdown_seconds: float

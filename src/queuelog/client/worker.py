@@ -33,6 +33,10 @@ from queuelog.client.running import LATE_SECONDS, Handler, Options
 from queuelog.client.sync import Client
 
 H = TypeVar("H", bound=Handler)
+# A worker's claims linger this long for more jobs by default: in the bench's steady state
+# (one producer enqueueing job by job, 4 workers) it cut the requests per job enough to
+# raise the rate the producer reaches, at a few milliseconds of a trickled job's start.
+LINGER_MS = 10
 
 
 def default_instance() -> str:
@@ -109,6 +113,10 @@ class Worker:
             others, and those not started by then are released unrun, their attempt
             unspent.
         wait_seconds: How long a claim may wait on the server for a job (long-poll).
+        linger_ms: Once a claim holds a job but has room for more, how long the server
+            goes on taking jobs for it as they become ready (0 to 1,000): a trickle of
+            jobs then comes in fewer claims and acknowledgements, each job starting at
+            most that much later. 0 answers with what is ready at once.
         lease_seconds: Lease to claim with; default the job type's. Heartbeats renew it
             every third of the lease while the handler runs.
         instance: Names this process in ``worker_id`` (``<key name>/<instance>``); default
@@ -125,6 +133,7 @@ class Worker:
         concurrency: int = 4,
         prefetch: int | None = None,
         wait_seconds: float = 5.0,
+        linger_ms: int = LINGER_MS,
         lease_seconds: int | None = None,
         instance: str | None = None,
         shutdown_seconds: float = 30.0,
@@ -134,11 +143,14 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         if prefetch is not None and prefetch < 0:
             raise ValueError("prefetch must be 0 or more")
+        if not 0 <= linger_ms <= 1000:
+            raise ValueError("linger_ms must be from 0 to 1000")
         self.handlers: dict[str, Handler] = {}
         self.options = Options(
             concurrency=concurrency,
             prefetch=prefetch,
             wait_seconds=wait_seconds,
+            linger_ms=linger_ms,
             lease_seconds=lease_seconds,
             instance=instance or default_instance(),
             shutdown_seconds=shutdown_seconds,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import re
 import time
@@ -33,6 +34,8 @@ from queuelog.service import JobService
 from queuelog.specs import FinishSpec
 from queuelog.wakeup import Wakeup
 
+log = logging.getLogger("queuelog.api")
+
 router = APIRouter(prefix="/jobs", tags=["workers"])
 # The hottest operations: see api/lean.py.
 lean = APIRouter(prefix="/jobs", tags=["workers"], route_class=LeanRoute)
@@ -61,7 +64,14 @@ _HELD = (
         "With `wait_seconds`, an empty queue is long-polled: the answer comes as soon as "
         "a matching job is ready (enqueued, retried, redriven or its `run_at` reached), a "
         "running job of a limited type ends, a paused type is resumed or a rate window "
-        'reopens, or `{"jobs": []}` when the time is up.'
+        'reopens, or `{"jobs": []}` when the time is up. '
+        "With `linger_ms` (0-1,000, default 0), a claim that holds at least one job but "
+        "fewer than `limit` goes on taking jobs as they become ready, for that long after "
+        "its first, then answers with all it holds (as a Kafka consumer's "
+        "`fetch.max.wait.ms`): a steady trickle is claimed, and then acknowledged, in fewer "
+        "requests, each job waiting at most that long for its worker. A client that hangs "
+        "up while its claim lingers gets nothing, and the jobs held for it are released "
+        "at once (event `released`, the attempt not spent)."
     ),
     responses=problems(*AUTHED, 413, 415, 422),
     openapi_extra=lean_openapi(ClaimRequest),
@@ -81,37 +91,77 @@ async def claim_or_wait(
     body: ClaimRequest,
     receive: Receive,
 ) -> list[Job]:
-    """Claim now, or long-poll up to ``wait_seconds`` for a matching job to become ready.
+    """Claim now, or long-poll up to ``wait_seconds`` for a matching job to become ready;
+    once it holds a job, take more as they become ready for ``linger_ms``.
 
     The wait sleeps until a notification (enqueue, retry, redrive, lease rescue)
     or until the next scheduled job's ``run_at``; it does not poll in a loop. A
     client that has gone away (heard on ``receive``, the request's ASGI channel,
-    watched from the start of a long poll) claims nothing; a server shutting down
-    stops waiting.
+    watched from the start of a long poll) claims nothing: the jobs a lingering claim
+    held for it are given back. A server shutting down stops waiting.
     """
     types = service.claimable_types(caller, body.types)
-    deadline = time.monotonic() + float(body.wait_seconds)
+    claiming = _Claiming(body)
     gone: asyncio.Future[None] | None = None  # done when the client hangs up
-    if body.wait_seconds:
+    if body.wait_seconds or body.linger_ms:
         gone = asyncio.ensure_future(hang_up(receive))
         await asyncio.sleep(0)  # one step: a client gone already is heard at once
     try:
         while True:
-            with wakeup.waiter(types) as waiter:
+            with wakeup.waiter(types) as waiter:  # registered before the look
                 if gone is not None and gone.done():
                     gone.result()  # a failure to read the channel is raised, not hidden
+                    await _give_back(service, caller, claiming.held)
                     return []
-                jobs = await service.claim(
-                    caller, types, body.limit, body.lease_seconds, body.instance
+                wanted = body.limit - len(claiming.held)
+                claiming.took(
+                    await service.claim(caller, types, wanted, body.lease_seconds, body.instance)
                 )
-                remaining = deadline - time.monotonic()
-                if jobs or remaining <= 0 or wakeup.closed:
-                    return jobs
-                remaining = min(remaining, await _until_due(service, types))
-                await waiter.wait(min(remaining, wakeup.recheck_seconds), until=gone)
+                remaining = claiming.remaining()
+                if remaining <= 0 or wakeup.closed:
+                    return claiming.held
+                if not claiming.held:
+                    remaining = min(remaining, await _until_due(service, types))
+                woken = await waiter.wait(min(remaining, wakeup.recheck_seconds), until=gone)
+            lingered = claiming.held and not woken and claiming.remaining() <= 0
+            if lingered and (gone is None or not gone.done()):
+                return claiming.held  # the linger is over, and nothing came to look for
     finally:
         if gone is not None:
             gone.cancel()
+
+
+class _Claiming:
+    """What one claim holds, and how long it may still wait: for a first job until its
+    ``wait_seconds`` are up, then for more until its ``linger_ms`` are."""
+
+    def __init__(self, body: ClaimRequest) -> None:
+        self.limit = body.limit
+        self.held: list[Job] = []
+        self._linger = body.linger_ms / 1000
+        self._until = time.monotonic() + float(body.wait_seconds)
+
+    def took(self, jobs: list[Job]) -> None:
+        if jobs and not self.held:
+            self._until = time.monotonic() + self._linger
+        self.held += jobs
+
+    def remaining(self) -> float:
+        """Seconds left to wait (0 or less: answer now)."""
+        if len(self.held) >= self.limit:
+            return 0.0
+        return self._until - time.monotonic()
+
+
+async def _give_back(service: JobService, caller: ApiKey, jobs: list[Job]) -> None:
+    """Release the jobs claimed for a client that hung up, their attempt not spent; one
+    that cannot be released now runs again when its lease expires."""
+    for job in jobs:
+        assert job.lease_token is not None
+        try:
+            await service.release(caller, job.id, job.lease_token)
+        except QueueError:
+            log.warning("could not give back job %s of a claim whose client left", job.id)
 
 
 async def _until_due(service: JobService, types: Sequence[str] | None) -> float:

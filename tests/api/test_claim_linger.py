@@ -1,0 +1,86 @@
+"""POST /jobs/claim with ``linger_ms``: a claim that holds fewer jobs than its limit goes
+on taking jobs as they become ready, then answers with all of them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from tests.conftest import Api, enqueue
+
+
+def _claim_in_background(
+    worker: Api, body: dict[str, Any]
+) -> tuple[threading.Thread, dict[str, Any]]:
+    answer: dict[str, Any] = {}
+
+    def claim() -> None:
+        answer["response"] = worker.post("/jobs/claim", json=body)
+
+    thread = threading.Thread(target=claim)
+    thread.start()
+    return thread, answer
+
+
+def test_a_lingering_claim_takes_jobs_enqueued_after_its_first(
+    producer: Api, worker: Api, admin: Api
+) -> None:
+    first = enqueue(producer)
+    thread, answer = _claim_in_background(worker, {"limit": 3, "linger_ms": 1000})
+    time.sleep(0.2)  # the claim holds the first job and lingers
+    later = [enqueue(producer), enqueue(producer)]
+    thread.join(timeout=30)
+    jobs = answer["response"].json()["jobs"]
+    assert [j["id"] for j in jobs] == [first["id"]] + [j["id"] for j in later]
+    assert all(j["status"] == "running" and j["lease_token"] for j in jobs)
+    for job in jobs:
+        events = admin.get(f"/jobs/{job['id']}/events").json()["events"]
+        assert [e["event"] for e in events] == ["enqueued", "claimed"]
+
+
+def test_a_lingering_claim_answers_with_what_it_holds_when_the_linger_is_over(
+    producer: Api, worker: Api
+) -> None:
+    job = enqueue(producer)
+    started = time.monotonic()
+    response = worker.post("/jobs/claim", json={"limit": 5, "linger_ms": 300})
+    assert [j["id"] for j in response.json()["jobs"]] == [job["id"]]
+    assert time.monotonic() - started >= 0.3  # it lingered for more that never came
+    assert worker.post("/jobs/claim", json={"limit": 5}).json() == {"jobs": []}
+
+
+def test_without_linger_a_claim_answers_with_what_is_ready_at_once(
+    producer: Api, worker: Api
+) -> None:
+    job = enqueue(producer)
+    thread, answer = _claim_in_background(worker, {"limit": 3})
+    time.sleep(0.2)
+    later = enqueue(producer)
+    thread.join(timeout=30)
+    assert [j["id"] for j in answer["response"].json()["jobs"]] == [job["id"]]
+    assert [j["id"] for j in worker.post("/jobs/claim", json={}).json()["jobs"]] == [later["id"]]
+
+
+def test_an_empty_queue_is_long_polled_before_the_linger_starts(producer: Api, worker: Api) -> None:
+    thread, answer = _claim_in_background(
+        worker, {"limit": 2, "wait_seconds": 20, "linger_ms": 1000}
+    )
+    time.sleep(0.2)  # waiting for a first job: the linger has not begun
+    first = enqueue(producer)
+    time.sleep(0.1)
+    second = enqueue(producer)
+    thread.join(timeout=30)
+    assert [j["id"] for j in answer["response"].json()["jobs"]] == [first["id"], second["id"]]
+
+
+@pytest.mark.parametrize("bad", [-1, 1001, 2.5, "10", True, None])
+def test_linger_ms_outside_0_to_1000_or_not_an_integer_is_422_and_claims_nothing(
+    producer: Api, worker: Api, bad: Any
+) -> None:
+    job = enqueue(producer)
+    response = worker.post("/jobs/claim", json={"limit": 2, "linger_ms": bad})
+    assert response.status_code == 422 and response.json()["type"] == "validation"
+    assert [j["id"] for j in worker.post("/jobs/claim", json={}).json()["jobs"]] == [job["id"]]
