@@ -207,7 +207,7 @@ def load_worker(target: str) -> Worker:
 @click.option(
     "--linger-ms",
     type=click.IntRange(0, 1000),
-    help="Milliseconds a claim with room goes on taking jobs after its first (default: the Worker's).",
+    help="How long (ms) a claim with room goes on taking jobs (default: the Worker's).",
 )
 def worker(
     target: str,

@@ -573,29 +573,46 @@ def test_stopping_against_a_hung_server_takes_bounded_time(server: RealServer) -
     assert took < 45, took
 
 
-def claims_sent(worker: Worker, server: RealServer) -> list[Sent]:
-    """The claims ``worker`` sends while it runs three enqueued jobs."""
+def claims_sent(worker: Worker, server: RealServer, spacing: float | None) -> list[Sent]:
+    """The claims ``worker`` sends while it runs six jobs: all enqueued before it starts
+    (``spacing`` None), or one every ``spacing`` seconds once it waits for them."""
     worker.handler("noop")(lambda job: None)
-    with Client(server.url, server.keys["shop"]) as shop:
-        ids = [shop.enqueue("noop").id for _ in range(3)]
     transport = Noting()
     client = Client(server.url, server.keys["mailer"], transport=transport)
-    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
-    thread.start()
-    try:
-        wait_until(settled(server, *ids), "every job to settle")
-    finally:
-        worker.stop()
-        thread.join(timeout=DEADLINE)
-        client.close()
+    with Client(server.url, server.keys["shop"]) as shop:
+        ids = [shop.enqueue("noop").id for _ in range(6)] if spacing is None else []
+        thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+        thread.start()
+        try:
+            for _ in range(0 if spacing is None else 6):
+                time.sleep(spacing or 0)
+                ids.append(shop.enqueue("noop").id)
+            wait_until(settled(server, *ids), "every job to settle")
+        finally:
+            worker.stop()
+            thread.join(timeout=DEADLINE)
+            client.close()
     return [s for s in transport.sent if s.path == "/jobs/claim"]
 
 
-def test_a_worker_lingers_its_claims_by_default_and_not_when_told(server: RealServer) -> None:
-    lingering = claims_sent(Worker(concurrency=2, wait_seconds=1), server)
-    assert lingering and all(s.json()["linger_ms"] == 10 for s in lingering)
-    at_once = claims_sent(Worker(concurrency=2, wait_seconds=1, linger_ms=0), server)
-    assert at_once and all("linger_ms" not in s.json() for s in at_once)
+def test_a_worker_lingers_while_its_claims_come_back_with_several_jobs(
+    server: RealServer,
+) -> None:
+    claims = claims_sent(Worker(concurrency=2), server, spacing=None)
+    # The first claim takes two of the six waiting jobs at once: the next ones linger.
+    assert "linger_ms" not in claims[0].json()
+    assert len(claims) > 1 and claims[1].json()["linger_ms"] == 10
+
+
+def test_a_worker_does_not_linger_for_a_slow_trickle(server: RealServer) -> None:
+    # Each claim waits about 0.3 s for its one job: a linger would only delay the next.
+    claims = claims_sent(Worker(concurrency=2), server, spacing=0.3)
+    assert len(claims) >= 6 and all("linger_ms" not in s.json() for s in claims)
+
+
+def test_a_worker_told_linger_ms_0_never_lingers(server: RealServer) -> None:
+    claims = claims_sent(Worker(concurrency=2, linger_ms=0), server, spacing=None)
+    assert len(claims) > 1 and all("linger_ms" not in s.json() for s in claims)
 
 
 @pytest.mark.parametrize("linger_ms", [-1, 1001])

@@ -38,6 +38,7 @@ class Claimer:
         self._busy = 0
         self._waiting = 0  # claimed jobs no handler has taken yet (part of busy)
         self._pace: float | None = None  # mean seconds a handler spends on a job
+        self._lingering = False  # whether the next claim lingers (see _claimed)
         self._jobs: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self.fatal: QueueError | None = None  # why this worker cannot claim at all
 
@@ -50,6 +51,7 @@ class Claimer:
                 continue
             started = time.monotonic()
             jobs = self._claim(min(free, CLAIM_LIMIT))
+            self._claimed(jobs, time.monotonic() - started)
             self._hand_out(jobs)
             if jobs:
                 idle = self._options.idle_seconds / 8
@@ -131,6 +133,14 @@ class Claimer:
         most = max(0, CLAIM_LIMIT - concurrency)
         return min(most, int(concurrency * AHEAD_SECONDS / max(self._pace, 1e-6)))
 
+    def _claimed(self, jobs: list[Job], seconds: float) -> None:
+        """Whether the next claim lingers: only while jobs come faster than the linger, as
+        a claim that came back with several jobs, or with one it did not wait a linger
+        for, shows. In a slow trickle a linger would catch nothing and only delay each
+        job's start; a claim that lingered for one job alone ends the lingering."""
+        window = self._options.linger_ms / 1000
+        self._lingering = len(jobs) > 1 or (len(jobs) == 1 and seconds < window)
+
     def _claim(self, limit: int) -> list[Job]:
         options = self._options
         try:
@@ -138,7 +148,7 @@ class Claimer:
                 types=self._types,
                 limit=limit,
                 wait_seconds=options.wait_seconds,
-                linger_ms=options.linger_ms,
+                linger_ms=options.linger_ms if self._lingering else 0,
                 lease_seconds=options.lease_seconds,
                 instance=options.instance,
             )

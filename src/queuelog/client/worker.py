@@ -33,9 +33,9 @@ from queuelog.client.running import LATE_SECONDS, Handler, Options
 from queuelog.client.sync import Client
 
 H = TypeVar("H", bound=Handler)
-# A worker's claims linger this long for more jobs by default: in the bench's steady state
-# (one producer enqueueing job by job, 4 workers) it cut the requests per job enough to
-# raise the rate the producer reaches, at a few milliseconds of a trickled job's start.
+# While jobs come quickly, a worker's claims linger this long for more by default: with one
+# producer enqueueing job by job, fewer claims and acknowledgements per job leave the
+# server more time for the producer (docs/performance.md).
 LINGER_MS = 10
 
 
@@ -114,9 +114,11 @@ class Worker:
             unspent.
         wait_seconds: How long a claim may wait on the server for a job (long-poll).
         linger_ms: Once a claim holds a job but has room for more, how long the server
-            goes on taking jobs for it as they become ready (0 to 1,000): a trickle of
+            goes on taking jobs for it as they become ready (0 to 1,000): a stream of
             jobs then comes in fewer claims and acknowledgements, each job starting at
-            most that much later. 0 answers with what is ready at once.
+            most that much later. Claims linger only while jobs come faster than that
+            (the last claim brought several, or one sooner than ``linger_ms``), so a slow
+            trickle's jobs are not delayed. 0 never lingers.
         lease_seconds: Lease to claim with; default the job type's. Heartbeats renew it
             every third of the lease while the handler runs.
         instance: Names this process in ``worker_id`` (``<key name>/<instance>``); default
