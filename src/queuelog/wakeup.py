@@ -49,6 +49,12 @@ class Waiter:
         return types is None or self.types is None or not set(types).isdisjoint(self.types)
 
     @property
+    def notified(self) -> bool:
+        """Whether a notification has come since this waiter was registered (one that
+        came just as its wait timed out too)."""
+        return self._notified
+
+    @property
     def asleep(self) -> bool:
         """In ``wait`` now (not between its registration and its wait, looking)."""
         return self._future is not None

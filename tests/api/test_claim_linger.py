@@ -25,12 +25,20 @@ def _claim_in_background(
     return thread, answer
 
 
+def _until_claimed(admin: Api, job: dict[str, Any]) -> None:
+    """Wait (bounded) until ``job`` is running: the claim that took it now lingers."""
+    deadline = time.monotonic() + 30
+    while admin.get(f"/jobs/{job['id']}").json()["status"] != "running":
+        assert time.monotonic() < deadline, "the claim never took the job"
+        time.sleep(0.02)
+
+
 def test_a_lingering_claim_takes_jobs_enqueued_after_its_first(
     producer: Api, worker: Api, admin: Api
 ) -> None:
     first = enqueue(producer)
     thread, answer = _claim_in_background(worker, {"limit": 3, "linger_ms": 1000})
-    time.sleep(0.2)  # the claim holds the first job and lingers
+    _until_claimed(admin, first)
     later = [enqueue(producer), enqueue(producer)]
     thread.join(timeout=30)
     jobs = answer["response"].json()["jobs"]
@@ -64,13 +72,15 @@ def test_without_linger_a_claim_answers_with_what_is_ready_at_once(
     assert [j["id"] for j in worker.post("/jobs/claim", json={}).json()["jobs"]] == [later["id"]]
 
 
-def test_an_empty_queue_is_long_polled_before_the_linger_starts(producer: Api, worker: Api) -> None:
+def test_the_linger_is_counted_from_the_first_job_not_from_the_request(
+    producer: Api, worker: Api, admin: Api
+) -> None:
     thread, answer = _claim_in_background(
-        worker, {"limit": 2, "wait_seconds": 20, "linger_ms": 1000}
+        worker, {"limit": 2, "wait_seconds": 20, "linger_ms": 300}
     )
-    time.sleep(0.2)  # waiting for a first job: the linger has not begun
+    time.sleep(0.5)  # waiting for a first job, longer than the linger
     first = enqueue(producer)
-    time.sleep(0.1)
+    _until_claimed(admin, first)
     second = enqueue(producer)
     thread.join(timeout=30)
     assert [j["id"] for j in answer["response"].json()["jobs"]] == [first["id"], second["id"]]

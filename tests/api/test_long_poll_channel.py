@@ -12,6 +12,7 @@ from queuelog.api.schemas import ClaimRequest
 from queuelog.auth import KeyRing
 from queuelog.clock import FakeClock
 from queuelog.config import Settings
+from queuelog.errors import StorageUnavailable
 from queuelog.models import ApiKey, JobStatus, Role
 from queuelog.service import JobService
 from queuelog.specs import EnqueueSpec
@@ -91,3 +92,82 @@ async def test_a_long_poll_looks_again_every_recheck_for_jobs_it_was_not_told_of
         assert [j.id for j in answers[0]] == [job.id]
     finally:
         other.close()
+
+
+async def _never_gone() -> dict[str, Any]:
+    await anyio.sleep_forever()
+    raise AssertionError
+
+
+async def test_a_lingering_claim_whose_channel_fails_gives_its_jobs_back_and_raises(
+    sqlite: SqliteStorage, settings: Settings, clock: FakeClock
+) -> None:
+    service, producer, worker = await _service_and_keys(sqlite, settings, clock)
+    ((job, _),) = await service.enqueue_many(producer, [EnqueueSpec(type="noop")])
+
+    async def broken_later() -> dict[str, Any]:
+        await anyio.sleep(0.1)  # the claim holds the job and lingers by then
+        raise RuntimeError("channel broken")
+
+    body = ClaimRequest(limit=5, linger_ms=1000)
+    with pytest.raises(RuntimeError, match="channel broken"):
+        await claims.claim_or_wait(service, Wakeup(), worker, body, broken_later)
+    after = await service.get(producer, job.id)
+    assert (after.status, after.retry_count) == (JobStatus.PENDING, 0)
+    events = [e.event.value for e in await service.events(producer, job.id)]
+    assert events == ["enqueued", "claimed", "released"]
+
+
+class _FailingAfterFirstLook(JobService):
+    """A service whose claims fail after the first, as a database that goes away would."""
+
+    looks = 0
+
+    async def claim(self, *args: Any, **kwargs: Any) -> list[Any]:
+        self.looks += 1
+        if self.looks > 1:
+            raise StorageUnavailable()
+        return await super().claim(*args, **kwargs)
+
+
+async def test_a_lingering_claim_that_fails_to_take_more_answers_with_what_it_holds(
+    sqlite: SqliteStorage, settings: Settings, clock: FakeClock
+) -> None:
+    _, producer, worker = await _service_and_keys(sqlite, settings, clock)
+    service = _FailingAfterFirstLook(sqlite, settings, clock)
+    ((job, _),) = await service.enqueue_many(producer, [EnqueueSpec(type="noop")])
+    wakeup = Wakeup(recheck_seconds=0.05)  # the lingering claim looks again, and fails
+    body = ClaimRequest(limit=5, linger_ms=1000)
+    jobs = await claims.claim_or_wait(service, wakeup, worker, body, _never_gone)
+    assert service.looks > 1 and [j.id for j in jobs] == [job.id] and jobs[0].lease_token
+
+
+async def test_a_lingering_claim_answers_with_what_it_holds_when_the_server_closes(
+    sqlite: SqliteStorage, settings: Settings, clock: FakeClock
+) -> None:
+    service, producer, worker = await _service_and_keys(sqlite, settings, clock)
+    ((job, _),) = await service.enqueue_many(producer, [EnqueueSpec(type="noop")])
+    wakeup = Wakeup()
+    answers: list[list[Any]] = []
+
+    async def claim() -> None:
+        body = ClaimRequest(limit=5, linger_ms=1000)
+        answers.append(await claims.claim_or_wait(service, wakeup, worker, body, _never_gone))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(claim)
+        await anyio.sleep(0.1)  # the claim holds the job and lingers
+        wakeup.close()
+    assert [j.id for j in answers[0]] == [job.id]
+
+
+async def test_a_claim_lingers_no_longer_than_a_third_of_a_held_jobs_lease(
+    sqlite: SqliteStorage, settings: Settings, clock: FakeClock
+) -> None:
+    service, producer, worker = await _service_and_keys(sqlite, settings, clock)
+    ((job, _),) = await service.enqueue_many(producer, [EnqueueSpec(type="noop")])
+    body = ClaimRequest(limit=5, linger_ms=1000, lease_seconds=1)
+    started = anyio.current_time()
+    jobs = await claims.claim_or_wait(service, Wakeup(), worker, body, _never_gone)
+    assert [j.id for j in jobs] == [job.id]
+    assert anyio.current_time() - started < 0.9  # a third of its 1 s lease, not the 1 s linger

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -35,7 +34,7 @@ from queuelog.errors import (
 )
 from queuelog.models import JobStatus, Priority
 from tests.client.pools import Scripted, answer
-from tests.realserver import RealServer, free_port
+from tests.realserver import RealServer, free_port, wait_until
 
 FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
 
@@ -292,7 +291,7 @@ def test_a_lingering_claim_takes_the_jobs_enqueued_while_it_lingers(
         first = shop.enqueue("send_email", {"to": "a@example.com"})
         with ThreadPoolExecutor(1) as pool:
             claimed = pool.submit(worker.claim, types=["send_email"], limit=2, linger_ms=1000)
-            time.sleep(0.2)  # the claim holds the first job and lingers for more
+            wait_until(lambda: shop.get(first.id).status == "running", "the first claimed")
             second = shop.enqueue("send_email", {"to": "b@example.com"})
             jobs = claimed.result(timeout=30)
     assert [j.id for j in jobs] == [first.id, second.id] and all(j.lease_token for j in jobs)

@@ -19,7 +19,7 @@ from queuelog.client.acknowledger import ACK_BYTES
 from queuelog.client.claimer import AHEAD_SECONDS
 from queuelog.models import JobStatus
 from tests.client.conftest import CONFIG, TYPES
-from tests.client.pools import Noting, Sent
+from tests.client.pools import Noting, Sent, answer
 from tests.realserver import RealServer, closing, wait_until
 
 DEADLINE = 90.0  # seconds any single wait in these tests may take, on a busy machine
@@ -573,17 +573,20 @@ def test_stopping_against_a_hung_server_takes_bounded_time(server: RealServer) -
     assert took < 45, took
 
 
-def claims_sent(worker: Worker, server: RealServer, spacing: float | None) -> list[Sent]:
+def claims_sent(
+    worker: Worker, server: RealServer, spacing: float | None, transport: Noting | None = None
+) -> list[Sent]:
     """The claims ``worker`` sends while it runs six jobs: all enqueued before it starts
-    (``spacing`` None), or one every ``spacing`` seconds once it waits for them."""
+    (``spacing`` None), or one every ``spacing`` seconds once its first claim waits."""
     worker.handler("noop")(lambda job: None)
-    transport = Noting()
+    transport = transport or Noting()
     client = Client(server.url, server.keys["mailer"], transport=transport)
     with Client(server.url, server.keys["shop"]) as shop:
         ids = [shop.enqueue("noop").id for _ in range(6)] if spacing is None else []
         thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
         thread.start()
         try:
+            wait_until(lambda: "POST /jobs/claim" in transport.paths(), "the first claim")
             for _ in range(0 if spacing is None else 6):
                 time.sleep(spacing or 0)
                 ids.append(shop.enqueue("noop").id)
@@ -613,6 +616,23 @@ def test_a_worker_does_not_linger_for_a_slow_trickle(server: RealServer) -> None
 def test_a_worker_told_linger_ms_0_never_lingers(server: RealServer) -> None:
     claims = claims_sent(Worker(concurrency=2, linger_ms=0), server, spacing=None)
     assert len(claims) > 1 and all("linger_ms" not in s.json() for s in claims)
+
+
+class RefusingLinger(Noting):
+    """A server from before ``linger_ms``: a claim that sends it is a 422."""
+
+    def forward(self, sent: Sent, send: Callable[[], Any]) -> Any:
+        if sent.path == "/jobs/claim" and "linger_ms" in sent.json():
+            problem = {"type": "validation", "title": "Request is not valid", "status": 422}
+            return answer(422, problem, {"Content-Type": "application/problem+json"})
+        return send()
+
+
+def test_a_worker_whose_server_refuses_linger_ms_claims_without_it(server: RealServer) -> None:
+    worker = Worker(concurrency=2)
+    claims = claims_sent(worker, server, spacing=None, transport=RefusingLinger())
+    lingered = [i for i, s in enumerate(claims) if "linger_ms" in s.json()]
+    assert lingered == [1]  # refused once, then never sent again; every job still ran
 
 
 @pytest.mark.parametrize("linger_ms", [-1, 1001])

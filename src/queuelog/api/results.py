@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from starlette.types import Receive
 
@@ -34,8 +36,7 @@ async def job_or_wait(
     if job.status in TERMINAL or wait_seconds <= 0:
         return job
     deadline = time.monotonic() + wait_seconds
-    gone = asyncio.ensure_future(hang_up(receive))
-    try:
+    async with watching(receive) as gone:
         while True:
             with finishes.waiter(job_id) as waiter:
                 # Registered before the read: a finish between the two wakes the wait.
@@ -44,6 +45,14 @@ async def job_or_wait(
                 if job.status in TERMINAL or remaining <= 0 or finishes.closed or gone.done():
                     return job
                 await waiter.wait(remaining, until=gone)
+
+
+@asynccontextmanager
+async def watching(receive: Receive) -> AsyncIterator[asyncio.Future[None]]:
+    """A future done once the client has hung up, watched while the block runs."""
+    gone = asyncio.ensure_future(hang_up(receive))
+    try:
+        yield gone
     finally:
         gone.cancel()
         if gone.done() and not gone.cancelled():

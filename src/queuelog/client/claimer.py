@@ -3,6 +3,7 @@ jobs that are busy (claimed, handler not yet returned) and waiting (no handler y
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -38,7 +39,7 @@ class Claimer:
         self._busy = 0
         self._waiting = 0  # claimed jobs no handler has taken yet (part of busy)
         self._pace: float | None = None  # mean seconds a handler spends on a job
-        self._lingering = False  # whether the next claim lingers (see _claimed)
+        self._lingering = False  # whether the next claim lingers (see _worth_lingering)
         self._jobs: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self.fatal: QueueError | None = None  # why this worker cannot claim at all
 
@@ -49,9 +50,10 @@ class Claimer:
             free = self._room()
             if free == 0:
                 continue
-            started = time.monotonic()
-            jobs = self._claim(min(free, CLAIM_LIMIT))
-            self._claimed(jobs, time.monotonic() - started)
+            started, limit = time.monotonic(), min(free, CLAIM_LIMIT)
+            linger = self._options.linger_ms if self._lingering and limit > 1 else 0
+            jobs = self._claim(limit, linger)
+            self._lingering = self._worth_lingering(jobs, time.monotonic() - started, linger, limit)
             self._hand_out(jobs)
             if jobs:
                 idle = self._options.idle_seconds / 8
@@ -133,27 +135,33 @@ class Claimer:
         most = max(0, CLAIM_LIMIT - concurrency)
         return min(most, int(concurrency * AHEAD_SECONDS / max(self._pace, 1e-6)))
 
-    def _claimed(self, jobs: list[Job], seconds: float) -> None:
-        """Whether the next claim lingers: only while jobs come faster than the linger, as
-        a claim that came back with several jobs, or with one it did not wait a linger
-        for, shows. In a slow trickle a linger would catch nothing and only delay each
-        job's start; a claim that lingered for one job alone ends the lingering."""
+    def _worth_lingering(self, jobs: list[Job], seconds: float, linger: int, limit: int) -> bool:
+        """Whether the next claim lingers: only while jobs come faster than the linger. A
+        claim that did not linger shows it by bringing several jobs, or one sooner than
+        ``linger_ms``; one that lingered, by coming back full or with jobs it took after
+        its first. In a slow trickle a linger would catch nothing and only delay each
+        job's start."""
+        if linger:
+            return len(jobs) == limit or len({job.claimed_at for job in jobs}) > 1
         window = self._options.linger_ms / 1000
-        self._lingering = len(jobs) > 1 or (len(jobs) == 1 and seconds < window)
+        return len(jobs) > 1 or (len(jobs) == 1 and seconds < window)
 
-    def _claim(self, limit: int) -> list[Job]:
+    def _claim(self, limit: int, linger: int) -> list[Job]:
         options = self._options
         try:
             return self._client.claim(
                 types=self._types,
                 limit=limit,
                 wait_seconds=options.wait_seconds,
-                linger_ms=options.linger_ms if self._lingering else 0,
+                linger_ms=linger,
                 lease_seconds=options.lease_seconds,
                 instance=options.instance,
             )
         except QueueError as error:
-            if error.status in (401, 403, 422):  # this worker cannot claim at all
+            if error.status == 422 and linger:  # a server from before linger_ms refuses it
+                log.warning("claim refused with linger_ms (%s); claiming without", error.detail)
+                self._options = dataclasses.replace(options, linger_ms=0)
+            elif error.status in (401, 403, 422):  # this worker cannot claim at all
                 log.error("cannot claim jobs: %s", error.detail)
                 self.fatal = error
                 self.stop()

@@ -115,7 +115,7 @@ class Verbs(ABC, Generic[H, X]):
         Args:
             url: Server address; default ``$QUEUELOG_URL``, else ``http://127.0.0.1:8000``.
             api_key: The key to send; default ``$QUEUELOG_API_KEY``.
-            timeout: Seconds per request (a long-poll claim gets its ``wait_seconds`` on top).
+            timeout: Seconds per request (a claim gets its ``wait_seconds`` and linger on top).
             retry_policy: When a send that failed is tried again (see ``RetryPolicy``).
             transport: What to send through (tests, proxies): a ``urllib3.PoolManager``
                 (or ``ProxyManager``) for ``Client``, an httpx async transport for

@@ -116,9 +116,9 @@ class Worker:
         linger_ms: Once a claim holds a job but has room for more, how long the server
             goes on taking jobs for it as they become ready (0 to 1,000): a stream of
             jobs then comes in fewer claims and acknowledgements, each job starting at
-            most that much later. Claims linger only while jobs come faster than that
-            (the last claim brought several, or one sooner than ``linger_ms``), so a slow
-            trickle's jobs are not delayed. 0 never lingers.
+            most that much later. Claims linger only while the last claim shows jobs
+            coming faster than that, so a slow trickle's jobs are not delayed. 0 never
+            lingers.
         lease_seconds: Lease to claim with; default the job type's. Heartbeats renew it
             every third of the lease while the handler runs.
         instance: Names this process in ``worker_id`` (``<key name>/<instance>``); default

@@ -18,7 +18,7 @@ from queuelog.api.deps import ServiceDep, Worker
 from queuelog.api.lean import LeanRoute, lean_openapi, read_request
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.responses import JSONResponse
-from queuelog.api.results import hang_up
+from queuelog.api.results import watching
 from queuelog.api.schemas import (
     BatchCompleteRequest,
     ClaimRequest,
@@ -67,11 +67,12 @@ _HELD = (
         'reopens, or `{"jobs": []}` when the time is up. '
         "With `linger_ms` (0-1,000, default 0), a claim that holds at least one job but "
         "fewer than `limit` goes on taking jobs as they become ready, for that long after "
-        "its first, then answers with all it holds (as a Kafka consumer's "
-        "`fetch.max.wait.ms`): a steady trickle is claimed, and then acknowledged, in fewer "
-        "requests, each job waiting at most that long for its worker. A client that hangs "
-        "up while its claim lingers gets nothing, and the jobs held for it are released "
-        "at once (event `released`, the attempt not spent)."
+        "its first, but never past a third of a held job's lease, then answers with all it "
+        "holds (as a Kafka consumer's `fetch.max.wait.ms`): a stream of jobs is claimed, and "
+        "then acknowledged, in fewer requests, each job waiting at most that long for its "
+        "worker. A client that hangs up while its claim lingers gets nothing, and the jobs "
+        "held for it are released at once (event `released`, the attempt not spent); if "
+        "taking more fails, or the server shuts down, the claim answers with what it holds."
     ),
     responses=problems(*AUTHED, 413, 415, 422),
     openapi_extra=lean_openapi(ClaimRequest),
@@ -97,69 +98,96 @@ async def claim_or_wait(
     The wait sleeps until a notification (enqueue, retry, redrive, lease rescue)
     or until the next scheduled job's ``run_at``; it does not poll in a loop. A
     client that has gone away (heard on ``receive``, the request's ASGI channel,
-    watched from the start of a long poll) claims nothing: the jobs a lingering claim
-    held for it are given back. A server shutting down stops waiting.
+    watched from the start of the wait) claims nothing: the jobs a lingering claim
+    held for it are given back. A server shutting down stops waiting. A failure after
+    the claim took jobs answers with those jobs, so none is left leased to nobody.
     """
     types = service.claimable_types(caller, body.types)
-    claiming = _Claiming(body)
-    gone: asyncio.Future[None] | None = None  # done when the client hangs up
-    if body.wait_seconds or body.linger_ms:
-        gone = asyncio.ensure_future(hang_up(receive))
+    if not body.wait_seconds and not body.linger_ms:
+        return await service.claim(caller, types, body.limit, body.lease_seconds, body.instance)
+    claiming = _Claiming(service, caller, types, body)
+    async with watching(receive) as gone:
         await asyncio.sleep(0)  # one step: a client gone already is heard at once
-    try:
-        while True:
-            with wakeup.waiter(types) as waiter:  # registered before the look
-                if gone is not None and gone.done():
-                    gone.result()  # a failure to read the channel is raised, not hidden
-                    await _give_back(service, caller, claiming.held)
-                    return []
-                wanted = body.limit - len(claiming.held)
-                claiming.took(
-                    await service.claim(caller, types, wanted, body.lease_seconds, body.instance)
-                )
-                remaining = claiming.remaining()
-                if remaining <= 0 or wakeup.closed:
-                    return claiming.held
-                if not claiming.held:
-                    remaining = min(remaining, await _until_due(service, types))
-                woken = await waiter.wait(min(remaining, wakeup.recheck_seconds), until=gone)
-            lingered = claiming.held and not woken and claiming.remaining() <= 0
-            if lingered and (gone is None or not gone.done()):
-                return claiming.held  # the linger is over, and nothing came to look for
-    finally:
-        if gone is not None:
-            gone.cancel()
+        try:
+            await _claim_until_done(claiming, wakeup, gone)
+        except QueueError:
+            if not claiming.held:
+                raise
+            log.warning("a lingering claim failed to take more; answering with what it holds")
+        if gone.done():
+            try:
+                gone.result()  # a failure to read the channel is raised, not hidden
+            finally:
+                await _give_back(service, caller, claiming.held)
+            return []
+        return claiming.held
+
+
+async def _claim_until_done(
+    claiming: _Claiming, wakeup: Wakeup, gone: asyncio.Future[None]
+) -> None:
+    """Look for jobs, then sleep until a wake-up, until the claim is full, its time is up,
+    its client has gone or the server closes."""
+    while not gone.done():
+        with wakeup.waiter(claiming.types) as waiter:  # registered before the look
+            await claiming.look()
+            remaining = claiming.remaining()
+            if remaining <= 0 or wakeup.closed:
+                return
+            if not claiming.held:
+                remaining = min(remaining, await claiming.until_due())
+            await waiter.wait(min(remaining, wakeup.recheck_seconds), until=gone)
+            if claiming.held and claiming.remaining() <= 0 and not waiter.notified:
+                return  # the linger is over, and nothing came to look for
 
 
 class _Claiming:
     """What one claim holds, and how long it may still wait: for a first job until its
-    ``wait_seconds`` are up, then for more until its ``linger_ms`` are."""
+    ``wait_seconds`` are up, then for more until its ``linger_ms`` are, and never past a
+    third of a held job's lease, so that a worker heartbeating at that pace keeps it."""
 
-    def __init__(self, body: ClaimRequest) -> None:
-        self.limit = body.limit
+    def __init__(
+        self, service: JobService, caller: ApiKey, types: Sequence[str] | None, body: ClaimRequest
+    ) -> None:
+        self.service, self.caller, self.types, self.body = service, caller, types, body
         self.held: list[Job] = []
-        self._linger = body.linger_ms / 1000
         self._until = time.monotonic() + float(body.wait_seconds)
 
-    def took(self, jobs: list[Job]) -> None:
+    async def look(self) -> None:
+        """Claim what is ready, up to the room left."""
+        body = self.body
+        wanted = body.limit - len(self.held)
+        jobs = await self.service.claim(
+            self.caller, self.types, wanted, body.lease_seconds, body.instance
+        )
+        now = time.monotonic()
         if jobs and not self.held:
-            self._until = time.monotonic() + self._linger
+            self._until = now + body.linger_ms / 1000
+        for job in jobs:
+            self._until = min(self._until, now + _lease_seconds(job) / 3)
         self.held += jobs
 
     def remaining(self) -> float:
         """Seconds left to wait (0 or less: answer now)."""
-        if len(self.held) >= self.limit:
+        if len(self.held) >= self.body.limit:
             return 0.0
         return self._until - time.monotonic()
+
+    async def until_due(self) -> float:
+        return await _until_due(self.service, self.types)
+
+
+def _lease_seconds(job: Job) -> float:
+    assert job.claimed_at is not None and job.lease_expires_at is not None
+    return (job.lease_expires_at - job.claimed_at).total_seconds()
 
 
 async def _give_back(service: JobService, caller: ApiKey, jobs: list[Job]) -> None:
     """Release the jobs claimed for a client that hung up, their attempt not spent; one
     that cannot be released now runs again when its lease expires."""
     for job in jobs:
-        assert job.lease_token is not None
         try:
-            await service.release(caller, job.id, job.lease_token)
+            await service.release(caller, job.id, job.lease_token or "")
         except QueueError:
             log.warning("could not give back job %s of a claim whose client left", job.id)
 
