@@ -123,23 +123,29 @@ def test_help_documents_the_exit_codes(real_server: RealServer) -> None:
         assert "Exit codes:" in done.stdout and "4  the server could not be reached" in done.stdout
 
 
+def run_worker(
+    server: RealServer, tmp_path: Path, target: str, *options: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``queuelog worker TARGET`` as the worker key, importing modules from ``tmp_path``."""
+    return subprocess.run(
+        [QUEUELOG, "worker", target, *options],
+        capture_output=True,
+        text=True,
+        env={**server.client_env(server.keys["mailer"]), **env},
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+
+
 def test_worker_modules_that_cannot_load_exit_2_with_one_line(
     real_server: RealServer, tmp_path: Path
 ) -> None:
     (tmp_path / "broken_syntax.py").write_text("def oops(:\n")
     (tmp_path / "broken_import.py").write_text("1 / 0\n")
     (tmp_path / "no_handlers.py").write_text("from queuelog import Worker\nworker = Worker()\n")
-    env = real_server.client_env(real_server.keys["mailer"])
     for target in ["broken_syntax:worker", "broken_import:worker", "no_handlers:worker"]:
-        done = subprocess.run(
-            [QUEUELOG, "worker", target],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-            timeout=120,
-            check=False,
-        )
+        done = run_worker(real_server, tmp_path, target)
         assert done.returncode == 2, (target, done.stderr)
         assert "Traceback" not in done.stderr
         assert "Error: Invalid value" in done.stderr.strip().splitlines()[-1]
@@ -163,16 +169,8 @@ def run_probe(
     server: RealServer, tmp_path: Path, *options: str
 ) -> subprocess.CompletedProcess[str]:
     (tmp_path / "probe.py").write_text(PROBE)
-    env = {**server.client_env(server.keys["mailer"]), "PROBE_OUT": str(tmp_path / "out.json")}
-    return subprocess.run(
-        [QUEUELOG, "worker", "probe:worker", *options],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=120,
-        check=False,
-    )
+    out = str(tmp_path / "out.json")
+    return run_worker(server, tmp_path, "probe:worker", *options, PROBE_OUT=out)
 
 
 def test_worker_options_given_on_the_command_line_replace_the_modules_own(
