@@ -227,7 +227,9 @@ def test_hardening_03_beyond_limit_concurrency_a_request_is_answered_503(tmp_pat
         while served.status_code == 503 and time.monotonic() < deadline:
             time.sleep(0.1)
             served = httpx.get(f"{real.url}/healthz", timeout=10)
-    assert refused.status_code == 503
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["type"] == "overloaded" and refused.json()["status"] == 503
     assert served.status_code == 200
 
 

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import signal
 import socket
 from collections.abc import Callable
+from typing import Any
 
 import httptools
 import orjson
 import uvicorn
 from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from queuelog.api.problems import PROBLEM_JSON
+from queuelog.api.problems import PROBLEM_JSON, problem
 from queuelog.app_state import AppState
+
+log = logging.getLogger("queuelog.api")
 
 GRACEFUL_SHUTDOWN_SECONDS = 10
 # A connection is closed if a request's head (its line and headers) has not all come
@@ -51,9 +56,15 @@ class _BoundedHeads(HttpToolsProtocol):
     """
 
     head_timer: asyncio.TimerHandle | None = None
+    limit: int | None = None  # connections or requests in flight served at once
     unparsed = 0  # bytes read since the parser last finished a head, a body piece or a message
     head_size = 0  # of the head's line and headers parsed so far
     refusal: str | None = None  # the 400 to send once the requests before it are answered
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # uvicorn refuses beyond its limit in plain text: this protocol refuses instead.
+        self.limit, self.limit_concurrency = self.limit_concurrency, None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -82,7 +93,15 @@ class _BoundedHeads(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._stop_head_timer()
         self.unparsed = 0
-        super().on_headers_complete()
+        if not self._over_limit():
+            super().on_headers_complete()
+            return
+        # The request is served by the refusal instead of the app, on uvicorn's own way.
+        self.app, app = _overloaded, self.app
+        try:
+            super().on_headers_complete()
+        finally:
+            self.app = app
 
     def on_body(self, body: bytes) -> None:
         self.unparsed = 0
@@ -128,6 +147,10 @@ class _BoundedHeads(HttpToolsProtocol):
         self.transport.write(b"".join(head) + body)
         self.transport.close()
 
+    def _over_limit(self) -> bool:
+        limit = self.limit
+        return limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit)
+
     def _count_head(self, size: int) -> None:
         self.head_size += size
         if self.head_size > MAX_HEAD_BYTES:
@@ -145,6 +168,14 @@ class _BoundedHeads(HttpToolsProtocol):
         if self.head_timer is not None:
             self.head_timer.cancel()
             self.head_timer = None
+
+
+async def _overloaded(scope: Scope, receive: Receive, send: Send) -> None:
+    """The answer to a request beyond ``[server] limit_concurrency``."""
+    log.warning("a request beyond limit_concurrency was refused")
+    title = "Server is busy"
+    detail = "The server is serving as many connections as it allows; try again shortly"
+    await problem(503, "overloaded", title, detail, retry_after=1)(scope, receive, send)
 
 
 class _Server(uvicorn.Server):
