@@ -217,8 +217,11 @@ def test_hardening_03_beyond_limit_concurrency_a_request_is_answered_503(tmp_pat
     limit = 8
     with closing(RealServer(tmp_path, config={"server": {"limit_concurrency": limit}})) as real:
         real.start()
-        held = [_connect(real) for _ in range(limit)]
+        held = [_connect(real) for _ in range(limit - 1)]
         time.sleep(0.5)  # the server has accepted them
+        last = httpx.get(f"{real.url}/healthz", timeout=10)  # the limit's own connection
+        held.append(_connect(real))
+        time.sleep(0.5)
         refused = httpx.get(f"{real.url}/healthz", timeout=10)
         for sock in held:
             sock.close()
@@ -227,6 +230,7 @@ def test_hardening_03_beyond_limit_concurrency_a_request_is_answered_503(tmp_pat
         while served.status_code == 503 and time.monotonic() < deadline:
             time.sleep(0.1)
             served = httpx.get(f"{real.url}/healthz", timeout=10)
+    assert last.status_code == 200
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert refused.headers["content-type"] == "application/problem+json"
     assert refused.json()["type"] == "overloaded" and refused.json()["status"] == 503

@@ -148,8 +148,10 @@ class _BoundedHeads(HttpToolsProtocol):
         self.transport.close()
 
     def _over_limit(self) -> bool:
+        """More connections than the limit (this one counted), or the limit's requests in
+        flight already (this one's task is not made yet)."""
         limit = self.limit
-        return limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit)
+        return limit is not None and (len(self.connections) > limit or len(self.tasks) >= limit)
 
     def _count_head(self, size: int) -> None:
         self.head_size += size
