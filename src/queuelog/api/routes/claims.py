@@ -174,7 +174,11 @@ class _Claiming:
         return self._until - time.monotonic()
 
     async def until_due(self) -> float:
-        return await _until_due(self.service, self.types)
+        """Seconds until the next scheduled job of its types is due (inf if none waits)."""
+        next_due = await self.service.next_due(self.types)
+        if next_due is None:
+            return math.inf
+        return max((next_due - self.service.clock.now()).total_seconds(), 0.001)
 
 
 def _lease_seconds(job: Job) -> float:
@@ -190,14 +194,6 @@ async def _give_back(service: JobService, caller: ApiKey, jobs: list[Job]) -> No
             await service.release(caller, job.id, job.lease_token or "")
         except QueueError:
             log.warning("could not give back job %s of a claim whose client left", job.id)
-
-
-async def _until_due(service: JobService, types: Sequence[str] | None) -> float:
-    """Seconds until the next scheduled job of ``types`` is due (inf if none waits)."""
-    next_due = await service.next_due(types)
-    if next_due is None:
-        return math.inf
-    return max((next_due - service.clock.now()).total_seconds(), 0.001)
 
 
 _PREFER = (
