@@ -127,10 +127,15 @@ def reported(what: str) -> Iterator[None]:
         raise failure_for(error)(message) from error
 
 
+# What a claimed job holds for its worker (its lease, where its handler's progress and
+# dependencies() go): the CLI claims no job, and prints none of it.
+_WORKERS_OWN = frozenset({"lease_token", "progress_to", "dependencies_from"})
+
+
 def to_json(value: Any) -> Any:
     """A client value (dataclass, enum, datetime) as plain JSON data."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = [f for f in dataclasses.fields(value) if not callable(getattr(value, f.name))]
+        fields = [f for f in dataclasses.fields(value) if f.name not in _WORKERS_OWN]
         return {f.name: to_json(getattr(value, f.name)) for f in fields}
     if isinstance(value, enum.Enum):
         return value.name.lower() if isinstance(value.value, int) else value.value

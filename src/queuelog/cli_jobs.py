@@ -96,9 +96,7 @@ def _print_dependencies(dependencies: list[Dependency]) -> None:
 
 
 def _fields(job: Job) -> list[tuple[str, str]]:
-    data = to_json(job)
-    data.pop("lease_token", None)
-    return [(k, _cell(v)) for k, v in data.items()]
+    return [(k, _cell(v)) for k, v in to_json(job).items()]
 
 
 def _cell(value: object) -> str:

@@ -39,6 +39,8 @@ def test_enqueue_prints_the_job_and_show_and_events_read_it(real_server: RealSer
     job_id = done.stdout.split()[1]
     shown = cli(real_server, "shop", "jobs", "show", job_id, "--json")
     assert shown.returncode == 0 and json.loads(shown.stdout)["payload"] == {"to": "a@b.c"}
+    # The job as the API shows it: none of the SDK's own parts of a job.
+    assert not {"lease_token", "progress_to", "dependencies_from"} & set(json.loads(shown.stdout))
     table = cli(real_server, "shop", "jobs", "show", job_id)
     assert "send_email" in table.stdout and "a@b.c" in table.stdout
     events = cli(real_server, "shop", "jobs", "events", job_id, "--json")
