@@ -111,3 +111,27 @@ async def test_a_freed_slot_and_a_resume_reach_the_other_node(
     woken.clear()
     await nodes[0].type_set_paused("free", False, "root", T0)
     assert await asyncio.to_thread(woken.wait, 10), "a resume on node 0 did not reach node 1"
+
+
+async def test_a_slot_freed_by_a_batch_acknowledgement_reaches_the_other_node(
+    nodes: list[PostgresStorage],
+) -> None:
+    """A worker's batch acknowledgement (one statement, answered without its jobs) that
+    ends a job of a limited type tells the other node; one that ends none does not."""
+    woken = subscribed(nodes[1])
+    made = [job("free"), job("free"), job("limited"), job("free")]
+    await nodes[0].job_insert_many(made, T0)
+    claimed = await nodes[0].job_claim(params(limit=4))
+    slots = frozenset({"limited"})
+    items = {
+        j.id: FinishParams(j.id, j.lease_token or "", "w", T0, slot_types=slots) for j in claimed
+    }
+    free = [items[j.id] for j in claimed if j.type == "free"]
+    woken.clear()
+    done = await nodes[0].job_finish_many(free[:2], with_jobs=False)
+    assert [d.status for d in done] == [JobStatus.COMPLETED] * 2
+    assert not await asyncio.to_thread(woken.wait, 1.0)
+    rest = [items[j.id] for j in claimed if j.type == "limited"] + free[2:]
+    done = await nodes[0].job_finish_many(rest, with_jobs=False)
+    assert [d.status for d in done] == [JobStatus.COMPLETED] * 2
+    assert await asyncio.to_thread(woken.wait, 10), "a batch's freed slot did not reach node 1"

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from queuelog.errors import ValidationFailed
-from queuelog.models import DependencyFailure, EventKind, JobStatus
-from queuelog.storage.protocol import JobListParams, NewJob, Storage
+from queuelog.models import DependencyFailure, EventKind, Finished, Job, JobStatus
+from queuelog.storage.protocol import FinishParams, JobListParams, NewJob, Storage
 from tests.storage.test_conformance import T0, claim, finish, new_job
 
 pytestmark = pytest.mark.anyio
@@ -66,6 +66,27 @@ async def test_the_end_of_a_job_releases_its_dependents_in_its_transaction(
         both_run: JobStatus.PENDING,
         both: JobStatus.CANCELLED,
     }
+
+
+@pytest.mark.parametrize("with_jobs", [True, False])
+async def test_a_worker_s_batch_completion_releases_the_dependents(
+    store: Storage, with_jobs: bool
+) -> None:
+    """Completions acknowledged in one statement, with or without the jobs answered,
+    release their dependents in their transaction as a completion of one job does."""
+    ((a, _), (b, _), (c, _)) = await store.job_insert_many([new_job()] * 3, T0)
+    made = await store.job_insert_many([waiting_on(a.id, b.id), waiting_on(c.id)], T0)
+    both, only_c = (job.id for job, _ in made)
+    held = await claim(store, limit=3)
+    items = [FinishParams(j.id, j.lease_token or "", "w", T0) for j in held if j.id != c.id]
+    done = await store.job_finish_many(items, with_jobs=with_jobs)
+    assert [(d.id, d.status) for d in done] == [
+        (a.id, JobStatus.COMPLETED),
+        (b.id, JobStatus.COMPLETED),
+    ]
+    assert all(isinstance(d, Job if with_jobs else Finished) for d in done)
+    found = {job.id: job.status for job in await store.job_get_many([both, only_c])}
+    assert found == {both: JobStatus.PENDING, only_c: JobStatus.WAITING}
 
 
 async def test_completing_a_job_with_ten_thousand_dependents_is_one_call(

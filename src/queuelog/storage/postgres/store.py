@@ -51,7 +51,7 @@ from queuelog.storage.protocol import (
     ScheduleFire,
 )
 from queuelog.storage.reads import SqlReads
-from queuelog.storage.rows import finished, key_from_row, key_params
+from queuelog.storage.rows import key_from_row, key_params
 from queuelog.storage.statements import held_params
 
 T = TypeVar("T")
@@ -254,10 +254,7 @@ class PostgresStorage(SqlReads):
     async def job_finish_many(
         self, items: Sequence[FinishParams], with_jobs: bool = True
     ) -> list[Job | Finished | QueueError]:
-        outcomes = await self._write(lambda conn: tx.finish_many(conn, items))
-        if with_jobs:
-            return list(outcomes)
-        return [o if isinstance(o, QueueError) else finished(o) for o in outcomes]
+        return await self._write(lambda conn: tx.finish_many(conn, items, with_jobs))
 
     async def job_rescue_expired(
         self, now: datetime, retry_at: Callable[[Job], datetime], limit: int = 500

@@ -17,12 +17,13 @@ from psycopg.rows import DictRow
 
 from queuelog.clock import to_micros
 from queuelog.errors import QueueError
-from queuelog.models import TERMINAL, EventKind, Job, JobStatus, TypeEventKind
+from queuelog.models import TERMINAL, EventKind, Finished, Job, JobStatus, TypeEventKind
 from queuelog.storage import flow, workflows
 from queuelog.storage import statements as st
 from queuelog.storage.protocol import ClaimParams, FinishParams, NewJob
 from queuelog.storage.rows import (
     event_params,
+    finished,
     id_status,
     insert_statement,
     job_from_row,
@@ -188,30 +189,49 @@ def release(conn: Conn, args: Mapping[str, Any], now: datetime) -> Job:
     return job
 
 
-def finish_many(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueError]:
+def finish_many(
+    conn: Conn, items: Sequence[FinishParams], with_jobs: bool
+) -> list[Job | Finished | QueueError]:
     """Finish every item under its own guard: a batch of completions in one statement;
-    then release the dependents of the jobs that ended."""
+    then release the dependents of the jobs that ended. Each finished item is answered
+    by its job, or without ``with_jobs`` by its id and new status alone."""
     if not items:
         return []
     params = st.complete_batch_params(items)
     if params is None:
-        events: list[dict[str, Any]] = []
-        outcomes = [_finish(conn, item, events) for item in items]
-        finished = [o for o in outcomes if isinstance(o, Job)]
-        _recorded(conn, events, finished)
-        _notify_finished(conn, [j for j in finished if not _self_recorded(j)])
-        _slots_freed(conn, items, finished)
-        _released(conn, finished, items[0].now)
-        return outcomes
-    # Completes, records the events and notifies the ids in one statement.
+        outcomes: Sequence[Job | DictRow | QueueError] = _finish_each(conn, items)
+    else:
+        outcomes = _complete_batch(conn, items, params, with_jobs)
+    made = _job_of if with_jobs else finished
+    return [o if isinstance(o, QueueError) else made(o) for o in outcomes]
+
+
+def _finish_each(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueError]:
+    events: list[dict[str, Any]] = []
+    outcomes = [_finish(conn, item, events) for item in items]
+    finished = [o for o in outcomes if isinstance(o, Job)]
+    _recorded(conn, events, finished)
+    _notify_finished(conn, [j for j in finished if not _self_recorded(j)])
+    _slots_freed(conn, items, [j.type for j in finished if j.status != JobStatus.PENDING])
+    _released(conn, finished, items[0].now)
+    return outcomes
+
+
+def _complete_batch(
+    conn: Conn, items: Sequence[FinishParams], params: dict[str, Any], with_jobs: bool
+) -> list[DictRow | QueueError]:
+    """Complete, record the events and notify the ids in one statement; each item's row
+    (the whole of its job's ``with_jobs``), or why its guard held it back."""
     rows = conn.execute(Q["job_complete_batch"], params).fetchall()
-    matched = st.match_completed(
-        items, rows, lambda item: st.guard_failure(_get(conn, item.job_id))
-    )
-    jobs = [o if isinstance(o, QueueError) else job_from_row(o) for o in matched]
-    _slots_freed(conn, items, [j for j in jobs if isinstance(j, Job)])
+    _slots_freed(conn, items, [row["type"] for row in rows])
     _released(conn, rows, items[0].now)
-    return jobs
+    if rows and with_jobs:
+        rows = conn.execute(Q["job_get_many"], {"ids": [row["id"] for row in rows]}).fetchall()
+    return st.match_completed(items, rows, lambda item: st.guard_failure(_get(conn, item.job_id)))
+
+
+def _job_of(outcome: Job | DictRow) -> Job:
+    return outcome if isinstance(outcome, Job) else job_from_row(outcome)
 
 
 def _released(conn: Conn, ended: Sequence[Job | DictRow], now: datetime) -> Released:
@@ -225,11 +245,12 @@ def _released(conn: Conn, ended: Sequence[Job | DictRow], now: datetime) -> Rele
     return released
 
 
-def _slots_freed(conn: Conn, items: Sequence[FinishParams], ended: Sequence[Job]) -> None:
-    """NOTIFY when a job of a concurrency-limited type ended: claims waiting for its slot
-    on other nodes look again (a job made pending has notified already)."""
+def _slots_freed(conn: Conn, items: Sequence[FinishParams], ended_types: list[str]) -> None:
+    """NOTIFY when a job of a concurrency-limited type ended (``ended_types``: those of
+    the jobs that ended, not those made pending, which notified already): claims waiting
+    for its slot on other nodes look again."""
     slot_types = items[0].slot_types if items else frozenset()
-    if any(j.type in slot_types and j.status != JobStatus.PENDING for j in ended):
+    if not slot_types.isdisjoint(ended_types):
         _notify_ready(conn)
 
 
