@@ -43,6 +43,7 @@ def test_enqueue_prints_the_job_and_show_and_events_read_it(real_server: RealSer
     assert not {"lease_token", "progress_to", "dependencies_from"} & set(json.loads(shown.stdout))
     table = cli(real_server, "shop", "jobs", "show", job_id)
     assert "send_email" in table.stdout and "a@b.c" in table.stdout
+    assert "lease_token" not in table.stdout and "progress_to" not in table.stdout
     events = cli(real_server, "shop", "jobs", "events", job_id, "--json")
     assert [e["event"] for e in json.loads(events.stdout)] == ["enqueued"]
     assert "enqueued" in cli(real_server, "shop", "jobs", "events", job_id).stdout

@@ -220,8 +220,9 @@ def _finish_each(conn: Conn, items: Sequence[FinishParams]) -> list[Job | QueueE
 def _complete_batch(
     conn: Conn, items: Sequence[FinishParams], params: dict[str, Any], with_jobs: bool
 ) -> list[DictRow | QueueError]:
-    """Complete, record the events and notify the ids in one statement; each item's row
-    (the whole of its job's ``with_jobs``), or why its guard held it back."""
+    """Complete, record the events and notify the ids in one statement. Each item's
+    answer: its job's row (the whole row ``with_jobs``, else the statement's few
+    columns), or why its guard held the job back."""
     rows = conn.execute(Q["job_complete_batch"], params).fetchall()
     _slots_freed(conn, items, [row["type"] for row in rows])
     _released(conn, rows, items[0].now)
