@@ -199,8 +199,8 @@ async def _give_back(service: JobService, caller: ApiKey, jobs: list[Job]) -> No
 _PREFER = (
     "RFC 7240 preferences. `return=minimal` answers each completed item as "
     '`{"id", "status": 200}` without its job (and says so in `Preference-Applied`): '
-    "for a worker that has no use for the jobs, the server sends none of them (and a "
-    "batch of distinct jobs reads none back from the database)."
+    "for a worker that has no use for the jobs, the server sends none of them and "
+    "decodes none of them from the database."
 )
 
 

@@ -196,10 +196,7 @@ RETURNING *;
 -- job_complete for every item of the JSON array :items ({id, lease_token,
 -- worker_name, result}), each under its own guard, in one statement. The unary "+"
 -- keeps the planner walking the items and finding each job by its id (a status
--- index would scan every running job). It returns what the transaction needs of each
--- job, not the whole row: a worker's acknowledgement asks for no job back, and
--- returning every column cost about a quarter of the statement (job_get_many reads the
--- jobs when they are asked for).
+-- index would scan every running job).
 UPDATE jobs
 SET status = 'completed', result = i.value ->> 'result', lease_token = NULL,
     lease_expires_at = NULL, updated_at = :now
@@ -207,7 +204,7 @@ FROM json_each(:items) AS i
 WHERE jobs.id = i.value ->> 'id' AND +jobs.status = 'running'
   AND jobs.lease_token = i.value ->> 'lease_token'
   AND jobs.claimed_by = i.value ->> 'worker_name' AND +jobs.lease_expires_at > :now
-RETURNING id, status, has_dependents;
+RETURNING *;
 
 -- name: job_fail
 -- Retry while attempts remain and the error is retryable; else fail for good,

@@ -169,9 +169,7 @@ class SqliteStorage(SqlReads):
     async def job_finish_many(
         self, items: Sequence[FinishParams], with_jobs: bool = True
     ) -> list[Job | Finished | QueueError]:
-        outcomes, released = await self._writer.run(
-            lambda conn: tx.finish_many(conn, items, with_jobs)
-        )
+        outcomes, released = await self._writer.run(lambda conn: tx.finish_many(conn, items))
         self._tell(released)
         made = job_from_row if with_jobs else finished
         return [o if isinstance(o, QueueError) else made(o) for o in outcomes]

@@ -183,13 +183,13 @@ def finish(
 
 
 def finish_many(
-    conn: sqlite3.Connection, items: Sequence[FinishParams], with_jobs: bool
+    conn: sqlite3.Connection, items: Sequence[FinishParams]
 ) -> tuple[list[Row | QueueError], Released]:
     """Finish every item under its own guard: a batch of completions in one statement;
     then release the dependents of the jobs that ended.
 
-    Each finished item is answered by a row of its job: the whole row ``with_jobs``,
-    else at least its id and status.
+    Each finished item is answered by its job's row: the store makes a Job of it only
+    when the answer carries the job.
     """
     if not items:
         return [], Released()
@@ -200,17 +200,11 @@ def finish_many(
         rows = conn.execute(Q["job_complete_batch"], params).fetchall()
         if rows:
             conn.execute(Q["event_insert_each"], _completed_events(rows, items))
-        if rows and with_jobs:
-            rows = conn.execute(Q["job_get_many"], {"ids": _ids(rows)}).fetchall()
         outcomes = st.match_completed(
             items, rows, lambda item: st.guard_failure(get(conn, item.job_id))
         )
     ended = [o for o in outcomes if not isinstance(o, QueueError)]
     return outcomes, workflows.release(_Sql(conn), ended, items[0].now)
-
-
-def _ids(rows: Sequence[Row]) -> str:
-    return json.dumps([int(row["id"]) for row in rows])
 
 
 def cancel(
