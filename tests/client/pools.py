@@ -1,5 +1,5 @@
-"""Stand-ins for the blocking client's connection pool (``Client(transport=...)``): a real
-pool that notes what it sends, and a pool that answers from a script, with no server."""
+"""Stand-ins for the blocking client's transport (``Client(transport=...)``): a real one
+that notes what it sends, and one that answers from a script, with no server."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import urllib3
+from queuelog.client.transport import Answer, CurlTransport, Outgoing
 
 
 @dataclass(frozen=True)
@@ -29,47 +29,46 @@ class Sent:
         return json.loads(self.body or b"null")
 
 
-class Noting(urllib3.PoolManager):
-    """A real pool that notes every request before ``forward`` sends it; a test overrides
-    ``forward`` to hold a request back, lose its answer or refuse it."""
+class Noting:
+    """A real transport that notes every request before ``forward`` sends it; a test
+    overrides ``forward`` to hold a request back, lose its answer or refuse it."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.sent: list[Sent] = []
         self._lock = threading.Lock()
+        self._inner: CurlTransport | None = None
 
-    def urlopen(
-        self, method: str, url: str, redirect: bool = True, **kw: Any
-    ) -> urllib3.BaseHTTPResponse:
-        sent = Sent(method, urlsplit(url).path, dict(kw.get("headers") or {}), kw.get("body"))
+    def send(self, request: Outgoing) -> Answer:
+        sent = Sent(request.method, urlsplit(request.url).path, request.headers, request.body)
         with self._lock:
             self.sent.append(sent)
-        return self.forward(sent, lambda: super(Noting, self).urlopen(method, url, redirect, **kw))
+            inner = self._inner = self._inner or CurlTransport(request.url)
+        return self.forward(sent, lambda: inner.send(request))
 
-    def forward(
-        self, sent: Sent, send: Callable[[], urllib3.BaseHTTPResponse]
-    ) -> urllib3.BaseHTTPResponse:
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
         return send()
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()
 
     def paths(self) -> list[str]:
         with self._lock:
             return [f"{s.method} {s.path}" for s in self.sent]
 
 
-def answer(status: int, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+def answer(status: int, body: Any = None, headers: dict[str, str] | None = None) -> Answer:
     """A scripted answer: ``body`` as JSON (``None``: no body)."""
     content = b"" if body is None else json.dumps(body).encode()
-    return urllib3.HTTPResponse(content, headers=headers or {}, status=status)
+    return Answer(status, content, (headers or {}).get("Retry-After"))
 
 
 class Scripted(Noting):
-    """A pool that sends nothing: ``script`` answers each request (see ``answer``)."""
+    """A transport that sends nothing: ``script`` answers each request (see ``answer``)."""
 
-    def __init__(self, script: Callable[[Sent], urllib3.BaseHTTPResponse]) -> None:
+    def __init__(self, script: Callable[[Sent], Answer]) -> None:
         super().__init__()
         self.script = script
 
-    def forward(
-        self, sent: Sent, send: Callable[[], urllib3.BaseHTTPResponse]
-    ) -> urllib3.BaseHTTPResponse:
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
         return self.script(sent)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import httpx
 import pytest
-import urllib3
 
 from queuelog.client import Fail, Retry, RetryPolicy, ServerError, admin_calls, calls
 from queuelog.client.errors import error_from_problem
 from queuelog.client.outcome import outcome_of_error, outcome_of_return
+from queuelog.client.transport import Broken, NotSent
 from queuelog.client.types import Job
 from queuelog.errors import NotLeaseHolder, RateLimited, ValidationFailed
 from queuelog.models import JobStatus, Priority
@@ -53,10 +53,8 @@ def test_only_calls_that_are_safe_twice_may_be_resent() -> None:
         (httpx.ConnectError("refused", request=REQUEST), True, True),
         (httpx.ReadError("reset", request=REQUEST), False, True),
         (httpx.ReadTimeout("slow", request=REQUEST), False, True),
-        (urllib3.exceptions.NewConnectionError(None, "refused"), True, True),
-        (urllib3.exceptions.ConnectTimeoutError("slow to connect"), True, True),
-        (urllib3.exceptions.ProtocolError("reset"), False, True),
-        (urllib3.exceptions.ReadTimeoutError(None, "/jobs", "slow"), False, True),
+        (NotSent("refused"), True, True),
+        (Broken("reset"), False, True),
         (ServerError("busy", status=503), False, True),
         (ServerError("bug", status=500), False, False),
     ],

@@ -28,7 +28,7 @@ def _loaded_by(module: str) -> set[str]:
 
 def test_importing_queuelog_loads_the_sdk_and_no_server_module() -> None:
     loaded = _loaded_by("queuelog")
-    assert {"queuelog.client", "queuelog.client.worker", "urllib3", "httpx"} <= loaded
+    assert {"queuelog.client", "queuelog.client.worker", "pycurl", "httpx"} <= loaded
     assert not {m.split(".")[0] for m in loaded} & SERVER_LIBRARIES
     # Installed here, yet imported only at the first traced call (client/tracing.py).
     assert not {m for m in loaded if m.startswith(("opentelemetry", "queuelog.client.otel"))}

@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
-import urllib3
 
 from queuelog.client import AsyncClient, Client, RetryPolicy, ServerUnavailable
+from queuelog.client.transport import Broken, NotSent
 from queuelog.models import JobStatus
 from tests.client.pools import Noting, Sent
 from tests.realserver import RealServer
@@ -25,7 +25,7 @@ class DropFirstResponse(Noting):
     def forward(self, sent: Sent, send: Callable[[], Any]) -> Any:
         response = send()
         if sent is self.sent[0]:
-            raise urllib3.exceptions.ProtocolError("connection reset after the server answered")
+            raise Broken("connection reset after the server answered")
         return response
 
 
@@ -34,7 +34,7 @@ class RefuseFirstConnection(Noting):
 
     def forward(self, sent: Sent, send: Callable[[], Any]) -> Any:
         if sent is self.sent[0]:
-            raise urllib3.exceptions.NewConnectionError(None, "connection refused")
+            raise NotSent("connection refused")
         return send()
 
 

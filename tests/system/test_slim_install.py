@@ -23,18 +23,20 @@ STEP_TIMEOUT = 240
 # The SDK in use with no server: an enqueue through a stand-in transport.
 SDK_SCRIPT = """
 import json, sys
-import urllib3
 import queuelog
 from queuelog import AsyncClient, Client, ServerUnavailable, Worker
+from queuelog.client.transport import Answer
 sent = []
-class Server(urllib3.PoolManager):
-    def urlopen(self, method, url, redirect=True, **kw):
-        sent.append(kw["headers"])
+class Server:
+    def close(self):
+        pass
+    def send(self, request):
+        sent.append(request.headers)
         job = {"id": 1, "type": "noop", "payload": {}, "priority": "low", "status": "pending",
                "retry_count": 0, "max_retries": 3, "idempotency_key": "k",
                "run_at": "2026-01-01T00:00:00.000000Z", "created_at": "2026-01-01T00:00:00.000000Z",
                "updated_at": "2026-01-01T00:00:00.000000Z"}
-        return urllib3.HTTPResponse(json.dumps(job).encode(), status=201)
+        return Answer(201, json.dumps(job).encode())
 with Client("http://127.0.0.1:1", "k", transport=Server()) as client:
     job = client.enqueue("noop", {})
 print(json.dumps({"id": job.id, "traceparent": sent[0].get("traceparent"),
@@ -81,7 +83,7 @@ def slim(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_slim_install_brings_no_server_dependency(slim: Path) -> None:
     listed = _checked(*PIP, "--python", slim / "python", "list", "--format", "json")
     installed = {d["name"].lower().replace("_", "-") for d in json.loads(listed)}
-    assert {"queuelog", "httpx", "urllib3", "click", "rich"} <= installed
+    assert {"queuelog", "httpx", "pycurl", "click", "rich"} <= installed
     assert not installed & SERVER_DISTRIBUTIONS
 
 

@@ -13,7 +13,7 @@ from queuelog.client import calls, tracing
 from queuelog.client.awaiting import Awaiting
 from queuelog.client.calls import Call, JobRef, answer
 from queuelog.client.errors import ServerError
-from queuelog.client.policy import Outgoing
+from queuelog.client.transport import Outgoing
 from queuelog.client.types import Job
 from queuelog.client.verbs import Verbs
 from queuelog.errors import RateLimited

@@ -11,28 +11,22 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
-import urllib3
 
 from queuelog._version import __version__
 from queuelog.client.calls import Call
 from queuelog.client.errors import ServerError, ServerUnavailable
+from queuelog.client.transport import Broken, NotSent, Outgoing
 from queuelog.errors import QueueError, RateLimited
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # Answers that mean "not now": from a proxy, a server that is starting or stopping, or
 # one whose database cannot take the request for now (503, or 507 for lack of space).
 _TRANSIENT_STATUS = frozenset({502, 503, 504, 507})
-# The failures of either client's HTTP library (urllib3 for ``Client``, httpx for
+# The failures of either client's HTTP library (libcurl's for ``Client``, httpx for
 # ``AsyncClient``) where the request never reached the server...
-NOT_SENT = (
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.PoolTimeout,
-    urllib3.exceptions.ConnectTimeoutError,  # a refused connection (NewConnectionError) too
-    urllib3.exceptions.EmptyPoolError,
-)
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, NotSent)
 # ... and every other failure of the connection, after which it may have.
-BROKEN = (httpx.TransportError, urllib3.exceptions.HTTPError)
+BROKEN = (httpx.TransportError, NotSent, Broken)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,19 +77,8 @@ class Connection:
             body.encode() if body is not None else None,
             connect_timeout=self.timeout,
             read_timeout=self.timeout + call.wait_seconds,
+            resend=call.resend,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """One request as both clients send it, each with its own HTTP library."""
-
-    method: str
-    url: str
-    headers: dict[str, str]
-    body: bytes | None
-    connect_timeout: float
-    read_timeout: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Iterator
 from types import TracebackType
 from typing import TypeVar, Unpack
-from urllib.parse import unquote, urlsplit
-
-import urllib3
 
 from queuelog.client import calls, tracing
 from queuelog.client.awaiting import Awaiting
 from queuelog.client.calls import Call, EnqueueOptions, JobRef, answer
 from queuelog.client.coalesce import Coalescer
 from queuelog.client.errors import ServerError
-from queuelog.client.policy import BROKEN, Outgoing
+from queuelog.client.policy import BROKEN
+from queuelog.client.transport import CurlTransport, Outgoing, Transport
 from queuelog.client.types import Job, JsonObject
 from queuelog.client.verbs import Verbs
 from queuelog.errors import RateLimited
@@ -24,19 +21,16 @@ from queuelog.errors import RateLimited
 T = TypeVar("T")
 
 
-# Connections kept open for reuse; the Worker's threads and a web app's thread pool
-# share one client. More may be open at once: those beyond are closed after their request.
-KEPT_CONNECTIONS = 32
 # What the retry policy looks at before the error reaches the caller.
 _RESENDABLE = (*BROKEN, ServerError, RateLimited)
 
 
-class Client(Verbs[urllib3.PoolManager, urllib3.PoolManager]):
-    """A blocking queuelog client over urllib3."""
+class Client(Verbs[Transport, Transport]):
+    """A blocking queuelog client over libcurl (see ``queuelog.client.transport``)."""
 
-    def _open(self, transport: urllib3.PoolManager | None) -> urllib3.PoolManager:
+    def _open(self, transport: Transport | None) -> Transport:
         self._enqueues = Coalescer(self.send)
-        return transport or pool_for(self.connection.url)
+        return transport or CurlTransport(self.connection.url)
 
     def enqueue(
         self, type: str, payload: JsonObject | None = None, **options: Unpack[EnqueueOptions]
@@ -66,16 +60,9 @@ class Client(Verbs[urllib3.PoolManager, urllib3.PoolManager]):
                 attempt += 1
 
     def _exchange(self, call: Call[T], request: Outgoing) -> T:
-        response = self._http.urlopen(
-            request.method,
-            request.url,
-            body=request.body,
-            headers=request.headers,
-            timeout=urllib3.Timeout(connect=request.connect_timeout, read=request.read_timeout),
-            retries=False,  # resends are the retry policy's: it knows which calls are safe
-            redirect=False,
-        )
-        return answer(call, response.status, response.data, response.headers.get("Retry-After"))
+        # Resends are the retry policy's (it knows which calls are safe); no redirects.
+        got = self._http.send(request)
+        return answer(call, got.status, got.body, got.retry_after)
 
     def follow(self, waiting: Awaiting[T]) -> T:
         """Send the reads of a wait (``wait``, ``result``) until it is over; its answer."""
@@ -101,7 +88,7 @@ class Client(Verbs[urllib3.PoolManager, urllib3.PoolManager]):
             cursor = page.next_cursor
 
     def close(self) -> None:
-        self._http.clear()
+        self._http.close()
 
     def __enter__(self) -> Client:
         return self
@@ -113,19 +100,3 @@ class Client(Verbs[urllib3.PoolManager, urllib3.PoolManager]):
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def pool_for(url: str) -> urllib3.PoolManager:
-    """The connections to the server at ``url``: through the proxy that the environment
-    (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``) names for it, if any."""
-    parts = urlsplit(url)
-    proxies = urllib.request.getproxies()
-    proxy = proxies.get(parts.scheme) or proxies.get("all")
-    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
-        through = urlsplit(proxy)
-        login = None
-        if through.username:
-            auth = f"{unquote(through.username)}:{unquote(through.password or '')}"
-            login = urllib3.make_headers(proxy_basic_auth=auth)
-        return urllib3.ProxyManager(proxy, proxy_headers=login, maxsize=KEPT_CONNECTIONS)
-    return urllib3.PoolManager(maxsize=KEPT_CONNECTIONS)

@@ -21,8 +21,8 @@ from queuelog.client.policy import Connection, RetryPolicy
 P = ParamSpec("P")
 T = TypeVar("T")
 S = TypeVar("S")
-H = TypeVar("H")  # what sends the requests: urllib3's pool or httpx's client
-X = TypeVar("X")  # what may be given instead (tests, proxies)
+H = TypeVar("H")  # what sends the requests: libcurl's handles or httpx's client
+X = TypeVar("X")  # what may be given instead (tests)
 
 
 class _SendsAwaited(Protocol):
@@ -117,9 +117,9 @@ class Verbs(ABC, Generic[H, X]):
             api_key: The key to send; default ``$QUEUELOG_API_KEY``.
             timeout: Seconds per request (a claim gets its ``wait_seconds`` and linger on top).
             retry_policy: When a send that failed is tried again (see ``RetryPolicy``).
-            transport: What to send through (tests, proxies): a ``urllib3.PoolManager``
-                (or ``ProxyManager``) for ``Client``, an httpx async transport for
-                ``AsyncClient``.
+            transport: What to send through (tests): for ``Client``, an object with
+                ``send`` and ``close`` (``queuelog.client.transport.Transport``); for
+                ``AsyncClient``, an httpx async transport.
         """
         self.connection = Connection.resolve(url, api_key, timeout)
         self.retry_policy = retry_policy or RetryPolicy()
@@ -127,7 +127,7 @@ class Verbs(ABC, Generic[H, X]):
 
     @abstractmethod
     def _open(self, transport: X | None) -> H:
-        """What sends the requests to ``self.connection``: urllib3 (blocking) or httpx."""
+        """What sends the requests to ``self.connection``: libcurl (blocking) or httpx."""
 
     enqueue = Verb(calls.enqueue)
     enqueue_many = Verb(calls.enqueue_many)

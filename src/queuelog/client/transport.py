@@ -1,0 +1,190 @@
+"""How ``Client`` sends a request: libcurl (through pycurl), a handle per request in
+flight, each keeping its connection open for the next request.
+
+libcurl costs the client far less per request than Python's own HTTP stack, which is
+what a producer enqueuing one job per call spends most of its time in. Where the
+request goes, how long it may take and which certificates are trusted are the same as
+Python's: the proxy the environment names, the default certificate store (or
+``SSL_CERT_FILE``/``SSL_CERT_DIR``, else certifi's).
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import threading
+import urllib.request
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import pycurl
+
+# Handles (and so connections) kept open for reuse; the Worker's threads and a web
+# app's thread pool share one client. More may be open at once: those beyond are
+# closed after their request.
+KEPT_CONNECTIONS = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One request as both clients send it, each with its own HTTP library."""
+
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: bytes | None
+    connect_timeout: float
+    read_timeout: float
+    resend: bool = True  # whether it may be sent twice (see ``Call.resend``)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The server's answer to one request, fully read."""
+
+    status: int
+    body: bytes
+    retry_after: str | None = None
+
+
+class NotSent(Exception):
+    """The request never reached the server: refused, unresolved, no connection in time."""
+
+
+class Broken(Exception):
+    """The connection failed once the request was on its way: it may have been acted on."""
+
+
+class Transport(Protocol):
+    """What ``Client`` sends through (``Client(transport=...)``)."""
+
+    def send(self, request: Outgoing) -> Answer:
+        """The answer to ``request``; raises ``NotSent`` or ``Broken``."""
+        ...
+
+    def close(self) -> None:
+        """Close the connections kept open."""
+        ...
+
+
+class CurlTransport:
+    """Requests to one server through libcurl; safe to share between threads."""
+
+    def __init__(self, url: str) -> None:
+        self._proxy = proxy_for(url)
+        self._trust = trusted_certificates()
+        self._idle: list[pycurl.Curl] = []
+        self._lock = threading.Lock()
+
+    def send(self, request: Outgoing) -> Answer:
+        with self._lock:
+            handle = self._idle.pop() if self._idle else pycurl.Curl()
+        try:
+            return self._perform(handle, request)
+        finally:
+            with self._lock:
+                if len(self._idle) < KEPT_CONNECTIONS:
+                    self._idle.append(handle)
+                else:
+                    handle.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for handle in idle:
+            handle.close()
+
+    def _perform(self, handle: pycurl.Curl, request: Outgoing) -> Answer:
+        chunks: list[bytes] = []
+        head: list[bytes] = []
+        attempts = Attempts(request.resend)
+        self._prepare(handle, request)
+        handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
+        handle.setopt(pycurl.HEADERFUNCTION, head.append)
+        handle.setopt(pycurl.PREREQFUNCTION, attempts.start)
+        try:
+            handle.perform()
+        except pycurl.error as error:
+            reason = handle.errstr() or str(error)
+            # Until libcurl is about to write the request, nothing has reached the server.
+            raise (Broken if attempts.started else NotSent)(reason) from None
+        status: int = handle.getinfo(pycurl.RESPONSE_CODE)
+        retry_after = _header(head, b"retry-after") if status >= 400 else None
+        return Answer(status, b"".join(chunks), retry_after)
+
+    def _prepare(self, handle: pycurl.Curl, request: Outgoing) -> None:
+        handle.reset()  # what the previous request set; the connection stays open
+        handle.setopt(pycurl.URL, request.url)
+        handle.setopt(pycurl.NOSIGNAL, 1)  # timeouts without signals: threads share it
+        handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
+        handle.setopt(pycurl.PROXY, self._proxy)  # "" is none: not libcurl's own reading
+        cafile, capath = self._trust
+        if cafile:
+            handle.setopt(pycurl.CAINFO, cafile)
+        if capath:
+            handle.setopt(pycurl.CAPATH, capath)
+        handle.setopt(pycurl.CONNECTTIMEOUT_MS, int(request.connect_timeout * 1000))
+        handle.setopt(
+            pycurl.TIMEOUT_MS, int((request.connect_timeout + request.read_timeout) * 1000)
+        )
+        # No "Expect: 100-continue" before a large body; no form type on an empty one.
+        headers = [f"{name}: {value}" for name, value in request.headers.items()]
+        headers += ["Expect:", "Accept: application/json"]
+        if request.body is None and request.method != "GET":
+            headers.append("Content-Type:")
+        handle.setopt(pycurl.HTTPHEADER, headers)
+        if request.body is not None or request.method == "POST":
+            handle.setopt(pycurl.POSTFIELDS, request.body or b"")
+        if request.method not in ("GET", "POST"):
+            handle.setopt(pycurl.CUSTOMREQUEST, request.method)
+
+
+class Attempts:
+    """How often libcurl started to write one request. libcurl writes a request again,
+    on a new connection, when a reused one closes before any answer: a request that
+    must not be sent twice is stopped there instead, and fails as ``Broken``."""
+
+    def __init__(self, resend: bool) -> None:
+        self.resend = resend
+        self.started = 0
+
+    def start(self, *_address: object) -> int:
+        self.started += 1
+        if self.started > 1 and not self.resend:
+            return pycurl.PREREQFUNC_ABORT
+        return pycurl.PREREQFUNC_OK
+
+
+def _header(head: list[bytes], name: bytes) -> str | None:
+    """The last value of header ``name`` (lower case) among the answer's header lines."""
+    found = None
+    for line in head:
+        key, colon, value = line.partition(b":")
+        if colon and key.strip().lower() == name:
+            found = value.strip().decode("latin-1")
+    return found
+
+
+def proxy_for(url: str) -> str:
+    """The proxy URL that the environment (``HTTPS_PROXY``, ``HTTP_PROXY``,
+    ``ALL_PROXY``, ``NO_PROXY``) names for ``url``, as Python reads it; "" for none."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
+        return proxy
+    return ""
+
+
+def trusted_certificates() -> tuple[str, str]:
+    """The certificate file and directory Python's ``ssl`` trusts by default (which
+    ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` change); certifi's file where there is none."""
+    paths = ssl.get_default_verify_paths()
+    cafile = paths.cafile if paths.cafile and os.path.isfile(paths.cafile) else ""
+    capath = paths.capath if paths.capath and os.path.isdir(paths.capath) else ""
+    if not cafile and not capath:
+        import certifi  # installed with httpx
+
+        cafile = certifi.where()
+    return cafile, capath

@@ -1,0 +1,196 @@
+"""The blocking client's transport (libcurl) against real sockets: what it reports when a
+connection fails, which requests it may send twice, and TLS with the default trust."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+
+from queuelog.client import Client, RetryPolicy, ServerUnavailable, calls
+from queuelog.client.transport import Broken, CurlTransport, NotSent, Outgoing
+
+FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.02)
+OK = b'{"keys": []}'
+
+
+class RawServer:
+    """An HTTP/1.1 server on 127.0.0.1 whose ``script`` says what to do with the n-th
+    request (counting from 1): "answer" (200, kept alive), "drop" (close unanswered),
+    "retry-later" (429 with Retry-After) or "hang" (never answer)."""
+
+    def __init__(self, script: Callable[[int], str], tls: ssl.SSLContext | None = None):
+        self.script = script
+        self.tls = tls
+        self.requests: list[bytes] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        for _ in range(50):  # bounded: a test opens a few connections
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(5)
+        with contextlib.suppress(OSError, ssl.SSLError), contextlib.closing(conn):
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            reader = conn.makefile("rb")
+            for _ in range(20):
+                request = _read_request(reader)
+                if request is None:
+                    return
+                with self._lock:
+                    self.requests.append(request)
+                    action = self.script(len(self.requests))
+                if action == "drop":
+                    return
+                if action == "hang":
+                    conn.recv(1)  # until the client gives up and closes
+                    return
+                status = b"429 Too Many Requests" if action == "retry-later" else b"200 OK"
+                extra = b"Retry-After: 7\r\n" if action == "retry-later" else b""
+                head = b"HTTP/1.1 %s\r\nContent-Length: %d\r\n%s\r\n" % (status, len(OK), extra)
+                conn.sendall(head + OK)
+
+
+def _read_request(reader: object) -> bytes | None:
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        line = reader.readline()  # type: ignore[attr-defined]
+        if not line:
+            return None
+        head += line
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    body: bytes = reader.read(length) if length else b""  # type: ignore[attr-defined]
+    return head.split(b"\r\n", 1)[0] + b" " + body
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., RawServer]]:
+    servers: list[RawServer] = []
+
+    def start(script: Callable[[int], str], tls: ssl.SSLContext | None = None) -> RawServer:
+        servers.append(RawServer(script, tls))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def request(port: int, resend: bool, scheme: str = "http", timeout: float = 5) -> Outgoing:
+    body = json.dumps({"limit": 1}).encode()
+    headers = {"Content-Type": "application/json"}
+    url = f"{scheme}://127.0.0.1:{port}/jobs/claim"
+    return Outgoing("POST", url, headers, body, timeout, timeout, resend=resend)
+
+
+def test_a_refused_connection_is_reported_as_not_sent() -> None:
+    transport = CurlTransport("http://127.0.0.1:1")
+    with pytest.raises(NotSent):
+        transport.send(request(1, resend=False))
+
+
+def test_a_connection_closed_after_the_request_is_reported_as_broken(
+    serve: Callable[..., RawServer],
+) -> None:
+    server = serve(lambda n: "drop")
+    transport = CurlTransport(f"http://127.0.0.1:{server.port}")
+    with pytest.raises(Broken):
+        transport.send(request(server.port, resend=False))
+    assert len(server.requests) == 1
+
+
+def test_a_request_that_must_not_be_sent_twice_is_not_sent_again_on_a_new_connection(
+    serve: Callable[..., RawServer],
+) -> None:
+    """The second request goes out on the kept connection, which the server closes
+    unanswered: libcurl would write it again on a new connection; a claim must not."""
+    server = serve(lambda n: "drop" if n == 2 else "answer")
+    transport = CurlTransport(f"http://127.0.0.1:{server.port}")
+    assert transport.send(request(server.port, resend=False)).status == 200
+    with pytest.raises(Broken):
+        transport.send(request(server.port, resend=False))
+    assert len(server.requests) == 2
+    assert transport.send(request(server.port, resend=False)).body == OK  # a new connection
+
+
+def test_a_request_that_may_be_sent_twice_is_sent_again_on_a_new_connection(
+    serve: Callable[..., RawServer],
+) -> None:
+    server = serve(lambda n: "drop" if n == 2 else "answer")
+    transport = CurlTransport(f"http://127.0.0.1:{server.port}")
+    transport.send(request(server.port, resend=True))
+    assert transport.send(request(server.port, resend=True)).body == OK
+    assert server.requests[1] == server.requests[2]  # the same request, body and all
+
+
+def test_a_claim_whose_answer_is_lost_fails_and_is_not_sent_again(
+    serve: Callable[..., RawServer],
+) -> None:
+    server = serve(lambda n: "drop")
+    client = Client(f"http://127.0.0.1:{server.port}", "k", retry_policy=FAST)
+    with client, pytest.raises(ServerUnavailable, match="Broken"):
+        client.send(calls.claim())
+    assert len(server.requests) == 1
+
+
+def test_an_answer_that_never_comes_times_out_as_broken(serve: Callable[..., RawServer]) -> None:
+    server = serve(lambda n: "hang")
+    transport = CurlTransport(f"http://127.0.0.1:{server.port}")
+    with pytest.raises(Broken, match=r"[Tt]imeout|timed out"):
+        transport.send(request(server.port, resend=False, timeout=0.2))
+
+
+def test_the_answer_s_retry_after_reaches_the_caller(serve: Callable[..., RawServer]) -> None:
+    server = serve(lambda n: "retry-later")
+    answer = CurlTransport("http://127.0.0.1").send(request(server.port, resend=True))
+    assert (answer.status, answer.retry_after, answer.body) == (429, "7", OK)
+
+
+@pytest.fixture
+def authority(tmp_path: Path) -> tuple[trustme.CA, Path]:
+    ca = trustme.CA()
+    bundle = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    return ca, bundle
+
+
+def test_tls_trusts_the_certificates_that_python_trusts(
+    serve: Callable[..., RawServer],
+    authority: tuple[trustme.CA, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ca, bundle = authority
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    server = serve(lambda n: "answer", tls=context)
+    url = f"https://127.0.0.1:{server.port}"
+    with pytest.raises(NotSent):  # an unknown authority: refused before any request
+        CurlTransport(url).send(request(server.port, resend=False, scheme="https"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with Client(url, "k", retry_policy=FAST) as client:
+        assert client.list_keys() == []
+    assert server.requests[-1].startswith(b"GET /keys ")
