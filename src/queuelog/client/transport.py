@@ -20,6 +20,9 @@ from urllib.parse import urlsplit
 
 import pycurl
 
+if not hasattr(pycurl, "PREREQFUNCTION"):  # pycurl built on a libcurl older than 7.80
+    raise ImportError("queuelog's Client needs pycurl 7.45.7 or later, on libcurl 7.80 or later")
+
 # Handles (and so connections) kept open for reuse; the Worker's threads and a web
 # app's thread pool share one client. More may be open at once: those beyond are
 # closed after their request.
@@ -106,9 +109,12 @@ class CurlTransport:
         try:
             handle.perform()
         except pycurl.error as error:
-            reason = handle.errstr() or str(error)
             # Until libcurl is about to write the request, nothing has reached the server.
-            raise (Broken if attempts.started else NotSent)(reason) from None
+            if not attempts.started:
+                raise NotSent(handle.errstr() or str(error)) from None
+            if attempts.stopped:
+                raise Broken("the connection closed before an answer; not sent again") from None
+            raise Broken(handle.errstr() or str(error)) from None
         status: int = handle.getinfo(pycurl.RESPONSE_CODE)
         retry_after = _header(head, b"retry-after") if status >= 400 else None
         return Answer(status, b"".join(chunks), retry_after)
@@ -118,26 +124,39 @@ class CurlTransport:
         handle.setopt(pycurl.URL, request.url)
         handle.setopt(pycurl.NOSIGNAL, 1)  # timeouts without signals: threads share it
         handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
-        handle.setopt(pycurl.PROXY, self._proxy)  # "" is none: not libcurl's own reading
+        # Python's reading of the environment's proxies, not libcurl's ("" is none).
+        handle.setopt(pycurl.PROXY, self._proxy)
+        handle.setopt(pycurl.NOPROXY, "")
         cafile, capath = self._trust
-        if cafile:
-            handle.setopt(pycurl.CAINFO, cafile)
-        if capath:
-            handle.setopt(pycurl.CAPATH, capath)
-        handle.setopt(pycurl.CONNECTTIMEOUT_MS, int(request.connect_timeout * 1000))
-        handle.setopt(
-            pycurl.TIMEOUT_MS, int((request.connect_timeout + request.read_timeout) * 1000)
-        )
-        # No "Expect: 100-continue" before a large body; no form type on an empty one.
-        headers = [f"{name}: {value}" for name, value in request.headers.items()]
-        headers += ["Expect:", "Accept: application/json"]
-        if request.body is None and request.method != "GET":
-            headers.append("Content-Type:")
-        handle.setopt(pycurl.HTTPHEADER, headers)
-        if request.body is not None or request.method == "POST":
-            handle.setopt(pycurl.POSTFIELDS, request.body or b"")
-        if request.method not in ("GET", "POST"):
-            handle.setopt(pycurl.CUSTOMREQUEST, request.method)
+        for file_option, path_option in _TRUST_OPTIONS:
+            if cafile:
+                handle.setopt(file_option, cafile)
+            if capath:
+                handle.setopt(path_option, capath)
+        # The request's deadline: the time to connect, then the time to be answered
+        # (libcurl's low-speed limit would not do: it averages over seconds).
+        connect = max(1, round(request.connect_timeout * 1000))
+        handle.setopt(pycurl.CONNECTTIMEOUT_MS, connect)
+        handle.setopt(pycurl.TIMEOUT_MS, connect + max(1, round(request.read_timeout * 1000)))
+        _describe(handle, request)
+
+
+def _describe(handle: pycurl.Curl, request: Outgoing) -> None:
+    """The request's method, headers and body on ``handle``."""
+    # No "Expect: 100-continue" before a large body; no form type on an empty one.
+    headers = [f"{name}: {value}" for name, value in request.headers.items()]
+    headers += ["Expect:", "Accept: application/json"]
+    if request.body is None and request.method != "GET":
+        headers.append("Content-Type:")
+    handle.setopt(pycurl.HTTPHEADER, headers)
+    if request.body is not None or request.method == "POST":
+        handle.setopt(pycurl.POSTFIELDS, request.body or b"")
+    if request.method not in ("GET", "POST"):
+        handle.setopt(pycurl.CUSTOMREQUEST, request.method)
+
+
+# The server's certificate, and an HTTPS proxy's, are checked against the same trust.
+_TRUST_OPTIONS = ((pycurl.CAINFO, pycurl.CAPATH), (pycurl.PROXY_CAINFO, pycurl.PROXY_CAPATH))
 
 
 class Attempts:
@@ -148,10 +167,12 @@ class Attempts:
     def __init__(self, resend: bool) -> None:
         self.resend = resend
         self.started = 0
+        self.stopped = False
 
     def start(self, *_address: object) -> int:
         self.started += 1
         if self.started > 1 and not self.resend:
+            self.stopped = True
             return pycurl.PREREQFUNC_ABORT
         return pycurl.PREREQFUNC_OK
 
@@ -184,7 +205,7 @@ def trusted_certificates() -> tuple[str, str]:
     cafile = paths.cafile if paths.cafile and os.path.isfile(paths.cafile) else ""
     capath = paths.capath if paths.capath and os.path.isdir(paths.capath) else ""
     if not cafile and not capath:
-        import certifi  # installed with httpx
+        import certifi
 
         cafile = certifi.where()
     return cafile, capath

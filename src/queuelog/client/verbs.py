@@ -115,7 +115,9 @@ class Verbs(ABC, Generic[H, X]):
         Args:
             url: Server address; default ``$QUEUELOG_URL``, else ``http://127.0.0.1:8000``.
             api_key: The key to send; default ``$QUEUELOG_API_KEY``.
-            timeout: Seconds per request (a claim gets its ``wait_seconds`` and linger on top).
+            timeout: Seconds to connect, and again to be answered (a claim gets its
+                ``wait_seconds`` and linger on top); ``Client`` fails a request whose
+                answer has not fully come by then.
             retry_policy: When a send that failed is tried again (see ``RetryPolicy``).
             transport: What to send through (tests): for ``Client``, an object with
                 ``send`` and ``close`` (``queuelog.client.transport.Transport``); for
