@@ -15,7 +15,7 @@ import httpx
 from queuelog._version import __version__
 from queuelog.client.calls import Call
 from queuelog.client.errors import ServerError, ServerUnavailable
-from queuelog.client.transport import Broken, NotSent, Outgoing
+from queuelog.client.transport import NoAnswer, NotSent, Outgoing
 from queuelog.errors import QueueError, RateLimited
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -25,8 +25,9 @@ _TRANSIENT_STATUS = frozenset({502, 503, 504, 507})
 # The failures of either client's HTTP library (libcurl's for ``Client``, httpx for
 # ``AsyncClient``) where the request never reached the server...
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, NotSent)
-# ... and every other failure of the connection, after which it may have.
-BROKEN = (httpx.TransportError, NotSent, Broken)
+# ... and every failure of the connection (those above, and those after which it may
+# have reached it).
+BROKEN = (httpx.TransportError, NoAnswer)
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,11 +51,15 @@ class Answer:
     retry_after: str | None = None
 
 
-class NotSent(Exception):
+class NoAnswer(Exception):
+    """The connection failed before the whole answer came (one of the two below)."""
+
+
+class NotSent(NoAnswer):
     """The request never reached the server: refused, unresolved, no connection in time."""
 
 
-class Broken(Exception):
+class Broken(NoAnswer):
     """The connection failed once the request was on its way: it may have been acted on."""
 
 
