@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -295,3 +296,28 @@ def test_a_lingering_claim_takes_the_jobs_enqueued_while_it_lingers(
             second = shop.enqueue("send_email", {"to": "b@example.com"})
             jobs = claimed.result(timeout=30)
     assert [j.id for j in jobs] == [first.id, second.id] and all(j.lease_token for j in jobs)
+
+
+@pytest.mark.parametrize("cls", [Client, AsyncClient])
+def test_each_verb_reads_as_a_method_of_its_class(cls: type[Any]) -> None:
+    for name in ("claim", "get", "complete_many", "revoke_key", "wait", "result"):
+        signature = inspect.signature(getattr(cls, name))
+        assert next(iter(signature.parameters)) == "self", name
+        assert "Call" not in str(signature.return_annotation), name
+        assert "Awaiting" not in str(signature.return_annotation), name
+    assert inspect.signature(Client.claim).return_annotation == list[Job]
+    assert inspect.signature(Client.revoke_key).return_annotation is None
+    assert "limit" in inspect.signature(Client.claim).parameters
+    assert Client.claim.__doc__ and "claim" in Client.claim.__doc__.lower()
+
+
+def test_a_verb_called_on_the_class_sends_for_the_client_given(
+    real_server: RealServer,
+) -> None:
+    with client(real_server, "shop") as shop:
+        job = Client.enqueue(shop, "noop", {"n": 1})
+        bound = inspect.signature(shop.get)
+        assert "self" not in bound.parameters and bound.return_annotation is Job
+        assert Client.get(shop, job.id) == job
+        (event,) = Client.events(shop, job)
+        assert event.event == "enqueued"

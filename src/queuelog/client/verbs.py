@@ -9,9 +9,10 @@ one function in ``calls`` and one line here, and both clients have it. A wait (`
 from __future__ import annotations
 
 import functools
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, get_args, get_type_hints, overload
 
 from queuelog.client import admin_calls, awaiting, calls
 from queuelog.client.awaiting import Awaiting
@@ -33,12 +34,39 @@ class _SendsBlocking(Protocol):
     def send(self, call: Call[S], /) -> S: ...
 
 
-class Verb(Generic[P, T]):
+class _Method:
+    """What makes a verb read as a method of its client class: ``help(Client.claim)`` and
+    ``inspect.signature`` show the call's own parameters (after ``self`` on the class) and
+    what it answers, and ``Client.claim(client, ...)`` calls it as a method is called."""
+
+    def __init__(self, made_by: Callable[..., Call[Any] | Awaiting[Any]]) -> None:
+        self.__doc__ = made_by.__doc__
+        self.__name__ = self.__qualname__ = made_by.__name__
+        made = inspect.signature(made_by)
+        # A Call[X] or an Awaiting[X] is answered with an X (awaited, on AsyncClient).
+        (answer,) = get_args(get_type_hints(made_by)["return"])
+        answer = None if answer is type(None) else answer
+        self.bound_signature = made.replace(return_annotation=answer)
+        self_ = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        parameters = [self_, *made.parameters.values()]
+        self.__signature__ = self.bound_signature.replace(parameters=parameters)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.__name__, self.__qualname__ = name, f"{owner.__qualname__}.{name}"
+
+    def __get__(self, client: Any, owner: type) -> Any:
+        raise NotImplementedError
+
+    def __call__(self, client: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return self.__get__(client, type(client))(*args, **kwargs)
+
+
+class Verb(_Method, Generic[P, T]):
     """A client method that builds its call with ``build`` and sends it."""
 
     def __init__(self, build: Callable[P, Call[T]]) -> None:
+        super().__init__(build)
         self.build = build
-        self.__doc__ = build.__doc__
 
     @overload
     def __get__(self, client: None, owner: type) -> Verb[P, T]: ...
@@ -58,6 +86,7 @@ class Verb(Generic[P, T]):
         def method(*args: P.args, **kwargs: P.kwargs) -> Any:
             return client.send(build(*args, **kwargs))
 
+        method.__signature__ = self.bound_signature  # type: ignore[attr-defined]
         return method
 
 
@@ -69,13 +98,13 @@ class _FollowsBlocking(Protocol):
     def follow(self, waiting: Awaiting[S], /) -> S: ...
 
 
-class Wait(Generic[P, T]):
+class Wait(_Method, Generic[P, T]):
     """A client method that begins a wait with ``start`` and has the client ``follow`` its
     reads (blocking, or awaited) until it is over."""
 
     def __init__(self, start: Callable[P, Awaiting[T]]) -> None:
+        super().__init__(start)
         self.start = start
-        self.__doc__ = start.__doc__
 
     @overload
     def __get__(self, client: None, owner: type) -> Wait[P, T]: ...
@@ -95,6 +124,7 @@ class Wait(Generic[P, T]):
         def method(*args: P.args, **kwargs: P.kwargs) -> Any:
             return client.follow(start(*args, **kwargs))
 
+        method.__signature__ = self.bound_signature  # type: ignore[attr-defined]
         return method
 
 
