@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CONFIG ?= queuelog.example.toml
+PORT   ?= 8000
 PY_DIRS := $(wildcard src tests bench examples)
 
 .PHONY: run test lint typecheck pytest bench bench-quick clean
@@ -16,7 +17,7 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	mkdir -p data
-	$(BIN)/queuelog serve --config $(CONFIG)
+	$(BIN)/queuelog serve --config $(CONFIG) --port $(PORT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(PY_DIRS)

@@ -24,7 +24,6 @@ from typing import Any
 from queuelog import Fail, Job, Retry, Worker
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per job is enough
 
 worker = Worker(concurrency=8, wait_seconds=5, instance=f"mailer-{os.getpid()}")
 

@@ -28,6 +28,8 @@ from queuelog.client.errors import ServerError, ServerUnavailable
 from queuelog.errors import Forbidden, QueueError, Unauthenticated
 from queuelog.models import PRIORITY_LABELS, JobStatus
 
+_FIELDS_SHOWN = 3  # of a refusal's field errors, in the one line the CLI prints
+
 EXIT_CODES = """\b
 Exit codes:
   0  success
@@ -123,8 +125,24 @@ def reported(what: str) -> Iterator[None]:
     try:
         yield
     except QueueError as error:
-        message = one_line(f"{what}: {error.detail} ({error.slug})")
+        message = one_line(f"{what}: {error.detail}{_fields(error)} ({error.slug})")
         raise failure_for(error)(message) from error
+
+
+def _fields(error: QueueError) -> str:
+    """What the server said of each refused field (a 422's ``errors``), as ``; name: why``;
+    the first few, so the line stays one line a reader takes in."""
+    said = error.extra.get("errors")
+    if not isinstance(said, list):
+        return ""
+    parts = []
+    for item in said[:_FIELDS_SHOWN]:
+        if not isinstance(item, dict):
+            continue
+        loc = [str(part) for part in item.get("loc", []) if part != "body"]
+        parts.append(f"; {'.'.join(loc) or 'body'}: {item.get('msg', '')}")
+    more = len(said) - _FIELDS_SHOWN
+    return "".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
 # What a claimed job holds for its worker (its lease, where its handler's progress and
@@ -203,7 +221,11 @@ def load_worker(target: str) -> Worker:
 @click.argument("target", metavar="MODULE:WORKER")
 @url_option
 @key_option
-@click.option("--concurrency", type=click.IntRange(1, 1000), help="Jobs run at once.")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1000),
+    help="Jobs run at once (default: the Worker's, 4 unless it sets its own).",
+)
 @click.option(
     "--prefetch",
     type=click.IntRange(0, 1000),

@@ -76,7 +76,11 @@ def list_schedules(url: str | None, api_key: str | None, as_json: bool) -> None:
 @click.option("--every-seconds", type=int, help="Instead of --cron: a fixed interval.")
 @click.option("--timezone", help="IANA name the cron is read in (default UTC).")
 @click.option("--priority", type=click.Choice(PRIORITY_LABELS, case_sensitive=False))
-@click.option("--overlap/--no-overlap", default=None, help="Fire while the last job is active.")
+@click.option(
+    "--overlap/--no-overlap",
+    default=None,
+    help="Fire while the last job is still pending or running (default: overlap).",
+)
 @server_call
 def create(
     name: str,
@@ -91,7 +95,9 @@ def create(
     api_key: str | None,
     as_json: bool,
 ) -> None:
-    """Create a schedule NAME that makes jobs of TYPE."""
+    """Create a schedule NAME that makes jobs of TYPE, by --cron or --every-seconds."""
+    if (cron is None) == (every_seconds is None):
+        raise click.UsageError("give either --cron or --every-seconds")
     body = payload_argument(payload)
     with Client(url, api_key) as client, reported(f"cannot create schedule {name}"):
         made = client.create_schedule(

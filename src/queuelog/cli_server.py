@@ -31,7 +31,10 @@ def require(extra: str, what: str) -> None:
     """Stop the command (exit 2) unless ``extra`` is installed."""
     if not installed(extra):
         wanted = extra if extra == "server" else f"server,{extra}"
-        raise MissingExtra(f"{what} needs the {extra} extra: pip install 'queuelog[{wanted}]'")
+        raise MissingExtra(
+            f"{what} needs the {extra} extra: pip install 'queuelog[{wanted}]'"
+            f" (from a checkout: pip install '.[{wanted}]')"
+        )
 
 
 config_option = click.option(
@@ -157,7 +160,9 @@ def keys() -> None:
     type=click.Choice([r.value for r in Role]),
     help="Repeat for several roles.",
 )
-@click.option("--max-priority", type=click.Choice(PRIORITY_LABELS), default="medium")
+@click.option(
+    "--max-priority", type=click.Choice(PRIORITY_LABELS), default="medium", show_default=True
+)
 @click.option("--type", "types", multiple=True, help="Job types this key may use (default all).")
 def keys_create(
     config_path: str | None,

@@ -99,7 +99,14 @@ def test_the_schedules_command(real_server: RealServer) -> None:
     assert missing.returncode == 1
     (line,) = missing.stderr.strip().splitlines()
     assert "not-found" in line
-    bad = cli(
+    both = cli(
         real_server, "create", "cli-bad", "noop", "--cron", "0 3 * * *", "--every-seconds", "5"
     )
-    assert bad.returncode == 1 and "validation" in bad.stderr
+    neither = cli(real_server, "create", "cli-bad", "noop")
+    for usage in (both, neither):  # bad usage, found before anything is sent
+        assert usage.returncode == 2 and "give either --cron or --every-seconds" in usage.stderr
+    bad = cli(real_server, "create", "cli-bad", "noop", "--cron", "* * *")
+    assert bad.returncode == 1
+    (line,) = bad.stderr.strip().splitlines()
+    assert line.startswith("Error: cannot create schedule cli-bad: ") and "; cron: " in line
+    assert cli(real_server, "list", "--json").stdout.count("cli-bad") == 0

@@ -113,5 +113,5 @@ def test_a_server_command_without_the_server_extra_exits_2_naming_it(
     assert done.returncode == 2
     assert done.stdout == ""
     (line,) = done.stderr.splitlines()
-    assert "pip install 'queuelog[server]'" in line
+    assert "pip install 'queuelog[server]' (from a checkout: pip install '.[server]')" in line
     assert not list(tmp_path.iterdir())  # nothing was made: no database, no data directory

@@ -48,5 +48,7 @@ def test_a_command_without_its_extra_exits_2_naming_it(
     done = _run(tmp_path, blocked, *args, "--config", "q.toml")
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.splitlines()
-    assert line.endswith(f"pip install 'queuelog[{extra}]'")
+    assert line.endswith(
+        f"pip install 'queuelog[{extra}]' (from a checkout: pip install '.[{extra}]')"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.toml"]  # nothing opened or made
