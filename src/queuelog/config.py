@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -147,8 +147,8 @@ class Settings(_Strict):
             where = f"schedules.{name}"
             if not SCHEDULE_NAME.fullmatch(name):
                 raise ValueError(f"{where}: a schedule name is 1-64 of a-z 0-9 _ . -")
-            try:
-                schedule.cadence()
+            try:  # a valid cron may still match only times that never are
+                schedule.cadence().next_after(datetime.now(UTC))
             except CadenceError as exc:
                 raise ValueError(f"{where}.{exc}") from None
             if schedule.type not in self.types:

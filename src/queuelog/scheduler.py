@@ -38,9 +38,9 @@ class ScheduleIntake:
         """The schedule ``fields`` describe, or the 422 that says why it cannot fire."""
         try:
             cadence = fields.cadence()
+            cadence.next_after(now)  # it fires: a cron may match only times that never are
         except CadenceError as exc:
-            errors = [{"loc": ["body", exc.field], "msg": exc.message}]
-            raise ValidationFailed(str(exc), errors=errors) from None
+            raise _refused(exc) from None
         spec = ScheduleSpec(
             name=name,
             cadence=cadence,
@@ -79,6 +79,11 @@ class ScheduleIntake:
                 raise
             schedules.append(NewSchedule(spec, "config", spec.cadence.next_after(now)))
         return schedules
+
+
+def _refused(exc: CadenceError) -> ValidationFailed:
+    """The 422 for a cadence that cannot fire, naming its field."""
+    return ValidationFailed(str(exc), errors=[{"loc": ["body", exc.field], "msg": exc.message}])
 
 
 class Scheduler:
@@ -133,7 +138,10 @@ class Scheduler:
         """Resume from the next fire time: fires missed while paused are not made up."""
         schedule = await self.get(name)
         now = self.clock.now()
-        next_run_at = schedule.spec.cadence.next_after(now)
+        try:
+            next_run_at = schedule.spec.cadence.next_after(now)
+        except CadenceError as exc:  # the time zone's rules changed since it was made
+            raise _refused(exc) from None
         return await self.storage.schedule_set_paused(name, False, next_run_at, now)
 
     async def trigger(self, name: str) -> Job:

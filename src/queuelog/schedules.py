@@ -24,9 +24,15 @@ from queuelog.models import JsonObject, Priority
 # A schedule's name: it also names its jobs' principal, ``schedule:<name>``.
 SCHEDULE_NAME = re.compile(r"[a-z0-9_.-]{1,64}")
 PRINCIPAL_PREFIX = "schedule:"
-# Wall-clock matches looked at for one fire time: a match is passed over only when
-# it falls in a skipped or repeated hour, so a handful is always enough.
-_MATCHES_LOOKED_AT = 10_000
+# Wall-clock matches looked at for one fire time: a match is passed over only when it
+# falls in a skipped or repeated span of wall time (an hour or two when clocks change),
+# so this covers four hours of a cron firing every minute. A cron whose every match
+# falls in such spans (02:30 on the day clocks go forward at 02:00) matches no time:
+# found within this many matches, not by a walk to the calendar's end.
+_MATCHES_LOOKED_AT = 250
+
+
+_NO_TIME = "matches no time that exists in its time zone"
 
 
 class CadenceError(ValueError):
@@ -82,7 +88,7 @@ class Cadence:
             at = _placed(candidate, tz)
             if at is not None and at > after:
                 return at
-        raise CadenceError("cron", "matches no time")  # pragma: no cover - cronsim raises first
+        raise CadenceError("cron", _NO_TIME)
 
     def latest_at_or_before(self, at: datetime) -> datetime:
         """The last fire time at or before ``at`` (UTC): the one a late fire makes up."""
@@ -96,7 +102,7 @@ class Cadence:
             placed = _placed(candidate, tz)
             if placed is not None and placed <= at:
                 return placed
-        raise CadenceError("cron", "matches no time")  # pragma: no cover - cronsim raises first
+        raise CadenceError("cron", _NO_TIME)
 
     @property
     def _cron(self) -> str:
@@ -106,12 +112,17 @@ class Cadence:
     @staticmethod
     def _matches(walk: CronSim) -> Iterator[datetime]:
         for _ in range(_MATCHES_LOOKED_AT):
-            yield next(walk)
+            try:
+                yield next(walk)
+            except (StopIteration, OverflowError):  # the calendar's end (year 1 or 9999)
+                return
 
 
 # The zones a schedule may name: what the OpenAPI description lists, exactly. A name is
-# looked up only once known, since ZoneInfo reads it as a path to a file.
-ZONES = frozenset(available_timezones())
+# looked up only once known, since ZoneInfo reads it as a path to a file. Not
+# ``localtime`` (whatever each host is set to: nodes would disagree on fire times) nor
+# ``Factory`` (a placeholder of the database, no place's time).
+ZONES = frozenset(available_timezones()) - {"localtime", "Factory"}
 
 
 def zone(name: str) -> ZoneInfo:

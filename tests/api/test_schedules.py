@@ -208,6 +208,9 @@ def test_a_taken_name_is_409(admin: Api) -> None:
     assert admin.get("/schedules/tick").json()["every_seconds"] == 60
 
 
+CRON = ("validation", "cron")
+
+
 @pytest.mark.parametrize(
     ("body", "slug", "field"),
     [
@@ -215,9 +218,13 @@ def test_a_taken_name_is_409(admin: Api) -> None:
         ({"every_seconds": None}, "validation", "cron"),  # neither
         ({"every_seconds": None, "cron": "0 3 * * * *"}, "validation", "cron"),
         ({"every_seconds": None, "cron": "99 * * * *"}, "validation", "cron"),
+        # Valid, but every match falls in the hour Paris skips: it would never fire.
+        ({"every_seconds": None, "cron": "30 2 * 3 0L", "timezone": "Europe/Paris"}, *CRON),
         ({"every_seconds": 0}, "validation", "every_seconds"),
         ({"every_seconds": "60"}, "validation", "every_seconds"),
         ({"timezone": "Mars/Olympus"}, "validation", "timezone"),
+        ({"timezone": "localtime"}, "validation", "timezone"),  # each host's own
+        ({"timezone": "Factory"}, "validation", "timezone"),
         ({"timezone": "a" * 300}, "validation", "timezone"),  # no file name is that long
         ({"timezone": "Europe/" + "a" * 300}, "validation", "timezone"),
         ({"timezone": "../../../etc/passwd"}, "validation", "timezone"),

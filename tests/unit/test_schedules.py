@@ -147,6 +147,11 @@ def test_bad_cadences_name_their_field(
         ("n", {"every_seconds": 0}, "schedules.n.every_seconds: Input should be greater"),
         ("n", {"every_seconds": 5, "priority": "urgent"}, "schedules.n.priority: unknown priority"),
         ("n", {"every_seconds": 5, "colour": "red"}, "schedules.n.colour: Extra inputs"),
+        (
+            "n",
+            {"cron": "30 2 * 3 0L", "timezone": "Europe/Paris"},
+            "schedules.n.cron: matches no time that exists in its time zone",
+        ),
     ],
 )
 def test_a_bad_config_schedule_is_one_line_naming_it(
@@ -161,6 +166,18 @@ def test_a_bad_config_schedule_is_one_line_naming_it(
     line = str(refused.value)
     assert line.startswith(problem), line
     assert "\n" not in line
+
+
+@pytest.mark.parametrize("cron", ["30 2 * 3 0L", "* 2 * 3 0L"])
+def test_a_cron_matching_only_a_skipped_hour_matches_no_time(cron: str) -> None:
+    # Paris skips 02:00-03:00 on March's last Sunday: these crons name only that hour.
+    cadence = Cadence.parse(cron, None, "Europe/Paris")
+    with pytest.raises(CadenceError) as caught:
+        cadence.next_after(utc(2026, 12, 3))
+    assert str(caught.value) == "cron: matches no time that exists in its time zone"
+    # One day of the year besides, and it fires that day.
+    cadence = Cadence.parse(cron.replace("0L", "0L,1"), None, "Europe/Paris")
+    assert cadence.next_after(utc(2026, 12, 3)).month == 3
 
 
 def test_a_good_config_schedule() -> None:
