@@ -149,21 +149,29 @@ class KeyRing:
         if not presented or len(presented) != _KEY_LENGTH or not presented.isascii():
             raise Unauthenticated("A valid API key is required")
         digest = hash_key(presented)
-        stamp = time.monotonic()
-        with self._lock:
-            hit = self._cache.get(digest)
-            generation = self._generation
-        if hit is not None and stamp - hit[0] < self._ttl:
-            key = hit[1]
-        elif looks_like_key(presented):
-            key = await self._lookup(digest, stamp, generation)
-        else:
-            key = None
+        key = await self._by_digest(digest, may_read=looks_like_key(presented))
         if key is None or key.revoked_at is not None:
             raise Unauthenticated("A valid API key is required")
         if not hmac.compare_digest(key.key_hash, digest):
             raise Unauthenticated("A valid API key is required")
         return key
+
+    async def still_active(self, key: ApiKey) -> bool:
+        """Whether ``key``, authenticated earlier, may still be used: a request that
+        waited (a long poll) asks before it answers. As fresh as ``authenticate``: a
+        revoke on this node counts at once, on another within ``ttl``."""
+        found = await self._by_digest(key.key_hash, may_read=True)
+        return found is not None and found.revoked_at is None
+
+    async def _by_digest(self, digest: str, may_read: bool) -> ApiKey | None:
+        """The key of ``digest`` from the cache while fresh, else read (if ``may_read``)."""
+        stamp = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(digest)
+            generation = self._generation
+        if hit is not None and stamp - hit[0] < self._ttl:
+            return hit[1]
+        return await self._lookup(digest, stamp, generation) if may_read else None
 
     async def _lookup(self, digest: str, stamp: float, generation: int) -> ApiKey | None:
         """Read the key by its digest and cache what was found (or that none was)."""

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from queuelog.auth import generate_key
-from tests.conftest import Api
+from tests.conftest import Api, claim_one, enqueue
 
 # (method, path, body, roles that may call it)
 ROUTES: list[tuple[str, str, dict[str, object] | None, set[str]]] = [
@@ -104,3 +107,46 @@ def test_revoked_key_is_401_at_once(admin: Api, client: TestClient) -> None:
 def test_public_routes_need_no_key(anonymous: Api) -> None:
     for path in ["/healthz", "/readyz", "/openapi.json", "/docs"]:
         assert anonymous.get(path).status_code == 200, path
+
+
+def _in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    answers: list[Any] = []
+    thread = threading.Thread(target=lambda: answers.append(call()), daemon=True)
+    thread.start()
+    return thread, answers
+
+
+def test_hardening_11_a_claim_waiting_when_its_key_is_revoked_is_401_and_holds_nothing(
+    admin: Api, producer: Api, client: TestClient
+) -> None:
+    created = admin.post("/keys", json={"name": "leaving", "roles": ["worker"]}).json()
+    leaving = Api(client, created["key"])
+    body = {"wait_seconds": 20, "linger_ms": 50}
+    thread, answers = _in_thread(lambda: leaving.post("/jobs/claim", json=body))
+    time.sleep(0.3)  # the claim is waiting (if not yet, it sees the revoke at once)
+    assert admin.delete(f"/keys/{created['id']}").status_code == 204
+    job = enqueue(producer)
+    thread.join(timeout=30)
+    (answer,) = answers
+    assert answer.status_code == 401 and answer.json()["type"] == "unauthenticated"
+    # The job it took was given back, its attempt not spent: another worker takes it.
+    held = admin.get(f"/jobs/{job['id']}").json()
+    assert held["status"] == "pending" and held["retry_count"] == 0
+    worker = admin.post("/keys", json={"name": "staying", "roles": ["worker"]}).json()
+    assert claim_one(Api(client, worker["key"]))["id"] == job["id"]
+
+
+def test_hardening_11_a_result_awaited_when_its_key_is_revoked_is_401(
+    admin: Api, producer: Api, client: TestClient
+) -> None:
+    created = admin.post("/keys", json={"name": "gone", "roles": ["producer"]}).json()
+    gone = Api(client, created["key"])
+    job = enqueue(gone)
+    waiting = f"/jobs/{job['id']}?wait_seconds=20"
+    thread, answers = _in_thread(lambda: gone.get(waiting))
+    time.sleep(0.3)
+    assert admin.delete(f"/keys/{created['id']}").status_code == 204
+    assert admin.post(f"/jobs/{job['id']}/cancel").status_code == 200
+    thread.join(timeout=30)
+    (answer,) = answers
+    assert answer.status_code == 401 and "cancelled" not in answer.text

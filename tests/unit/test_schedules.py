@@ -169,7 +169,7 @@ def test_a_bad_config_schedule_is_one_line_naming_it(
 
 
 @pytest.mark.parametrize("cron", ["30 2 * 3 0L", "* 2 * 3 0L"])
-def test_a_cron_matching_only_a_skipped_hour_matches_no_time(cron: str) -> None:
+def test_hardening_12_a_cron_matching_only_a_skipped_hour_matches_no_time(cron: str) -> None:
     # Paris skips 02:00-03:00 on March's last Sunday: these crons name only that hour.
     cadence = Cadence.parse(cron, None, "Europe/Paris")
     with pytest.raises(CadenceError) as caught:

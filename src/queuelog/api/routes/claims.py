@@ -28,7 +28,7 @@ from queuelog.api.schemas import (
     ReleaseRequest,
 )
 from queuelog.app_state import IdPath, state_of
-from queuelog.errors import QueueError
+from queuelog.errors import QueueError, Unauthenticated
 from queuelog.models import ApiKey, Finished, Job, Role
 from queuelog.service import JobService
 from queuelog.specs import FinishSpec
@@ -72,7 +72,9 @@ _HELD = (
         "then acknowledged, in fewer requests, each job waiting at most that long for its "
         "worker. A client that hangs up while its claim lingers gets nothing, and the jobs "
         "held for it are released at once (event `released`, the attempt not spent); if "
-        "taking more fails, or the server shuts down, the claim answers with what it holds."
+        "taking more fails, or the server shuts down, the claim answers with what it holds. "
+        "A claim whose key is revoked while it waits or lingers answers 401, the jobs it "
+        "held released."
     ),
     responses=problems(*AUTHED, 413, 415, 422),
     openapi_extra=lean_openapi(ClaimRequest),
@@ -81,6 +83,10 @@ async def claim(request: Request) -> Response:
     caller, body = await read_request(request, ClaimRequest, (Role.WORKER,))
     state = state_of(request)
     jobs = await claim_or_wait(state.service, state.wakeup, caller, body, request.receive)
+    if (body.wait_seconds or body.linger_ms) and not await state.keys.still_active(caller):
+        # Revoked while the claim waited: its worker may not have them.
+        await _give_back(state.service, caller, jobs)
+        raise Unauthenticated("A valid API key is required")
     admin = caller.has(Role.ADMIN)
     return JSONResponse({"jobs": [job_json(j, admin, lease_token=True) for j in jobs]})
 
@@ -187,8 +193,9 @@ def _lease_seconds(job: Job) -> float:
 
 
 async def _give_back(service: JobService, caller: ApiKey, jobs: list[Job]) -> None:
-    """Release the jobs claimed for a client that hung up, their attempt not spent; one
-    that cannot be released now runs again when its lease expires."""
+    """Release the jobs claimed for a client that hung up (or whose key was revoked
+    meanwhile), their attempt not spent; one that cannot be released now runs again
+    when its lease expires."""
     for job in jobs:
         try:
             await service.release(caller, job.id, job.lease_token or "")

@@ -31,7 +31,7 @@ from queuelog.api.schemas import (
 )
 from queuelog.api.trace_headers import TRACE_HEADERS, trace_context_of
 from queuelog.app_state import IdPath, state_of
-from queuelog.errors import ValidationFailed
+from queuelog.errors import Unauthenticated, ValidationFailed
 from queuelog.models import MAX_ID, DependencyFailure, JobStatus, OnDuplicate, Role, TraceContext
 from queuelog.specs import CURSOR_PATTERN, TYPE_FILTER_PATTERN, EnqueueSpec
 
@@ -208,7 +208,7 @@ async def list_jobs(
         "A finished job is answered at once. A job the caller may not see is 404 at once, "
         "as without `wait_seconds` (a worker sees only the jobs it holds, so one that awaits "
         "its own held job is answered 404 once the job has ended). A `wait_seconds` out of "
-        "range is 422 `validation`."
+        "range is 422 `validation`. A key revoked while the request waited is answered 401."
     ),
     responses=problems(*AUTHED, 404, 422),
 )
@@ -229,6 +229,8 @@ async def get_job(
     job = await job_or_wait(
         state.service, state.finishes, caller, job_id, wait_seconds, request.receive
     )
+    if wait_seconds and not await state.keys.still_active(caller):  # revoked meanwhile
+        raise Unauthenticated("A valid API key is required")
     return JSONResponse(job_json(job, show_error=caller.has(Role.ADMIN)))
 
 
