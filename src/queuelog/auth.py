@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Callable
 
 from queuelog.clock import Clock
-from queuelog.errors import NotFound, RateLimited, Unauthenticated, ValidationFailed
+from queuelog.errors import NotFound, RateLimited, Unauthenticated, ValidationFailed, quoted
 from queuelog.models import ApiKey, Priority, Role
 from queuelog.schedules import PRINCIPAL_PREFIX
 from queuelog.storage.protocol import NewKey, Storage
@@ -115,7 +115,7 @@ class KeyRing:
             raise ValidationFailed(f"A key name is 1-64 of {KEY_NAME_CHARS}")
         if name.startswith(PRINCIPAL_PREFIX):
             # The schedules' principals: a key of that name would see their jobs.
-            raise ValidationFailed(f"A key name may not start with {PRINCIPAL_PREFIX!r}")
+            raise ValidationFailed(f"A key name may not start with {quoted(PRINCIPAL_PREFIX)}")
         new, plaintext = _new_key(name, roles, max_priority, types)
         return await self._storage.key_insert(new, self._clock.now()), plaintext
 

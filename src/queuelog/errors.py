@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+
+def quoted(text: str) -> str:
+    """A caller's text inside a message, as JSON writes a string (``"oth\\u0000er"``):
+    what an answer says never depends on how Python shows a value."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 class QueueError(Exception):

@@ -6,16 +6,26 @@ it and the priority, the payload fits the limit and the type's JSON Schema.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
 import jsonschema
 
 from queuelog.config import Settings
-from queuelog.errors import Forbidden, PayloadTooLarge, UnknownJobType, ValidationFailed
+from queuelog.errors import (
+    Forbidden,
+    PayloadTooLarge,
+    UnknownJobType,
+    ValidationFailed,
+    quoted,
+)
 from queuelog.models import ApiKey
 from queuelog.specs import EnqueueSpec, stored_json
 from queuelog.storage.protocol import NewJob
+
+# Of a value a schema refused, the characters its message shows.
+_SHOWN_CHARACTERS = 200
 
 
 class Intake:
@@ -34,9 +44,9 @@ class Intake:
         where = {"index": index} if index is not None else {}
         cfg = self.settings.job_type(spec.type)
         if cfg is None:
-            raise UnknownJobType(f"Job type {spec.type!r} is not configured", **where)
+            raise UnknownJobType(f"Job type {quoted(spec.type)} is not configured", **where)
         if caller.types is not None and spec.type not in caller.types:
-            raise Forbidden(f"This key may not enqueue jobs of type {spec.type!r}", **where)
+            raise Forbidden(f"This key may not enqueue jobs of type {quoted(spec.type)}", **where)
         if spec.priority > caller.max_priority:
             raise Forbidden(f"This key may set priority up to {caller.max_priority.label}", **where)
         limit = self.settings.limits.max_payload_bytes
@@ -75,10 +85,23 @@ class Intake:
         if problems:
             prefix = ["body", "jobs", where["index"]] if where else ["body"]
             errors = [
-                {"loc": [*prefix, "payload", *p.absolute_path], "msg": p.message}
+                {"loc": [*prefix, "payload", *p.absolute_path], "msg": _schema_message(p)}
                 for p in problems[:20]
             ]
-            raise ValidationFailed("The payload does not match the type's schema", errors=errors)
+            detail = "The payload does not match the type's schema"
+            raise ValidationFailed(detail, errors=errors, **where)
+
+
+def _schema_message(problem: jsonschema.ValidationError) -> str:
+    """jsonschema's message, with the value it begins with written as JSON (it writes
+    Python's repr: ``{'k': True}``) and cut to ``_SHOWN_CHARACTERS``."""
+    python = repr(problem.instance)
+    if not problem.message.startswith(python):
+        return problem.message
+    shown = json.dumps(problem.instance, ensure_ascii=False)
+    if len(shown) > _SHOWN_CHARACTERS:
+        shown = shown[:_SHOWN_CHARACTERS] + "..."
+    return shown + problem.message[len(python) :]
 
 
 def _run_at(spec: EnqueueSpec, now: datetime) -> datetime:

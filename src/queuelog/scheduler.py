@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from queuelog.clock import Clock
 from queuelog.config import ScheduleConfig, Settings
-from queuelog.errors import InvalidState, NotFound, QueueError, ValidationFailed
+from queuelog.errors import InvalidState, NotFound, QueueError, ValidationFailed, quoted
 from queuelog.intake import Intake
 from queuelog.models import ApiKey, Job, Priority, Role
 from queuelog.schedules import Cadence, CadenceError, Schedule, ScheduleSpec, principal_of
@@ -116,7 +116,7 @@ class Scheduler:
         new = NewSchedule(spec, "api", spec.cadence.next_after(now))
         created = await self.storage.schedule_insert(new, now)
         if created is None:
-            raise InvalidState(f"A schedule named {spec.name!r} exists")
+            raise InvalidState(f"A schedule named {quoted(spec.name)} exists")
         return created
 
     async def list(self) -> list[Schedule]:

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from cronsim import CronSim, CronSimError
 
 from queuelog.clock import from_micros, to_micros
+from queuelog.errors import quoted
 from queuelog.models import JsonObject, Priority
 
 # A schedule's name: it also names its jobs' principal, ``schedule:<name>``.
@@ -128,11 +129,11 @@ ZONES = frozenset(available_timezones()) - {"localtime", "Factory"}
 def zone(name: str) -> ZoneInfo:
     """The IANA time zone ``name``, or CadenceError."""
     if name not in ZONES:
-        raise CadenceError("timezone", f"unknown time zone {name[:100]!r}")
+        raise CadenceError("timezone", f"unknown time zone {quoted(name[:100])}")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise CadenceError("timezone", f"unknown time zone {name!r}") from None
+        raise CadenceError("timezone", f"unknown time zone {quoted(name[:100])}") from None
 
 
 def _placed(wall: datetime, tz: ZoneInfo) -> datetime | None:

@@ -9,7 +9,14 @@ from datetime import datetime, timedelta
 
 from queuelog.clock import Clock
 from queuelog.config import JobTypeConfig, Settings
-from queuelog.errors import Forbidden, NotFound, PayloadTooLarge, QueueError, UnknownJobType
+from queuelog.errors import (
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    QueueError,
+    UnknownJobType,
+    quoted,
+)
 from queuelog.flow import FlowControl, OnReady
 from queuelog.intake import Intake
 from queuelog.models import (
@@ -219,9 +226,9 @@ class JobService:
             return caller.types
         for name in types:
             if self.settings.job_type(name) is None:
-                raise UnknownJobType(f"Job type {name!r} is not configured")
+                raise UnknownJobType(f"Job type {quoted(name)} is not configured")
             if caller.types is not None and name not in caller.types:
-                raise Forbidden(f"This key may not claim jobs of type {name!r}")
+                raise Forbidden(f"This key may not claim jobs of type {quoted(name)}")
         return types
 
     async def next_due(self, types: Sequence[str] | None) -> datetime | None:

@@ -126,3 +126,43 @@ def test_hardening_02_an_unexpected_failure_logs_one_line_and_a_bounded_tracebac
     logged = record.getMessage() + (record.exc_text or "")
     assert logged.startswith("internal error on GET /jobs/1: RecursionError\n")
     assert "Traceback" in logged and len(logged) < 20 * 1024
+
+
+def test_hardening_14_answers_show_values_as_json_never_as_python_reprs(
+    producer: Api, worker: Api
+) -> None:
+    refused = producer.post(
+        "/jobs", json={"type": "send_email", "payload": {"to": {"k": True, "n": None}}}
+    )
+    assert refused.status_code == 422
+    (error,) = refused.json()["errors"]
+    assert error["msg"] == '{"k": true, "n": null} is not of type \'string\''
+    unknown = producer.post("/jobs", json={"type": "oth\u0000er"})
+    assert unknown.status_code == 422
+    assert unknown.json()["detail"] == 'Job type "oth\\u0000er" is not configured'
+    claim = worker.post("/jobs/claim", json={"types": ["n'o"]})
+    assert claim.status_code == 422 and claim.json()["detail"].endswith('"n\'o" is not configured')
+    for answer in (refused, unknown, claim):
+        assert (
+            "True" not in answer.text and "None" not in answer.text and "\\x00" not in answer.text
+        )
+
+
+def test_hardening_14_a_long_value_a_schema_refused_is_shown_cut(producer: Api) -> None:
+    refused = producer.post("/jobs", json={"type": "send_email", "payload": {"to": ["x" * 900]}})
+    (error,) = refused.json()["errors"]
+    assert error["msg"].startswith('["xxx') and '..." is not of type' not in error["msg"]
+    assert len(error["msg"]) < 300 and error["msg"].endswith("... is not of type 'string'")
+
+
+def test_hardening_15_a_batch_item_refused_by_its_schema_is_named_by_index(
+    producer: Api,
+) -> None:
+    jobs = [{"type": "send_email", "payload": {"to": "a@example.com"}}] * 2
+    jobs.append({"type": "send_email", "payload": {}})
+    refused = producer.post("/jobs/batch", json={"jobs": jobs})
+    assert refused.status_code == 422
+    problem = refused.json()
+    assert problem["index"] == 2
+    assert problem["errors"][0]["loc"] == ["body", "jobs", 2, "payload"]
+    assert producer.get("/jobs").json()["jobs"] == []  # all or nothing

@@ -268,7 +268,7 @@ async def test_a_schedule_whose_type_left_the_config_is_skipped_and_reported(
     outcomes = await later.fire_due()
     assert outcomes[FireOutcome.SKIPPED] == 1
     assert "schedule tick: no job made" in caplog.text
-    assert "'resize_image' is not configured" in caplog.text
+    assert '"resize_image" is not configured' in caplog.text
     tick = admin.get("/schedules/tick").json()
     assert (tick["jobs_made"], tick["fires_skipped"]) == (0, 1)
     assert tick["next_run_at"] == "2026-03-29T00:01:00.000000Z"

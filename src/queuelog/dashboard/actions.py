@@ -12,7 +12,7 @@ from fastapi.responses import RedirectResponse
 from queuelog.app_state import IdPath, state_of
 from queuelog.dashboard.pages import key_page
 from queuelog.dashboard.web import DashboardRoute, Posted, field_of, render
-from queuelog.errors import QueueError, ValidationFailed
+from queuelog.errors import QueueError, ValidationFailed, quoted
 from queuelog.models import JobStatus, Priority, Role
 
 router = APIRouter(prefix="/ui", route_class=DashboardRoute)
@@ -95,7 +95,7 @@ def _key_fields(
         raise ValidationFailed("Choose at least one role")
     unknown = [t for t in types if t not in configured]
     if unknown:
-        raise ValidationFailed(f"Job type {unknown[0]!r} is not configured")
+        raise ValidationFailed(f"Job type {quoted(unknown[0])} is not configured")
     return name, chosen, ceiling, tuple(types) if types else None
 
 

@@ -10,7 +10,7 @@ from queuelog.app_state import IdPath, state_of
 from queuelog.dashboard import views
 from queuelog.dashboard.throughput import throughput
 from queuelog.dashboard.web import Admin, DashboardRoute, now_of, render
-from queuelog.errors import NotFound, ValidationFailed
+from queuelog.errors import NotFound, ValidationFailed, quoted
 from queuelog.models import JobStatus
 
 router = APIRouter(prefix="/ui", route_class=DashboardRoute)
@@ -62,7 +62,7 @@ def _status(value: str | None) -> JobStatus | None:
     try:
         return JobStatus(value)
     except ValueError:
-        raise ValidationFailed(f"Unknown status {value!r}") from None
+        raise ValidationFailed(f"Unknown status {quoted(value)}") from None
 
 
 @router.get("/jobs")

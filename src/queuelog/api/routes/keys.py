@@ -13,7 +13,7 @@ from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.schemas import KeyCreateRequest, priority_of
 from queuelog.app_state import IdPath
 from queuelog.clock import rfc3339
-from queuelog.errors import UnknownJobType
+from queuelog.errors import UnknownJobType, quoted
 from queuelog.models import ApiKey
 
 router = APIRouter(prefix="/keys", tags=["keys"])
@@ -45,7 +45,7 @@ async def create_key(
 ) -> Response:
     for name in body.types or ():
         if service.settings.job_type(name) is None:
-            raise UnknownJobType(f"Job type {name!r} is not configured")
+            raise UnknownJobType(f"Job type {quoted(name)} is not configured")
     key, plaintext = await keys.create(
         body.name,
         frozenset(body.roles),
