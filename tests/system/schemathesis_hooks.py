@@ -14,7 +14,8 @@ named here check them:
   made a valid one;
 - a dependency must be a job the key sees (a rule of state), and a batch item may name
   only earlier items (a rule of an item's place): a valid ``depends_on`` is emptied
-  and a valid ``depends_on_items`` keeps the earlier items only
+  and a valid ``depends_on_items`` keeps the earlier items only, and no more than the
+  batch's bound on dependencies in all (a rule of the items together)
   (tests/api/test_workflow_refusals.py).
 
 Values the schema refuses are left as generated.
@@ -31,7 +32,12 @@ from typing import Any
 import schemathesis
 from cronsim import CronSim, CronSimError
 
-from queuelog.api.schemas import CRON_FIVE_FIELDS, IDEMPOTENCY_KEY_PATTERN, MAX_DEPENDS_ON
+from queuelog.api.schemas import (
+    CRON_FIVE_FIELDS,
+    IDEMPOTENCY_KEY_PATTERN,
+    MAX_BATCH_DEPENDENCIES,
+    MAX_DEPENDS_ON,
+)
 from queuelog.models import MAX_ID
 
 
@@ -86,7 +92,7 @@ def _existing_dependencies(job: Any, index: int) -> None:
         return
     if _ids(job.get("depends_on"), 1, MAX_ID, MAX_DEPENDS_ON) is not None:
         job["depends_on"] = []
-    items = _ids(job.get("depends_on_items"), 0, 498, 499)
+    items = _ids(job.get("depends_on_items"), 0, 498, MAX_DEPENDS_ON)
     if items is not None:
         job["depends_on_items"] = [item for item in items if item < index]
 
@@ -106,9 +112,13 @@ def map_case(ctx: Any, case: Any) -> Any:
     if case.operation.path == "/jobs":
         _existing_dependencies(body, 0)
     if isinstance(body, dict) and isinstance(body.get("jobs"), list):
+        room = MAX_BATCH_DEPENDENCIES
         for index, job in enumerate(body["jobs"]):
             _fresh_key(job)
             _existing_dependencies(job, index)
+            if isinstance(job, dict) and isinstance(job.get("depends_on_items"), list):
+                job["depends_on_items"] = job["depends_on_items"][: max(room, 0)]
+                room -= len(job["depends_on_items"])
     if _valid_key(headers.get("Idempotency-Key")):
         headers["Idempotency-Key"] = key or uuid.uuid4().hex
     return case

@@ -63,7 +63,10 @@ Choices where the contract is silent:
   a whole batch; never a 500. Nothing was stored for a 507; for a 503 the outcome
   may be unknown, so clients resend only the calls that are safe to resend.
   `/readyz` answers 503 while the node cannot write, and 200 once it can again.
-* Ids are positive 64-bit integers; an id outside that range is 422 `validation`.
+* Ids are positive 64-bit integers; an id of 0 or beyond 2^63-1 is 422 `validation`. A path
+  segment that is not digits (`/jobs/-1`) names no route: 404 `not-found`.
+* Routes that take no body (cancel, retry, pause, resume, trigger) read none: a body sent
+  to them is ignored, whatever it holds.
 * An enqueue's W3C `traceparent` and `tracestate` headers are stored with each job it
   makes and handed to the worker that claims it (`trace_context`); a malformed one is
   ignored as the Trace Context recommendation says, never refused.
@@ -83,7 +86,8 @@ Choices where the contract is silent:
   `fires_skipped`. A schedule whose type left the config skips its fires (counted in
   `fires_skipped`); `trigger` on it is 422 `unknown-job-type`.
 * Workflows: `GET /jobs?depends_on=ID` lists a job's dependents (as the caller may see
-  them). An admin retry of a job with dependencies makes it `waiting` until they have
+  them). A job waits for at most 100 jobs in all (`depends_on` and `depends_on_items`), and
+  a batch names at most 10,000 dependencies. An admin retry of a job with dependencies makes it `waiting` until they have
   ended as it needs (a failed one counts as not ended until it is redriven). The jobs a
   redriven job's failure cancelled wait again, unless another of their dependencies
   failed too: a redrive of that one brings them back. Retention keeps a job while any

@@ -16,6 +16,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictStr,
+    field_validator,
     model_validator,
 )
 from pydantic.config import JsonDict
@@ -129,6 +130,8 @@ def _distinct(values: list[int]) -> list[int]:
 
 # At most this many dependencies by id: a job's dependencies are read with it.
 MAX_DEPENDS_ON = 100
+# Of a whole batch: a request's dependencies cost the loop time in step with their number.
+MAX_BATCH_DEPENDENCIES = 10_000
 ItemIndex = Annotated[int, Field(strict=True, ge=0, le=498), BeforeValidator(_integral)]
 DependsOn = Annotated[
     list[RowId],
@@ -220,12 +223,13 @@ class BatchEnqueueItem(EnqueueRequest):
         Annotated[
             list[ItemIndex],
             Field(
-                max_length=499,
+                max_length=MAX_DEPENDS_ON,
                 json_schema_extra={"uniqueItems": True},
                 description=(
                     "Indices of earlier items of this batch that this job waits for, as "
                     "`depends_on` names jobs by id: each below this item's own index, else "
-                    "422 `validation` naming the item."
+                    "422 `validation` naming the item. With `depends_on`, at most "
+                    f"{MAX_DEPENDS_ON} dependencies in all."
                 ),
             ),
             AfterValidator(_distinct),
@@ -233,9 +237,31 @@ class BatchEnqueueItem(EnqueueRequest):
         | None
     ) = None
 
+    @model_validator(mode="after")
+    def _dependencies_in_all(self) -> BatchEnqueueItem:
+        if len(self.depends_on or ()) + len(self.depends_on_items or ()) > MAX_DEPENDS_ON:
+            raise ValueError(f"a job waits for at most {MAX_DEPENDS_ON} jobs in all")
+        return self
+
 
 class BatchEnqueueRequest(_Request):
-    jobs: list[BatchEnqueueItem] = Field(min_length=1, max_length=500)
+    jobs: list[BatchEnqueueItem] = Field(
+        min_length=1,
+        max_length=500,
+        description=(
+            f"At most {MAX_BATCH_DEPENDENCIES:,} dependencies (`depends_on` and "
+            "`depends_on_items`) in all the items, else 422 `validation`: each costs the "
+            "insert a row and a check."
+        ),
+    )
+
+    @field_validator("jobs")
+    @classmethod
+    def _dependencies_in_the_batch(cls, jobs: list[BatchEnqueueItem]) -> list[BatchEnqueueItem]:
+        named = sum(len(j.depends_on or ()) + len(j.depends_on_items or ()) for j in jobs)
+        if named > MAX_BATCH_DEPENDENCIES:
+            raise ValueError(f"a batch names at most {MAX_BATCH_DEPENDENCIES:,} dependencies")
+        return jobs
 
 
 class ClaimRequest(_Request):
