@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.conftest import Api, claim_one, enqueue
+from queuelog.clock import FakeClock
+from queuelog.models import JobStatus
+from queuelog.storage.protocol import Storage
+from tests.conftest import Api, claim_one, enqueue, run_blocking
 
 
 def _post(api: Api, **body: object) -> tuple[int, dict[str, object]]:
@@ -101,3 +104,49 @@ def test_bad_unique_fields_are_422_validation_and_store_nothing(producer: Api) -
 def test_jobs_without_a_unique_key_show_null(producer: Api) -> None:
     job = enqueue(producer)
     assert job["unique_key"] is None and job["progress"] is None
+
+
+def test_hardening_17_a_key_its_unique_holder_settled_names_that_job_for_good(
+    producer: Api,
+) -> None:
+    status, holder = _post(producer, payload={"v": 1})
+    status, kept = _post(producer, payload={"v": 1}, idempotency_key="k-9")
+    assert status == 200 and kept["id"] == holder["id"]
+    assert producer.post(f"/jobs/{holder['id']}/cancel").status_code == 200
+    # Sent again once the holder has ended: the same job, not a new one.
+    status, again = _post(producer, payload={"v": 1}, idempotency_key="k-9")
+    assert status == 200 and again["id"] == holder["id"] and again["status"] == "cancelled"
+    status, refused = _post(producer, payload={"v": 2}, idempotency_key="k-9")
+    assert status == 422 and refused["type"] == "idempotency-key-reused"
+    plain = producer.post("/jobs", json={"type": "noop", "idempotency_key": "k-9"})
+    assert plain.status_code == 422 and plain.json()["type"] == "idempotency-key-reused"
+    batch = producer.post(
+        "/jobs/batch", json={"jobs": [{"type": "noop", "idempotency_key": "k-9"}]}
+    )
+    assert batch.status_code == 422 and batch.json()["index"] == 0
+    assert [j["id"] for j in producer.get("/jobs").json()["jobs"]] == [holder["id"]]
+
+
+def test_hardening_17_a_replace_sent_again_after_its_job_started_makes_no_second_job(
+    producer: Api, worker: Api
+) -> None:
+    _, holder = _post(producer, payload={"v": 1})
+    body = {"payload": {"v": 2}, "on_duplicate": "replace", "idempotency_key": "k-10"}
+    status, replaced = _post(producer, **body)
+    assert status == 200 and replaced["id"] == holder["id"]
+    assert claim_one(worker)["payload"] == {"v": 2}  # it runs with the new data
+    status, again = _post(producer, **body)  # the answer was lost: sent again
+    assert status == 200 and again["id"] == holder["id"] and again["status"] == "running"
+    assert len(producer.get("/jobs").json()["jobs"]) == 1
+
+
+def test_hardening_17_the_key_is_free_once_its_job_is_pruned(
+    producer: Api, storage: Storage, clock: FakeClock
+) -> None:
+    _, holder = _post(producer)
+    status, _ = _post(producer, idempotency_key="k-11")
+    assert producer.post(f"/jobs/{holder['id']}/cancel").status_code == 200
+    clock.advance(3600)
+    assert run_blocking(storage.job_prune({JobStatus.CANCELLED: clock.now()})) == 1
+    status, made = _post(producer, idempotency_key="k-11")
+    assert status == 201 and made["id"] != holder["id"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -302,6 +303,13 @@ def match_inserted(
         job, created = existing(new)
         out.append((job if created else check_reused(job, new, index), created))
     return out
+
+
+def keyed_job(row: Row) -> Job:
+    """The job ``job_by_idempotency_key`` found, with the fingerprint of the request the
+    key came with: the job's own, or that of a request the job settled as its unique
+    key's holder."""
+    return replace(job_from_row(row), fingerprint=row["key_fingerprint"])
 
 
 def check_reused(job: Job, new: NewJob, index: int | None) -> Job:

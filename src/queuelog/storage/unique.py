@@ -24,6 +24,7 @@ from queuelog.storage.rows import (
     insert_statement,
     inserted_job,
     job_from_row,
+    keyed_job,
     payload_text,
     stored_time,
 )
@@ -48,12 +49,13 @@ def insert_one(execute: Execute, new: NewJob, now: datetime, index: int) -> tupl
             args = {"principal": new.principal, "idempotency_key": new.idempotency_key}
             row = execute("job_by_idempotency_key", args).fetchone()
             if row is not None:
-                return check_reused(job_from_row(row), new, index), False, False
+                return check_reused(keyed_job(row), new, index), False, False
         if new.unique_key is not None:
             row = execute("job_unique_holder", holder_params(new)).fetchone()
             if row is not None:
                 settled = _on_duplicate(execute, job_from_row(row), new, now)
                 if settled is not None:
+                    _key_settled(execute, new, settled[0])
                     return settled
         query, args = insert_statement([new], now)
         row = execute(query, args).fetchone()
@@ -61,6 +63,16 @@ def insert_one(execute: Execute, new: NewJob, now: datetime, index: int) -> tupl
             return inserted_job(new, int(row["id"]), stored_time(now)), True, False
     # Each failed attempt met a job that was gone by the next look (pruned, finished).
     raise RuntimeError("the enqueue kept conflicting with jobs that then changed")
+
+
+def _key_settled(execute: Execute, new: NewJob, holder: Job) -> None:
+    """Make ``new``'s idempotency key name the holder that settled its request: sent
+    again, the request gets that job, and another request with the key is refused."""
+    if new.idempotency_key is not None:
+        args = {"principal": new.principal, "idempotency_key": new.idempotency_key}
+        execute(
+            "idempotency_key_settled", {**args, "fingerprint": new.fingerprint, "job_id": holder.id}
+        )
 
 
 def holder_params(new: NewJob) -> dict[str, Any]:

@@ -11,22 +11,32 @@ INSERT INTO schema_migrations (version) VALUES (:version);
 
 -- name: job_insert_batch
 -- Every job of the JSON array :jobs, in its order, in one statement. A job whose
--- (principal, idempotency_key) is taken, or whose unique key an active job holds
--- (jobs_unique_hold), is skipped. Ids rise in the array's order.
+-- (principal, idempotency_key) is taken, by a job or in idempotency_keys, or whose
+-- unique key an active job holds (jobs_unique_hold), is skipped. Ids rise in the
+-- array's order.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
                   unique_key, unique_hold, job_group,
                   traceparent, tracestate, status, on_dependency_failure)
-SELECT j.value ->> 'type', j.value ->> 'payload', j.value ->> 'priority',
-       j.value ->> 'max_retries', j.value ->> 'lease_seconds', j.value ->> 'principal',
-       j.value ->> 'idempotency_key', j.value ->> 'fingerprint', j.value ->> 'run_at',
-       (j.value ->> 'run_at') > :now, :now, :now,
-       j.value ->> 'unique_key', j.value ->> 'unique_key', j.value ->> 'group',
-       j.value ->> 'traceparent', j.value ->> 'tracestate', j.value ->> 'status',
-       j.value ->> 'on_dependency_failure'
-FROM json_each(:jobs) AS j
-WHERE true  -- an upsert's SELECT needs a WHERE clause to parse
-ORDER BY j.key
+SELECT j.type, j.payload, j.priority, j.max_retries, j.lease_seconds, j.principal,
+       j.idempotency_key, j.fingerprint, j.run_at, j.run_at > :now, :now, :now,
+       j.unique_key, j.unique_key, j.job_group,
+       j.traceparent, j.tracestate, j.status, j.on_dependency_failure
+FROM (SELECT e.key AS item, e.value ->> 'type' AS type, e.value ->> 'payload' AS payload,
+             e.value ->> 'priority' AS priority, e.value ->> 'max_retries' AS max_retries,
+             e.value ->> 'lease_seconds' AS lease_seconds,
+             e.value ->> 'principal' AS principal,
+             e.value ->> 'idempotency_key' AS idempotency_key,
+             e.value ->> 'fingerprint' AS fingerprint, e.value ->> 'run_at' AS run_at,
+             e.value ->> 'unique_key' AS unique_key, e.value ->> 'group' AS job_group,
+             e.value ->> 'traceparent' AS traceparent,
+             e.value ->> 'tracestate' AS tracestate, e.value ->> 'status' AS status,
+             e.value ->> 'on_dependency_failure' AS on_dependency_failure
+      FROM json_each(:jobs) AS e) AS j
+WHERE j.idempotency_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM idempotency_keys AS k
+    WHERE k.principal = j.principal AND k.idempotency_key = j.idempotency_key)
+ORDER BY j.item
 ON CONFLICT DO NOTHING
 RETURNING id, principal, idempotency_key;
 
@@ -46,7 +56,20 @@ ORDER BY j.key
 RETURNING id, principal, idempotency_key;
 
 -- name: job_by_idempotency_key
-SELECT * FROM jobs WHERE principal = :principal AND idempotency_key = :idempotency_key;
+-- The job an idempotency key names: the one its request made, or the unique key's
+-- holder that settled its request; key_fingerprint is that request's.
+SELECT *, fingerprint AS key_fingerprint FROM jobs
+WHERE principal = :principal AND idempotency_key = :idempotency_key
+UNION ALL
+SELECT jobs.*, k.fingerprint FROM idempotency_keys AS k JOIN jobs ON jobs.id = k.job_id
+WHERE k.principal = :principal AND k.idempotency_key = :idempotency_key
+LIMIT 1;
+
+-- name: idempotency_key_settled
+-- A request with an idempotency key that a unique key's holder settled.
+INSERT INTO idempotency_keys (principal, idempotency_key, fingerprint, job_id)
+VALUES (:principal, :idempotency_key, :fingerprint, :job_id)
+ON CONFLICT DO NOTHING;
 
 -- name: job_get
 SELECT * FROM jobs WHERE id = :id;
@@ -268,6 +291,9 @@ DELETE FROM job_events WHERE job_id = :id;
 
 -- name: job_dependencies_delete
 DELETE FROM job_dependencies WHERE job_id = :id;
+
+-- name: job_idempotency_keys_delete
+DELETE FROM idempotency_keys WHERE job_id = :id;
 
 -- name: job_counts
 SELECT status, type, count(*) AS n FROM jobs GROUP BY status, type;

@@ -21,6 +21,7 @@ from queuelog.storage.rows import (
     insert_statement,
     job_from_row,
     json_param,
+    keyed_job,
     match_inserted,
 )
 from queuelog.storage.sqlfile import load_migrations, load_queries
@@ -113,7 +114,7 @@ def _existing(conn: sqlite3.Connection, new: NewJob) -> tuple[Job, bool]:
     """The job holding ``new``'s idempotency key, not created by this insert."""
     # The writer's transaction holds the write lock: the job holding the key is there.
     args = {"principal": new.principal, "idempotency_key": new.idempotency_key}
-    return job_from_row(conn.execute(Q["job_by_idempotency_key"], args).fetchone()), False
+    return keyed_job(conn.execute(Q["job_by_idempotency_key"], args).fetchone()), False
 
 
 def rescue(
@@ -252,6 +253,7 @@ def prune(conn: sqlite3.Connection, cutoffs: Mapping[JobStatus, datetime], limit
         ids += [{"id": r["id"]} for r in conn.execute(Q["job_prunable"], args)]
     conn.executemany(Q["job_events_delete"], ids)
     conn.executemany(Q["job_dependencies_delete"], ids)
+    conn.executemany(Q["job_idempotency_keys_delete"], ids)
     conn.executemany(Q["job_delete"], ids)
     return len(ids)
 
