@@ -8,6 +8,7 @@ the extra: without it, a command says in one line which extra to install (exit 2
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -92,6 +93,7 @@ def serve(
         settings = settings.model_copy(update={"server": server})
     if settings.server.otel:
         require("otel", "queuelog serve --otel")
+    listening = _listening(host, port)
     storage = _open(_checked(settings))
     _bootstrap_admin(storage)
     from queuelog.api.app import create_app
@@ -99,7 +101,33 @@ def serve(
 
     app = create_app(settings, storage=storage)
     click.echo(f"queuelog serving on http://{host}:{port} (database: {_redact(settings)})")
-    run(app, host, port, access_log=access_log)
+    run(app, listening, access_log=access_log)
+
+
+class CannotListen(click.ClickException):
+    """The address to serve on cannot be bound (taken, or not this host's)."""
+
+    exit_code = 3
+
+
+def _listening(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before anything else is done: on a port that is taken
+    the command fails at once, before it migrates or shows a new admin key."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc}") from None
+    try:
+        # As uvicorn binds: a restart may take the port back from connections closing.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
 
 
 def _checked(settings: Settings) -> Settings:

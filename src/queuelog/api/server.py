@@ -193,8 +193,9 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def run(app: FastAPI, host: str, port: int, access_log: bool = False) -> None:
-    """Serve until SIGINT or SIGTERM; log every request only with ``access_log``.
+def run(app: FastAPI, listening: socket.socket, access_log: bool = False) -> None:
+    """Serve on ``listening`` (bound, not yet listening) until SIGINT or SIGTERM; log
+    every request only with ``access_log``.
 
     At most the app's ``[server] limit_concurrency`` connections (or requests in
     flight) are served; a request beyond that is answered 503. On SIGTERM the
@@ -203,6 +204,7 @@ def run(app: FastAPI, host: str, port: int, access_log: bool = False) -> None:
     ``{"jobs": []}``, the storage is closed, and the process exits 0.
     """
     state: AppState = app.state.queuelog
+    host, port = listening.getsockname()[:2]
     config = uvicorn.Config(
         app,
         host=host,
@@ -219,7 +221,7 @@ def run(app: FastAPI, host: str, port: int, access_log: bool = False) -> None:
     # SIGTERM ignored by then, a graceful stop ends the process with status 0.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     tune_gc()
-    server.run()
+    server.run(sockets=[listening])
 
 
 def tune_gc() -> None:
