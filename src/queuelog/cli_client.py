@@ -7,11 +7,9 @@ import enum
 import importlib
 import json
 import logging
-import re
 import shutil
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -20,15 +18,19 @@ import click
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
-from rich.text import Text
 
+from queuelog.cli_output import (
+    Refused,
+    ShownFormatter,
+    StillRunning,
+    literal,
+    one_line,
+    reported,
+    shown,
+)
 from queuelog.client import Client, Job, JobTimeout, Worker
 from queuelog.client.calls import EnqueueOptions
-from queuelog.client.errors import ServerError, ServerUnavailable
-from queuelog.errors import Forbidden, QueueError, Unauthenticated
 from queuelog.models import PRIORITY_LABELS, JobStatus
-
-_FIELDS_SHOWN = 3  # of a refusal's field errors, in the one line the CLI prints
 
 EXIT_CODES = """\b
 Exit codes:
@@ -57,92 +59,6 @@ def server_call(command: F) -> F:
     """The options of a command that asks the server and prints its answer: ``--url``,
     ``--api-key`` and ``--json``."""
     return url_option(key_option(json_option(command)))
-
-
-class Refused(click.ClickException):
-    """The server refused the request."""
-
-    exit_code = 1
-
-
-class AuthFailed(click.ClickException):
-    """The key is missing, unknown or revoked, or lacks the role."""
-
-    exit_code = 3
-
-
-class Unreachable(click.ClickException):
-    """The server could not be reached, or failed."""
-
-    exit_code = 4
-
-
-class StillRunning(click.ClickException):
-    """The time to wait passed before the job finished."""
-
-    exit_code = 5
-
-
-def failure_for(error: QueueError) -> type[click.ClickException]:
-    if isinstance(error, Unauthenticated | Forbidden):
-        return AuthFailed
-    if isinstance(error, ServerUnavailable | ServerError):
-        return Unreachable
-    return Refused
-
-
-# What a terminal would act on rather than show: C0 controls but newline (ESC starts
-# colours, cursor moves and hyperlinks), DEL, C1 controls (a lone CSI), and the format
-# characters that reorder or hide text (bidirectional overrides, zero-width characters).
-_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
-
-
-def shown(value: object) -> str:
-    """A value from the server as text safe to print: control characters removed."""
-    return _CONTROL.sub("", str(value))
-
-
-def one_line(text: str) -> str:
-    """``shown`` on one line: for messages and the lines the commands print."""
-    return shown(text).replace("\n", " ")
-
-
-def literal(value: object) -> Text:
-    """A table cell from a server value: shown as it is, never read as rich markup."""
-    return Text(shown(value))
-
-
-class ShownFormatter(logging.Formatter):
-    """Log lines whose server values (an error's detail, say) are ``shown``."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return shown(super().format(record))
-
-
-@contextmanager
-def reported(what: str) -> Iterator[None]:
-    """Turn a client error into a one-line message and its documented exit code."""
-    try:
-        yield
-    except QueueError as error:
-        message = one_line(f"{what}: {error.detail}{_fields(error)} ({error.slug})")
-        raise failure_for(error)(message) from error
-
-
-def _fields(error: QueueError) -> str:
-    """What the server said of each refused field (a 422's ``errors``), as ``; name: why``;
-    the first few, so the line stays one line a reader takes in."""
-    said = error.extra.get("errors")
-    if not isinstance(said, list):
-        return ""
-    parts = []
-    for item in said[:_FIELDS_SHOWN]:
-        if not isinstance(item, dict):
-            continue
-        loc = [str(part) for part in item.get("loc", []) if part != "body"]
-        parts.append(f"; {'.'.join(loc) or 'body'}: {item.get('msg', '')}")
-    more = len(said) - _FIELDS_SHOWN
-    return "".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
 # What a claimed job holds for its worker (its lease, where its handler's progress and

@@ -12,14 +12,12 @@ from queuelog.cli_client import (
     EXIT_CODES,
     await_job,
     console,
-    literal,
-    one_line,
     print_jobs,
     print_json,
-    reported,
     server_call,
     to_json,
 )
+from queuelog.cli_output import literal, one_line, reported
 from queuelog.client import Client, Dependency, Job
 from queuelog.models import JobStatus
 

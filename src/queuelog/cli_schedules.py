@@ -12,14 +12,12 @@ from queuelog.cli_client import (
     EXIT_CODES,
     console,
     key_option,
-    literal,
-    one_line,
     payload_argument,
     print_json,
-    reported,
     server_call,
     url_option,
 )
+from queuelog.cli_output import literal, one_line, reported
 from queuelog.client import Client, Schedule
 from queuelog.models import PRIORITY_LABELS
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from queuelog.cli_client import one_line
+from queuelog.cli_output import one_line
 from queuelog.extras import installed
 from queuelog.models import PRIORITY_LABELS, Priority, Role
 

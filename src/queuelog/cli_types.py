@@ -8,12 +8,10 @@ from rich.table import Table
 from queuelog.cli_client import (
     EXIT_CODES,
     console,
-    literal,
-    one_line,
     print_json,
-    reported,
     server_call,
 )
+from queuelog.cli_output import literal, one_line, reported
 from queuelog.client import Client, JobType
 
 

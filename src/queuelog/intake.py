@@ -6,7 +6,6 @@ it and the priority, the payload fits the limit and the type's JSON Schema.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,11 +20,9 @@ from queuelog.errors import (
     quoted,
 )
 from queuelog.models import ApiKey
+from queuelog.schema_messages import schema_message
 from queuelog.specs import EnqueueSpec, stored_json
 from queuelog.storage.protocol import NewJob
-
-# Of a value a schema refused, the characters its message shows.
-_SHOWN_CHARACTERS = 200
 
 
 class Intake:
@@ -85,23 +82,11 @@ class Intake:
         if problems:
             prefix = ["body", "jobs", where["index"]] if where else ["body"]
             errors = [
-                {"loc": [*prefix, "payload", *p.absolute_path], "msg": _schema_message(p)}
+                {"loc": [*prefix, "payload", *p.absolute_path], "msg": schema_message(p)}
                 for p in problems[:20]
             ]
             detail = "The payload does not match the type's schema"
             raise ValidationFailed(detail, errors=errors, **where)
-
-
-def _schema_message(problem: jsonschema.ValidationError) -> str:
-    """jsonschema's message, with the value it begins with written as JSON (it writes
-    Python's repr: ``{'k': True}``) and cut to ``_SHOWN_CHARACTERS``."""
-    python = repr(problem.instance)
-    if not problem.message.startswith(python):
-        return problem.message
-    shown = json.dumps(problem.instance, ensure_ascii=False)
-    if len(shown) > _SHOWN_CHARACTERS:
-        shown = shown[:_SHOWN_CHARACTERS] + "..."
-    return shown + problem.message[len(python) :]
 
 
 def _run_at(spec: EnqueueSpec, now: datetime) -> datetime:

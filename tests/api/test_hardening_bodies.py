@@ -136,7 +136,7 @@ def test_hardening_14_answers_show_values_as_json_never_as_python_reprs(
     )
     assert refused.status_code == 422
     (error,) = refused.json()["errors"]
-    assert error["msg"] == '{"k": true, "n": null} is not of type \'string\''
+    assert error["msg"] == '{"k": true, "n": null} is not of type "string"'
     unknown = producer.post("/jobs", json={"type": "oth\u0000er"})
     assert unknown.status_code == 422
     assert unknown.json()["detail"] == 'Job type "oth\\u0000er" is not configured'
@@ -152,7 +152,7 @@ def test_hardening_14_a_long_value_a_schema_refused_is_shown_cut(producer: Api) 
     refused = producer.post("/jobs", json={"type": "send_email", "payload": {"to": ["x" * 900]}})
     (error,) = refused.json()["errors"]
     assert error["msg"].startswith('["xxx') and '..." is not of type' not in error["msg"]
-    assert len(error["msg"]) < 300 and error["msg"].endswith("... is not of type 'string'")
+    assert len(error["msg"]) < 300 and error["msg"].endswith('... is not of type "string"')
 
 
 def test_hardening_15_a_batch_item_refused_by_its_schema_is_named_by_index(

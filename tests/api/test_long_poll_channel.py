@@ -41,7 +41,7 @@ async def test_a_long_poll_from_a_client_already_gone_claims_nothing(
         return {"type": "http.disconnect"}
 
     body = ClaimRequest(wait_seconds=5)
-    jobs = await claims.claim_or_wait(service, Wakeup(), worker, body, gone)
+    jobs = await claims.claim_or_wait(service, Wakeup(), KeyRing(sqlite, clock), worker, body, gone)
     assert jobs == []
     assert (await service.get(producer, job.id)).status == JobStatus.PENDING
 
@@ -56,7 +56,7 @@ async def test_a_long_poll_whose_channel_fails_raises_the_failure(
 
     body = ClaimRequest(wait_seconds=5)
     with pytest.raises(RuntimeError, match="channel broken"):
-        await claims.claim_or_wait(service, Wakeup(), worker, body, broken)
+        await claims.claim_or_wait(service, Wakeup(), KeyRing(sqlite, clock), worker, body, broken)
 
 
 async def test_a_long_poll_looks_again_every_recheck_for_jobs_it_was_not_told_of(
@@ -77,7 +77,9 @@ async def test_a_long_poll_looks_again_every_recheck_for_jobs_it_was_not_told_of
 
             async def wait_for_a_job() -> None:
                 wakeup = Wakeup(recheck_seconds=0.2)
-                jobs = await claims.claim_or_wait(service, wakeup, worker, body, never_gone)
+                jobs = await claims.claim_or_wait(
+                    service, wakeup, KeyRing(sqlite, clock), worker, body, never_gone
+                )
                 answers.append(jobs)
 
             tasks.start_soon(wait_for_a_job)
@@ -111,7 +113,9 @@ async def test_a_lingering_claim_whose_channel_fails_gives_its_jobs_back_and_rai
 
     body = ClaimRequest(limit=5, linger_ms=1000)
     with pytest.raises(RuntimeError, match="channel broken"):
-        await claims.claim_or_wait(service, Wakeup(), worker, body, broken_later)
+        await claims.claim_or_wait(
+            service, Wakeup(), KeyRing(sqlite, clock), worker, body, broken_later
+        )
     after = await service.get(producer, job.id)
     assert (after.status, after.retry_count) == (JobStatus.PENDING, 0)
     events = [e.event.value for e in await service.events(producer, job.id)]
@@ -138,7 +142,9 @@ async def test_a_lingering_claim_that_fails_to_take_more_answers_with_what_it_ho
     ((job, _),) = await service.enqueue_many(producer, [EnqueueSpec(type="noop")])
     wakeup = Wakeup(recheck_seconds=0.05)  # the lingering claim looks again, and fails
     body = ClaimRequest(limit=5, linger_ms=1000)
-    jobs = await claims.claim_or_wait(service, wakeup, worker, body, _never_gone)
+    jobs = await claims.claim_or_wait(
+        service, wakeup, KeyRing(sqlite, clock), worker, body, _never_gone
+    )
     assert service.looks > 1 and [j.id for j in jobs] == [job.id] and jobs[0].lease_token
 
 
@@ -152,7 +158,11 @@ async def test_a_lingering_claim_answers_with_what_it_holds_when_the_server_clos
 
     async def claim() -> None:
         body = ClaimRequest(limit=5, linger_ms=1000)
-        answers.append(await claims.claim_or_wait(service, wakeup, worker, body, _never_gone))
+        answers.append(
+            await claims.claim_or_wait(
+                service, wakeup, KeyRing(sqlite, clock), worker, body, _never_gone
+            )
+        )
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(claim)
@@ -168,6 +178,32 @@ async def test_a_claim_lingers_no_longer_than_a_third_of_a_held_jobs_lease(
     ((job, _),) = await service.enqueue_many(producer, [EnqueueSpec(type="noop")])
     body = ClaimRequest(limit=5, linger_ms=1000, lease_seconds=1)
     started = anyio.current_time()
-    jobs = await claims.claim_or_wait(service, Wakeup(), worker, body, _never_gone)
+    jobs = await claims.claim_or_wait(
+        service, Wakeup(), KeyRing(sqlite, clock), worker, body, _never_gone
+    )
     assert [j.id for j in jobs] == [job.id]
     assert anyio.current_time() - started < 0.9  # a third of its 1 s lease, not the 1 s linger
+
+
+class _KeysUnreadable(KeyRing):
+    """A key ring that cannot read a key again, as when the database goes away."""
+
+    async def still_active(self, key: ApiKey) -> bool:
+        raise StorageUnavailable()
+
+
+async def test_hardening_11_a_claim_that_cannot_read_its_key_again_gives_back_what_it_held(
+    sqlite: SqliteStorage, settings: Settings, clock: FakeClock
+) -> None:
+    service, producer, worker = await _service_and_keys(sqlite, settings, clock)
+    ((job, _),) = await service.enqueue_many(producer, [EnqueueSpec(type="noop")])
+    wakeup = Wakeup(recheck_seconds=0.05)  # the lingering claim looks again
+    body = ClaimRequest(limit=5, linger_ms=1000)
+    with pytest.raises(StorageUnavailable):
+        await claims.claim_or_wait(
+            service, wakeup, _KeysUnreadable(sqlite, clock), worker, body, _never_gone
+        )
+    after = await service.get(producer, job.id)
+    assert (after.status, after.retry_count) == (JobStatus.PENDING, 0)
+    events = [e.event.value for e in await service.events(producer, job.id)]
+    assert events == ["enqueued", "claimed", "released"]

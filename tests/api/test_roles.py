@@ -129,11 +129,32 @@ def test_hardening_11_a_claim_waiting_when_its_key_is_revoked_is_401_and_holds_n
     thread.join(timeout=30)
     (answer,) = answers
     assert answer.status_code == 401 and answer.json()["type"] == "unauthenticated"
-    # The job it took was given back, its attempt not spent: another worker takes it.
+    # It took nothing (had it woken before the revoke, it would have given the job back,
+    # the attempt not spent): another worker takes the job.
     held = admin.get(f"/jobs/{job['id']}").json()
     assert held["status"] == "pending" and held["retry_count"] == 0
     worker = admin.post("/keys", json={"name": "staying", "roles": ["worker"]}).json()
     assert claim_one(Api(client, worker["key"]))["id"] == job["id"]
+
+
+def test_hardening_11_a_lingering_claim_whose_key_is_revoked_gives_back_what_it_held(
+    admin: Api, producer: Api, client: TestClient
+) -> None:
+    created = admin.post("/keys", json={"name": "leaving", "roles": ["worker"]}).json()
+    leaving = Api(client, created["key"])
+    first = enqueue(producer)
+    body = {"limit": 5, "linger_ms": 1000}  # holds the first job, lingers for more
+    thread, answers = _in_thread(lambda: leaving.post("/jobs/claim", json=body))
+    time.sleep(0.3)
+    assert admin.delete(f"/keys/{created['id']}").status_code == 204
+    second = enqueue(producer)  # wakes the claim: it looks, and finds its key revoked
+    thread.join(timeout=30)
+    (answer,) = answers
+    assert answer.status_code == 401
+    for job in (first, second):
+        events = admin.get(f"/jobs/{job['id']}/events").json()["events"]
+        assert admin.get(f"/jobs/{job['id']}").json()["status"] == "pending"
+        assert [e["event"] for e in events] in (["enqueued"], ["enqueued", "claimed", "released"])
 
 
 def test_hardening_11_a_result_awaited_when_its_key_is_revoked_is_401(

@@ -144,7 +144,8 @@ def test_hardening_17_the_key_is_free_once_its_job_is_pruned(
     producer: Api, storage: Storage, clock: FakeClock
 ) -> None:
     _, holder = _post(producer)
-    status, _ = _post(producer, idempotency_key="k-11")
+    status, kept = _post(producer, idempotency_key="k-11")
+    assert status == 200 and kept["id"] == holder["id"]
     assert producer.post(f"/jobs/{holder['id']}/cancel").status_code == 200
     clock.advance(3600)
     assert run_blocking(storage.job_prune({JobStatus.CANCELLED: clock.now()})) == 1

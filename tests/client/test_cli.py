@@ -92,7 +92,7 @@ def test_refused_requests_exit_1_with_one_line(real_server: RealServer) -> None:
     invalid = cli(real_server, "shop", "enqueue", "send_email", '{"no": "to"}')
     assert invalid.returncode == 1 and "validation" in one_line_error(invalid)
     # The fields the server named come with it, so the line says what to mend.
-    assert "; payload: 'to' is a required property (validation)" in one_line_error(invalid)
+    assert '; payload: "to" is a required property (validation)' in one_line_error(invalid)
 
 
 def test_bad_key_exits_3(real_server: RealServer) -> None:

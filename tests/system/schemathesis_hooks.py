@@ -92,7 +92,7 @@ def _existing_dependencies(job: Any, index: int) -> None:
         return
     if _ids(job.get("depends_on"), 1, MAX_ID, MAX_DEPENDS_ON) is not None:
         job["depends_on"] = []
-    items = _ids(job.get("depends_on_items"), 0, 498, MAX_DEPENDS_ON)
+    items = _ids(job.get("depends_on_items"), 0, 498, 499)
     if items is not None:
         job["depends_on_items"] = [item for item in items if item < index]
 

@@ -86,8 +86,8 @@ Choices where the contract is silent:
   `fires_skipped`. A schedule whose type left the config skips its fires (counted in
   `fires_skipped`); `trigger` on it is 422 `unknown-job-type`.
 * Workflows: `GET /jobs?depends_on=ID` lists a job's dependents (as the caller may see
-  them). A job waits for at most 100 jobs in all (`depends_on` and `depends_on_items`), and
-  a batch names at most 10,000 dependencies. An admin retry of a job with dependencies
+  them). A batch names at most 10,000 dependencies (`depends_on` and `depends_on_items`
+  of all its items). An admin retry of a job with dependencies
   makes it `waiting` until they have ended as it needs (a failed one counts as not ended
   until it is redriven). The jobs a redriven job's failure cancelled wait again, unless
   another of their dependencies failed too: a redrive of that one brings them back.

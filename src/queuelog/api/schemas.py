@@ -223,25 +223,19 @@ class BatchEnqueueItem(EnqueueRequest):
         Annotated[
             list[ItemIndex],
             Field(
-                max_length=MAX_DEPENDS_ON,
+                max_length=499,
                 json_schema_extra={"uniqueItems": True},
                 description=(
                     "Indices of earlier items of this batch that this job waits for, as "
                     "`depends_on` names jobs by id: each below this item's own index, else "
-                    "422 `validation` naming the item. With `depends_on`, at most "
-                    f"{MAX_DEPENDS_ON} dependencies in all."
+                    "422 `validation` naming the item (one item may wait for all the others: "
+                    'a batch\'s "when all are done" job).'
                 ),
             ),
             AfterValidator(_distinct),
         ]
         | None
     ) = None
-
-    @model_validator(mode="after")
-    def _dependencies_in_all(self) -> BatchEnqueueItem:
-        if len(self.depends_on or ()) + len(self.depends_on_items or ()) > MAX_DEPENDS_ON:
-            raise ValueError(f"a job waits for at most {MAX_DEPENDS_ON} jobs in all")
-        return self
 
 
 class BatchEnqueueRequest(_Request):

@@ -28,6 +28,7 @@ from queuelog.api.schemas import (
     ReleaseRequest,
 )
 from queuelog.app_state import IdPath, state_of
+from queuelog.auth import KeyRing
 from queuelog.errors import QueueError, Unauthenticated
 from queuelog.models import ApiKey, Finished, Job, Role
 from queuelog.service import JobService
@@ -82,11 +83,9 @@ _HELD = (
 async def claim(request: Request) -> Response:
     caller, body = await read_request(request, ClaimRequest, (Role.WORKER,))
     state = state_of(request)
-    jobs = await claim_or_wait(state.service, state.wakeup, caller, body, request.receive)
-    if (body.wait_seconds or body.linger_ms) and not await state.keys.still_active(caller):
-        # Revoked while the claim waited: its worker may not have them.
-        await _give_back(state.service, caller, jobs)
-        raise Unauthenticated("A valid API key is required")
+    jobs = await claim_or_wait(
+        state.service, state.wakeup, state.keys, caller, body, request.receive
+    )
     admin = caller.has(Role.ADMIN)
     return JSONResponse({"jobs": [job_json(j, admin, lease_token=True) for j in jobs]})
 
@@ -94,6 +93,7 @@ async def claim(request: Request) -> Response:
 async def claim_or_wait(
     service: JobService,
     wakeup: Wakeup,
+    keys: KeyRing,
     caller: ApiKey,
     body: ClaimRequest,
     receive: Receive,
@@ -105,13 +105,16 @@ async def claim_or_wait(
     or until the next scheduled job's ``run_at``; it does not poll in a loop. A
     client that has gone away (heard on ``receive``, the request's ASGI channel,
     watched from the start of the wait) claims nothing: the jobs a lingering claim
-    held for it are given back. A server shutting down stops waiting. A failure after
-    the claim took jobs answers with those jobs, so none is left leased to nobody.
+    held for it are given back. A server shutting down stops waiting. A failure to take
+    more after the claim took jobs answers with those jobs, so none is left leased to
+    nobody. Each
+    look after the first, and the answer, ask whether the caller's key is still active:
+    a revoked one's claim takes nothing more, gives back what it held and is 401.
     """
     types = service.claimable_types(caller, body.types)
     if not body.wait_seconds and not body.linger_ms:
         return await service.claim(caller, types, body.limit, body.lease_seconds, body.instance)
-    claiming = _Claiming(service, caller, types, body)
+    claiming = _Claiming(service, keys, caller, types, body)
     async with watching(receive) as gone:
         await asyncio.sleep(0)  # one step: a client gone already is heard at once
         try:
@@ -120,12 +123,13 @@ async def claim_or_wait(
             if not claiming.held:
                 raise
             log.warning("a lingering claim failed to take more; answering with what it holds")
-        if gone.done():
-            try:
-                gone.result()  # a failure to read the channel is raised, not hidden
-            finally:
+        finally:
+            if gone.done():
                 await _give_back(service, caller, claiming.held)
+        if gone.done():
+            gone.result()  # a failure to read the channel is raised, not hidden
             return []
+        await claiming.key_check()
         return claiming.held
 
 
@@ -153,14 +157,36 @@ class _Claiming:
     third of a held job's lease, so that a worker heartbeating at that pace keeps it."""
 
     def __init__(
-        self, service: JobService, caller: ApiKey, types: Sequence[str] | None, body: ClaimRequest
+        self,
+        service: JobService,
+        keys: KeyRing,
+        caller: ApiKey,
+        types: Sequence[str] | None,
+        body: ClaimRequest,
     ) -> None:
-        self.service, self.caller, self.types, self.body = service, caller, types, body
+        self.service, self.keys, self.caller, self.types = service, keys, caller, types
+        self.body = body
         self.held: list[Job] = []
         self._until = time.monotonic() + float(body.wait_seconds)
+        self._looked = False  # the first look follows the request's authentication
+
+    async def key_check(self) -> None:
+        """Unauthenticated if the caller's key was revoked since the request began; then,
+        or if the key cannot be read, what the claim held is given back first."""
+        try:
+            if await self.keys.still_active(self.caller):
+                return
+            raise Unauthenticated("A valid API key is required")
+        except QueueError:
+            held, self.held = self.held, []
+            await _give_back(self.service, self.caller, held)
+            raise
 
     async def look(self) -> None:
-        """Claim what is ready, up to the room left."""
+        """Claim what is ready, up to the room left, while the caller's key is active."""
+        if self._looked:
+            await self.key_check()
+        self._looked = True
         body = self.body
         wanted = body.limit - len(self.held)
         jobs = await self.service.claim(
@@ -200,7 +226,7 @@ async def _give_back(service: JobService, caller: ApiKey, jobs: list[Job]) -> No
         try:
             await service.release(caller, job.id, job.lease_token or "")
         except QueueError:
-            log.warning("could not give back job %s of a claim whose client left", job.id)
+            log.warning("could not give back job %s of a claim answered without it", job.id)
 
 
 _PREFER = (

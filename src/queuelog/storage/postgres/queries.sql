@@ -39,9 +39,10 @@ SELECT current_schema() AS name;
 -- name: job_insert_batch
 -- Every job of the JSON array %(jobs)s, in its order, in one statement. A job whose
 -- (principal, idempotency_key) is taken, by a job or in idempotency_keys, or whose
--- unique key an active job holds (jobs_unique_hold), is skipped. Ids rise in the array's order. json_to_recordset
--- reads each job's object once into typed columns; a ->> per column parses the object
--- again for each of them, which took half the time of a batch of 500.
+-- unique key an active job holds (jobs_unique_hold), is skipped. Ids rise in the
+-- array's order. json_to_recordset reads each job's object once into typed columns; a
+-- ->> per column parses the object again for each of them, which took half the time of
+-- a batch of 500.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
                   unique_key, unique_hold, job_group,

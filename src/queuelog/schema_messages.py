@@ -1,0 +1,68 @@
+"""What a type's payload schema refused, said in JSON's words.
+
+jsonschema's messages show values as Python writes them (``{'k': True, 'n': None}``,
+``['a', 'b']``); an answer shows them as JSON, as the caller sent them. The keywords a
+payload schema uses most are said here; any other message has the value it begins with
+rewritten. A value is cut to ``SHOWN_CHARACTERS``, so a refused payload is not echoed
+whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import jsonschema
+
+SHOWN_CHARACTERS = 200
+
+
+def schema_message(problem: jsonschema.ValidationError) -> str:
+    said = _SAID.get(str(problem.validator))
+    message = said(problem) if said is not None else None
+    return message if message is not None else _leading_value_as_json(problem)
+
+
+def shown(value: Any) -> str:
+    """``value`` as JSON, cut to ``SHOWN_CHARACTERS``."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= SHOWN_CHARACTERS else text[:SHOWN_CHARACTERS] + "..."
+
+
+def _required(problem: jsonschema.ValidationError) -> str | None:
+    # One message for each missing name: the one whose repr the message begins with.
+    names = problem.validator_value
+    for name in names if isinstance(names, list) else ():
+        if problem.message == f"{name!r} is a required property":
+            return f"{shown(name)} is a required property"
+    return None
+
+
+def _additional(problem: jsonschema.ValidationError) -> str | None:
+    value, schema = problem.instance, problem.schema
+    if problem.validator_value is not False or not isinstance(value, dict):
+        return None
+    if not isinstance(schema, dict):
+        return None
+    known = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    extra = [k for k in value if k not in known and not any(re.search(p, k) for p in patterns)]
+    return f"additional properties are not allowed: {shown(extra)}"
+
+
+_SAID: dict[str, Callable[[jsonschema.ValidationError], str | None]] = {
+    "type": lambda p: f"{shown(p.instance)} is not of type {shown(p.validator_value)}",
+    "enum": lambda p: f"{shown(p.instance)} is not one of {shown(p.validator_value)}",
+    "const": lambda p: f"{shown(p.instance)} is not {shown(p.validator_value)}",
+    "required": _required,
+    "additionalProperties": _additional,
+}
+
+
+def _leading_value_as_json(problem: jsonschema.ValidationError) -> str:
+    python = repr(problem.instance)
+    if not problem.message.startswith(python):
+        return problem.message
+    return shown(problem.instance) + problem.message[len(python) :]
