@@ -19,6 +19,7 @@ from psycopg_pool import PoolTimeout
 
 from queuelog.auth import KeyRing, display_prefix
 from queuelog.clock import SystemClock, to_micros
+from queuelog.errors import IdempotencyKeyReused
 from queuelog.models import EventKind, Job, JobStatus, Priority, Role
 from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.postgres.transactions import Q
@@ -466,3 +467,40 @@ def test_a_job_made_while_its_dependency_ends_on_another_node_is_never_left_wait
         after = run_blocking(nodes[2].job_get(made))
         assert after is not None and after.status == JobStatus.PENDING, round_
         run_blocking(finish(nodes[2], run_blocking(claim(nodes[2]))[0]))
+
+
+def test_hardening_17_two_requests_with_one_key_settled_at_once_make_one_answer(
+    nodes: list[PostgresStorage], schema: str
+) -> None:
+    # Holders of two unique keys; then two different requests with one idempotency key,
+    # each settled by one of them, on two nodes at once: one gets its holder, the other
+    # is told the key was used for another request.
+    for unique in ("u", "v"):
+        run_blocking(nodes[0].job_insert_many([replace(new_job(), unique_key=unique)], T0))
+    requests = [
+        replace(new_job(key="k", fingerprint=f"f-{unique}"), unique_key=unique)
+        for unique in ("u", "v")
+    ]
+    with psycopg.connect(schema, autocommit=True) as blocker:
+        # Both wait at the key's insert, and go on together once this ends.
+        with blocker.transaction():
+            blocker.execute("LOCK TABLE idempotency_keys IN SHARE ROW EXCLUSIVE MODE")
+            answers: list[object] = [None, None]
+
+            def settle(i: int) -> None:
+                try:
+                    answers[i] = run_blocking(nodes[i].job_insert_many([requests[i]], T0))
+                except IdempotencyKeyReused as refused:
+                    answers[i] = refused
+
+            threads = [threading.Thread(target=settle, args=(i,)) for i in range(2)]
+            for thread in threads:
+                thread.start()
+            time.sleep(0.5)
+        for thread in threads:
+            thread.join(timeout=30)
+    refused = [a for a in answers if isinstance(a, IdempotencyKeyReused)]
+    settled = [a for a in answers if isinstance(a, list)]
+    assert len(refused) == 1 and len(settled) == 1, answers
+    ((job, created),) = settled[0]  # type: ignore[misc]
+    assert not created and job.unique_key in ("u", "v")

@@ -54,9 +54,10 @@ def insert_one(execute: Execute, new: NewJob, now: datetime, index: int) -> tupl
             row = execute("job_unique_holder", holder_params(new)).fetchone()
             if row is not None:
                 settled = _on_duplicate(execute, job_from_row(row), new, now)
-                if settled is not None:
-                    _key_settled(execute, new, settled[0])
+                if settled is not None and _key_settled(execute, new, settled[0]):
                     return settled
+                if settled is not None:
+                    continue  # another request took the key meanwhile: it decides
         query, args = insert_statement([new], now)
         row = execute(query, args).fetchone()
         if row is not None:
@@ -65,14 +66,16 @@ def insert_one(execute: Execute, new: NewJob, now: datetime, index: int) -> tupl
     raise RuntimeError("the enqueue kept conflicting with jobs that then changed")
 
 
-def _key_settled(execute: Execute, new: NewJob, holder: Job) -> None:
+def _key_settled(execute: Execute, new: NewJob, holder: Job) -> bool:
     """Make ``new``'s idempotency key name the holder that settled its request: sent
-    again, the request gets that job, and another request with the key is refused."""
-    if new.idempotency_key is not None:
-        args = {"principal": new.principal, "idempotency_key": new.idempotency_key}
-        execute(
-            "idempotency_key_settled", {**args, "fingerprint": new.fingerprint, "job_id": holder.id}
-        )
+    again, the request gets that job, and another request with the key is refused.
+    False if another request recorded the key first (on PostgreSQL, committed while
+    this one waited for it): the next look at the key decides this request."""
+    if new.idempotency_key is None:
+        return True
+    args = {"principal": new.principal, "idempotency_key": new.idempotency_key}
+    params = {**args, "fingerprint": new.fingerprint, "job_id": holder.id}
+    return execute("idempotency_key_settled", params).fetchone() is not None
 
 
 def holder_params(new: NewJob) -> dict[str, Any]:

@@ -94,7 +94,8 @@ LIMIT 1;
 -- A request with an idempotency key that a unique key's holder settled.
 INSERT INTO idempotency_keys (principal, idempotency_key, fingerprint, job_id)
 VALUES (%(principal)s, %(idempotency_key)s, %(fingerprint)s, %(job_id)s)
-ON CONFLICT DO NOTHING;
+ON CONFLICT DO NOTHING
+RETURNING job_id;
 
 -- name: job_get
 SELECT * FROM jobs WHERE id = %(id)s;
