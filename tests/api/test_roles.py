@@ -109,65 +109,78 @@ def test_public_routes_need_no_key(anonymous: Api) -> None:
         assert anonymous.get(path).status_code == 200, path
 
 
-def _in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+def _new_key(admin: Api, client: TestClient, name: str, role: str) -> tuple[Api, int]:
+    created = admin.post("/keys", json={"name": name, "roles": [role]}).json()
+    return Api(client, created["key"]), int(created["id"])
+
+
+def _revoked_meanwhile(
+    admin: Api, key_id: int, request: Callable[[], Any], then: Callable[[], Any]
+) -> Any:
+    """The answer to ``request()``, sent on a thread, when its key is revoked while it
+    waits and ``then()`` runs after the revoke."""
     answers: list[Any] = []
-    thread = threading.Thread(target=lambda: answers.append(call()), daemon=True)
+    thread = threading.Thread(target=lambda: answers.append(request()), daemon=True)
     thread.start()
-    return thread, answers
+    time.sleep(0.3)  # the request waits by now (if not, it meets the revoke at once)
+    assert admin.delete(f"/keys/{key_id}").status_code == 204
+    then()
+    thread.join(timeout=30)
+    (answer,) = answers
+    return answer
 
 
 def test_hardening_11_a_claim_waiting_when_its_key_is_revoked_is_401_and_holds_nothing(
     admin: Api, producer: Api, client: TestClient
 ) -> None:
-    created = admin.post("/keys", json={"name": "leaving", "roles": ["worker"]}).json()
-    leaving = Api(client, created["key"])
+    leaving, key_id = _new_key(admin, client, "leaving", "worker")
     body = {"wait_seconds": 20, "linger_ms": 50}
-    thread, answers = _in_thread(lambda: leaving.post("/jobs/claim", json=body))
-    time.sleep(0.3)  # the claim is waiting (if not yet, it sees the revoke at once)
-    assert admin.delete(f"/keys/{created['id']}").status_code == 204
-    job = enqueue(producer)
-    thread.join(timeout=30)
-    (answer,) = answers
+    made: list[dict[str, Any]] = []
+    answer = _revoked_meanwhile(
+        admin,
+        key_id,
+        lambda: leaving.post("/jobs/claim", json=body),
+        lambda: made.append(enqueue(producer)),
+    )
     assert answer.status_code == 401 and answer.json()["type"] == "unauthenticated"
     # It took nothing (had it woken before the revoke, it would have given the job back,
     # the attempt not spent): another worker takes the job.
+    (job,) = made
     held = admin.get(f"/jobs/{job['id']}").json()
     assert held["status"] == "pending" and held["retry_count"] == 0
-    worker = admin.post("/keys", json={"name": "staying", "roles": ["worker"]}).json()
-    assert claim_one(Api(client, worker["key"]))["id"] == job["id"]
+    staying, _ = _new_key(admin, client, "staying", "worker")
+    assert claim_one(staying)["id"] == job["id"]
 
 
 def test_hardening_11_a_lingering_claim_whose_key_is_revoked_gives_back_what_it_held(
     admin: Api, producer: Api, client: TestClient
 ) -> None:
-    created = admin.post("/keys", json={"name": "leaving", "roles": ["worker"]}).json()
-    leaving = Api(client, created["key"])
+    leaving, key_id = _new_key(admin, client, "leaving", "worker")
     first = enqueue(producer)
     body = {"limit": 5, "linger_ms": 1000}  # holds the first job, lingers for more
-    thread, answers = _in_thread(lambda: leaving.post("/jobs/claim", json=body))
-    time.sleep(0.3)
-    assert admin.delete(f"/keys/{created['id']}").status_code == 204
-    second = enqueue(producer)  # wakes the claim: it looks, and finds its key revoked
-    thread.join(timeout=30)
-    (answer,) = answers
+    made: list[dict[str, Any]] = []
+    answer = _revoked_meanwhile(
+        admin,
+        key_id,
+        lambda: leaving.post("/jobs/claim", json=body),
+        lambda: made.append(enqueue(producer)),  # wakes the claim: its key is revoked
+    )
     assert answer.status_code == 401
-    for job in (first, second):
+    for job in (first, *made):
         events = admin.get(f"/jobs/{job['id']}/events").json()["events"]
         assert admin.get(f"/jobs/{job['id']}").json()["status"] == "pending"
         assert [e["event"] for e in events] in (["enqueued"], ["enqueued", "claimed", "released"])
 
 
 def test_hardening_11_a_result_awaited_when_its_key_is_revoked_is_401(
-    admin: Api, producer: Api, client: TestClient
+    admin: Api, client: TestClient
 ) -> None:
-    created = admin.post("/keys", json={"name": "gone", "roles": ["producer"]}).json()
-    gone = Api(client, created["key"])
+    gone, key_id = _new_key(admin, client, "gone", "producer")
     job = enqueue(gone)
-    waiting = f"/jobs/{job['id']}?wait_seconds=20"
-    thread, answers = _in_thread(lambda: gone.get(waiting))
-    time.sleep(0.3)
-    assert admin.delete(f"/keys/{created['id']}").status_code == 204
-    assert admin.post(f"/jobs/{job['id']}/cancel").status_code == 200
-    thread.join(timeout=30)
-    (answer,) = answers
+    answer = _revoked_meanwhile(
+        admin,
+        key_id,
+        lambda: gone.get(f"/jobs/{job['id']}?wait_seconds=20"),
+        lambda: admin.post(f"/jobs/{job['id']}/cancel"),
+    )
     assert answer.status_code == 401 and "cancelled" not in answer.text
