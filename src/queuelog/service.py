@@ -56,12 +56,6 @@ def _nobody(types: Collection[str] | None = None, ready: int | None = None) -> N
     """No long poll to wake (a service without a server)."""
 
 
-def _unindex(exc: QueueError, batch: bool) -> None:
-    """A refusal of a single enqueue does not name an ``index``; a batch's does."""
-    if not batch:
-        exc.extra.pop("index", None)
-
-
 class JobService:
     def __init__(
         self,
@@ -105,7 +99,8 @@ class JobService:
         try:
             results = await self.storage.job_insert_many(new_jobs, now)
         except QueueError as exc:
-            _unindex(exc, batch)
+            if not batch:  # a single enqueue's refusal names no ``index``; a batch's does
+                exc.extra.pop("index", None)
             raise
         # A replace may have moved a pending job's run_at to now.
         replacing = any(s.unique_key and s.on_duplicate is OnDuplicate.REPLACE for s in specs)

@@ -34,7 +34,7 @@ class _SendsBlocking(Protocol):
     def send(self, call: Call[S], /) -> S: ...
 
 
-class _Method:
+class _Method(ABC):
     """What makes a verb read as a method of its client class: ``help(Client.claim)`` and
     ``inspect.signature`` show the call's own parameters (after ``self`` on the class) and
     what it answers, and ``Client.claim(client, ...)`` calls it as a method is called."""
@@ -54,11 +54,12 @@ class _Method:
     def __set_name__(self, owner: type, name: str) -> None:
         self.__name__, self.__qualname__ = name, f"{owner.__qualname__}.{name}"
 
-    def __get__(self, client: Any, owner: type) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def bound(self, client: Any) -> Callable[..., Any]:
+        """The method of ``client``: what ``client.verb`` is."""
 
     def __call__(self, client: Any, /, *args: Any, **kwargs: Any) -> Any:
-        return self.__get__(client, type(client))(*args, **kwargs)
+        return self.bound(client)(*args, **kwargs)
 
 
 class Verb(_Method, Generic[P, T]):
@@ -78,8 +79,9 @@ class Verb(_Method, Generic[P, T]):
     def __get__(self, client: _SendsBlocking, owner: type) -> Callable[P, T]: ...
 
     def __get__(self, client: Any, owner: type) -> Any:
-        if client is None:
-            return self
+        return self if client is None else self.bound(client)
+
+    def bound(self, client: Any) -> Callable[..., Any]:
         build = self.build
 
         @functools.wraps(build)
@@ -116,8 +118,9 @@ class Wait(_Method, Generic[P, T]):
     def __get__(self, client: _FollowsBlocking, owner: type) -> Callable[P, T]: ...
 
     def __get__(self, client: Any, owner: type) -> Any:
-        if client is None:
-            return self
+        return self if client is None else self.bound(client)
+
+    def bound(self, client: Any) -> Callable[..., Any]:
         start = self.start
 
         @functools.wraps(start)

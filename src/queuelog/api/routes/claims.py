@@ -107,9 +107,8 @@ async def claim_or_wait(
     watched from the start of the wait) claims nothing: the jobs a lingering claim
     held for it are given back. A server shutting down stops waiting. A failure to take
     more after the claim took jobs answers with those jobs, so none is left leased to
-    nobody. Each look after the first, and the answer, ask whether the caller's key is
-    still active: a revoked one's claim takes nothing more, gives back what it held and
-    is answered 401.
+    nobody. Each look after the first, and the answer, check the caller's key: a revoked
+    one's claim takes no more, gives back what it held and is answered 401.
     """
     types = service.claimable_types(caller, body.types)
     if not body.wait_seconds and not body.linger_ms:
