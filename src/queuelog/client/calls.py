@@ -5,6 +5,8 @@ send what is built here."""
 from __future__ import annotations
 
 import json
+import os
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -73,7 +75,14 @@ _NOT_JSON = object()
 
 
 def new_idempotency_key() -> str:
-    return str(uuid.uuid4())
+    """A new UUID of version 7 (RFC 9562): the Unix time in milliseconds, then 74 random
+    bits. Keys made one after another rise, so the server's index of keys takes each new
+    one at its end rather than at a random page, which a large batch's insert feels."""
+    random = int.from_bytes(os.urandom(10), "big")
+    rand_a, rand_b = random >> 68, random & (1 << 62) - 1  # 12 and 62 bits
+    millis = time.time_ns() // 1_000_000
+    value = millis << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+    return str(uuid.UUID(int=value))
 
 
 def _job_id(job: JobRef) -> int:
