@@ -127,6 +127,10 @@ def test_overlap_false_keeps_one_job_pending(server: RealServer) -> None:
     [
         ({"cron": "0 3 * * * *", "type": "noop"}, "schedules.nightly.cron: must have five fields"),
         ({"every_seconds": 60, "type": "mail", "payload": {}}, "schedules.nightly: "),
+        (  # a valid cron whose every match falls in the hour Paris skips in March
+            {"cron": "30 2 * 3 0L", "timezone": "Europe/Paris", "type": "noop"},
+            "schedules.nightly: cron: matches no time that exists in its time zone",
+        ),
     ],
 )
 def test_serve_refuses_a_bad_schedule_in_one_line(

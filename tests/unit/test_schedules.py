@@ -147,11 +147,6 @@ def test_bad_cadences_name_their_field(
         ("n", {"every_seconds": 0}, "schedules.n.every_seconds: Input should be greater"),
         ("n", {"every_seconds": 5, "priority": "urgent"}, "schedules.n.priority: unknown priority"),
         ("n", {"every_seconds": 5, "colour": "red"}, "schedules.n.colour: Extra inputs"),
-        (
-            "n",
-            {"cron": "30 2 * 3 0L", "timezone": "Europe/Paris"},
-            "schedules.n.cron: matches no time that exists in its time zone",
-        ),
     ],
 )
 def test_a_bad_config_schedule_is_one_line_naming_it(
