@@ -86,6 +86,13 @@ def test_serve_bootstraps_one_admin_key_on_an_empty_database(server: RealServer)
     assert "admin key" not in server.log() and "ql_" not in server.log()
 
 
+@pytest.mark.parametrize("durability", ["full", "normal"])
+def test_serve_says_the_durability_the_database_reports(tmp_path: Path, durability: str) -> None:
+    with closing(RealServer(tmp_path, types=TYPES, config={"durability": durability})) as real:
+        real.start()
+        assert f", durability: {durability})" in real.log()
+
+
 def test_keys_cli_creates_lists_and_revokes(server: RealServer) -> None:
     assert server.cli("migrate").returncode == 0
     key = server.create_key("shop", "producer", "worker", max_priority="high")

@@ -100,7 +100,9 @@ def serve(
     from queuelog.api.server import run
 
     app = create_app(settings, storage=storage)
-    click.echo(f"queuelog serving on http://{host}:{port} (database: {_redact(settings)})")
+    durability = asyncio.run(storage.durability())  # as the database says, not the config
+    database = f"database: {_redact(settings)}, durability: {durability}"
+    click.echo(f"queuelog serving on http://{host}:{port} ({database})")
     run(app, listening, access_log=access_log)
 
 

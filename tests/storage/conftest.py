@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,17 +16,28 @@ from tests.postgres import fresh_schema
 BACKENDS = ["sqlite", "postgres"]
 
 
+@contextmanager
+def opened(backend: str, directory: Path, durability: str = "full") -> Iterator[Storage]:
+    """A fresh, migrated, empty store of ``backend``, closed afterwards."""
+    if backend == "sqlite":
+        store: Storage = SqliteStorage(directory / "conformance.db", durability=durability)
+        try:
+            yield store
+        finally:
+            store.close()
+    elif backend == "postgres":
+        with fresh_schema() as url:
+            store = PostgresStorage(url, durability=durability)
+            try:
+                yield store
+            finally:
+                store.close()
+    else:  # pragma: no cover - each backend adds its branch
+        raise AssertionError(backend)
+
+
 @pytest.fixture(params=BACKENDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
     """A fresh, migrated, empty store of each backend."""
-    if request.param == "sqlite":
-        backend: Storage = SqliteStorage(tmp_path / "conformance.db")
+    with opened(request.param, tmp_path) as backend:
         yield backend
-        backend.close()
-    elif request.param == "postgres":
-        with fresh_schema() as url:
-            backend = PostgresStorage(url)
-            yield backend
-            backend.close()
-    else:  # pragma: no cover - each backend adds its branch
-        raise AssertionError(request.param)

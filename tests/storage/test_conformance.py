@@ -6,6 +6,7 @@ import asyncio
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -20,10 +21,20 @@ from queuelog.storage.protocol import (
     NewKey,
     Storage,
 )
+from tests.storage.conftest import BACKENDS, opened
 
 pytestmark = pytest.mark.anyio
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("durability", ["full", "normal"])
+async def test_the_durability_asked_for_is_the_one_the_database_reports(
+    backend: str, durability: str, tmp_path: Path
+) -> None:
+    with opened(backend, tmp_path, durability) as store:
+        assert await store.durability() == durability
 
 
 def new_job(

@@ -260,19 +260,6 @@ def test_notifications_of_another_schema_are_ignored(nodes: list[PostgresStorage
             other.close()
 
 
-@pytest.mark.parametrize(("durability", "expected"), [("full", "on"), ("normal", "off")])
-def test_durability_sets_synchronous_commit(durability: str, expected: str) -> None:
-    with fresh_schema() as url:
-        store = PostgresStorage(url, durability=durability, pool_size=1)
-        try:
-            # The setting is the session's: only the store's own connections show it.
-            with store._pool.connection() as conn:
-                row = conn.execute("SHOW synchronous_commit").fetchone()
-            assert row is not None and row["synchronous_commit"] == expected
-        finally:
-            store.close()
-
-
 def table_dump(url: str) -> str:
     with psycopg.connect(url) as conn:
         rows = [

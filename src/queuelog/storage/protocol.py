@@ -231,6 +231,11 @@ class Storage(Protocol):
         write stores (ending the fault)."""
         ...
 
+    async def durability(self) -> str:
+        """What this node's commits wait for, as the database reports it: ``full``,
+        ``normal`` or ``off``."""
+        ...
+
     async def job_insert_many(
         self, jobs: Sequence[NewJob], now: datetime
     ) -> list[tuple[Job, bool]]:

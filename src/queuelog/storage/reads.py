@@ -49,6 +49,13 @@ class SqlReads(abc.ABC):
             return False
         return self.health.writable  # a probe stored on a disk still nearly full
 
+    async def durability(self) -> str:
+        """What this node's commits wait for, as the database reports it for its own
+        connections: ``full`` (the disk), ``normal`` (SQLite: the WAL's checkpoint;
+        PostgreSQL: not the WAL flush), or ``off`` (SQLite: not the disk at all)."""
+        (row,) = await self._read("session_durability", {})
+        return str(row["durability"])
+
     @abc.abstractmethod
     def _types_param(self, types: Sequence[str] | None) -> Any:
         """A job-type filter as the backend's queries take it; None matches every type."""

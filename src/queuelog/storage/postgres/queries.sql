@@ -426,6 +426,11 @@ RETURNING *;
 -- name: ping
 SELECT 1 AS ok;
 
+-- name: session_durability
+-- What this session's commits wait for, as PostgreSQL reports it (synchronous_commit).
+SELECT CASE current_setting('synchronous_commit') WHEN 'off' THEN 'normal' ELSE 'full' END
+       AS durability;
+
 -- name: storage_probe
 INSERT INTO storage_probe (id, probes) VALUES (1, 1)
 ON CONFLICT (id) DO UPDATE SET probes = storage_probe.probes + 1;

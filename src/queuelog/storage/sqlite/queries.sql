@@ -352,6 +352,11 @@ RETURNING *;
 -- name: ping
 SELECT 1 AS ok;
 
+-- name: session_durability
+-- What this connection's commits wait for, as SQLite reports it (PRAGMA synchronous).
+SELECT CASE synchronous WHEN 0 THEN 'off' WHEN 1 THEN 'normal' ELSE 'full' END AS durability
+FROM pragma_synchronous;
+
 -- name: storage_probe
 INSERT INTO storage_probe (id, probes) VALUES (1, 1)
 ON CONFLICT (id) DO UPDATE SET probes = storage_probe.probes + 1;
