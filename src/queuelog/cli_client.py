@@ -45,6 +45,7 @@ Exit codes:
 BATCH_MAX = 500
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 url_option = click.option(
     "--url", envvar="QUEUELOG_URL", help="Server address (default: $QUEUELOG_URL, else local)."
@@ -59,6 +60,13 @@ def server_call(command: F) -> F:
     """The options of a command that asks the server and prints its answer: ``--url``,
     ``--api-key`` and ``--json``."""
     return url_option(key_option(json_option(command)))
+
+
+def asked(url: str | None, api_key: str | None, failure: str, call: Callable[[Client], T]) -> T:
+    """What ``call`` answers on a client of the server at ``url``; a refusal or failure
+    ends the command with one line that begins with ``failure``."""
+    with Client(url, api_key) as client, reported(failure):
+        return call(client)
 
 
 # What a claimed job holds for its worker (its lease, where its handler's progress and

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from queuelog.cli_client import (
     EXIT_CODES,
+    asked,
     await_job,
     console,
     print_jobs,
@@ -125,8 +126,7 @@ def wait(
 @server_call
 def events(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> None:
     """A job's history, oldest first."""
-    with Client(url, api_key) as client, reported(f"cannot read events of job {job_id}"):
-        history = client.events(job_id)
+    history = asked(url, api_key, f"cannot read events of job {job_id}", lambda c: c.events(job_id))
     if as_json:
         print_json(history)
         return
@@ -149,9 +149,7 @@ def events(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> 
 @server_call
 def cancel(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Cancel a waiting or pending job."""
-    with Client(url, api_key) as client, reported(f"cannot cancel job {job_id}"):
-        job = client.cancel(job_id)
-    _done(job, as_json)
+    _done(asked(url, api_key, f"cannot cancel job {job_id}", lambda c: c.cancel(job_id)), as_json)
 
 
 @jobs.command("retry", epilog=EXIT_CODES)
@@ -159,9 +157,7 @@ def cancel(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> 
 @server_call
 def retry(job_id: int, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Run a failed or cancelled job again (admin)."""
-    with Client(url, api_key) as client, reported(f"cannot retry job {job_id}"):
-        job = client.retry(job_id)
-    _done(job, as_json)
+    _done(asked(url, api_key, f"cannot retry job {job_id}", lambda c: c.retry(job_id)), as_json)
 
 
 def _done(job: Job, as_json: bool) -> None:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from queuelog.cli_client import (
     EXIT_CODES,
+    asked,
     console,
     key_option,
     payload_argument,
@@ -58,8 +59,7 @@ def _print(found: list[Schedule]) -> None:
 @server_call
 def list_schedules(url: str | None, api_key: str | None, as_json: bool) -> None:
     """Every schedule, by name."""
-    with Client(url, api_key) as client, reported("cannot list schedules"):
-        found = client.list_schedules()
+    found = asked(url, api_key, "cannot list schedules", lambda c: c.list_schedules())
     if as_json:
         print_json(found)
     else:
@@ -125,8 +125,8 @@ def _done(schedule: Schedule, as_json: bool) -> None:
 @server_call
 def pause(name: str, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Pause a schedule: it makes no job until resumed."""
-    with Client(url, api_key) as client, reported(f"cannot pause schedule {name}"):
-        _done(client.pause_schedule(name), as_json)
+    made = asked(url, api_key, f"cannot pause schedule {name}", lambda c: c.pause_schedule(name))
+    _done(made, as_json)
 
 
 @schedules.command("resume", epilog=EXIT_CODES)
@@ -134,8 +134,8 @@ def pause(name: str, url: str | None, api_key: str | None, as_json: bool) -> Non
 @server_call
 def resume(name: str, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Resume a schedule from its next fire time."""
-    with Client(url, api_key) as client, reported(f"cannot resume schedule {name}"):
-        _done(client.resume_schedule(name), as_json)
+    made = asked(url, api_key, f"cannot resume schedule {name}", lambda c: c.resume_schedule(name))
+    _done(made, as_json)
 
 
 @schedules.command("trigger", epilog=EXIT_CODES)
@@ -143,8 +143,7 @@ def resume(name: str, url: str | None, api_key: str | None, as_json: bool) -> No
 @server_call
 def trigger(name: str, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Make the schedule's job now."""
-    with Client(url, api_key) as client, reported(f"cannot trigger schedule {name}"):
-        job = client.trigger_schedule(name)
+    job = asked(url, api_key, f"cannot trigger schedule {name}", lambda c: c.trigger_schedule(name))
     if as_json:
         print_json(job)
     else:
@@ -157,6 +156,5 @@ def trigger(name: str, url: str | None, api_key: str | None, as_json: bool) -> N
 @key_option
 def delete(name: str, url: str | None, api_key: str | None) -> None:
     """Delete a schedule made through the API (its jobs are kept)."""
-    with Client(url, api_key) as client, reported(f"cannot delete schedule {name}"):
-        client.delete_schedule(name)
+    asked(url, api_key, f"cannot delete schedule {name}", lambda c: c.delete_schedule(name))
     click.echo(one_line(f"schedule {name} deleted"))

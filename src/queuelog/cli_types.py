@@ -7,12 +7,13 @@ from rich.table import Table
 
 from queuelog.cli_client import (
     EXIT_CODES,
+    asked,
     console,
     print_json,
     server_call,
 )
-from queuelog.cli_output import literal, one_line, reported
-from queuelog.client import Client, JobType
+from queuelog.cli_output import literal, one_line
+from queuelog.client import JobType
 
 
 @click.group(epilog=EXIT_CODES)
@@ -33,8 +34,7 @@ def _rate(job_type: JobType) -> str:
 @server_call
 def list_types(url: str | None, api_key: str | None, as_json: bool) -> None:
     """Every configured type: running now against its limit, rate limit, pause, counts."""
-    with Client(url, api_key) as client, reported("cannot list job types"):
-        found = client.list_types()
+    found = asked(url, api_key, "cannot list job types", lambda c: c.list_types())
     if as_json:
         print_json(found)
         return
@@ -59,8 +59,8 @@ def _set_paused(
     name: str, paused: bool, url: str | None, api_key: str | None, as_json: bool
 ) -> None:
     verb = "pause" if paused else "resume"
-    with Client(url, api_key) as client, reported(f"cannot {verb} {name}"):
-        job_type = client.pause_type(name) if paused else client.resume_type(name)
+    change = (lambda c: c.pause_type(name)) if paused else (lambda c: c.resume_type(name))
+    job_type = asked(url, api_key, f"cannot {verb} {name}", change)
     if as_json:
         print_json(job_type)
     else:
