@@ -26,20 +26,27 @@ H = TypeVar("H")  # what sends the requests: libcurl's handles or httpx's client
 X = TypeVar("X")  # what may be given instead (tests)
 
 
-class _SendsAwaited(Protocol):
+class _Awaited(Protocol):
     def send(self, call: Call[S], /) -> Coroutine[Any, Any, S]: ...
+    def follow(self, waiting: Awaiting[S], /) -> Coroutine[Any, Any, S]: ...
 
 
-class _SendsBlocking(Protocol):
+class _Blocking(Protocol):
     def send(self, call: Call[S], /) -> S: ...
+    def follow(self, waiting: Awaiting[S], /) -> S: ...
 
 
-class _Method(ABC):
-    """What makes a verb read as a method of its client class: ``help(Client.claim)`` and
-    ``inspect.signature`` show the call's own parameters (after ``self`` on the class) and
-    what it answers, and ``Client.claim(client, ...)`` calls it as a method is called."""
+class _Method(Generic[P, T]):
+    """A client method: what ``made_by`` makes of its arguments, handed to the client's
+    ``send`` (a Call) or ``follow`` (an Awaiting). It reads as a method of its client
+    class: ``help(Client.claim)`` and ``inspect.signature`` show the call's own
+    parameters (after ``self`` on the class) and what it answers, and
+    ``Client.claim(client, ...)`` calls it as a method is called."""
 
-    def __init__(self, made_by: Callable[..., Call[Any] | Awaiting[Any]]) -> None:
+    taken_by: str  # the client's method that takes what ``made_by`` makes
+
+    def __init__(self, made_by: Callable[P, Any]) -> None:
+        self.made_by = made_by
         self.__doc__ = made_by.__doc__
         self.__name__ = self.__qualname__ = made_by.__name__
         made = inspect.signature(made_by)
@@ -54,81 +61,48 @@ class _Method(ABC):
     def __set_name__(self, owner: type, name: str) -> None:
         self.__name__, self.__qualname__ = name, f"{owner.__qualname__}.{name}"
 
-    @abstractmethod
+    @overload
+    def __get__(self, client: None, owner: type) -> _Method[P, T]: ...
+    @overload
+    def __get__(self, client: _Awaited, owner: type) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    @overload
+    def __get__(self, client: _Blocking, owner: type) -> Callable[P, T]: ...
+
+    def __get__(self, client: Any, owner: type) -> Any:
+        return self if client is None else self.bound(client)
+
     def bound(self, client: Any) -> Callable[..., Any]:
         """The method of ``client``: what ``client.verb`` is."""
+        made_by, take = self.made_by, getattr(client, self.taken_by)
+
+        @functools.wraps(made_by)
+        def method(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return take(made_by(*args, **kwargs))
+
+        method.__signature__ = self.bound_signature  # type: ignore[attr-defined]
+        return method
 
     def __call__(self, client: Any, /, *args: Any, **kwargs: Any) -> Any:
         return self.bound(client)(*args, **kwargs)
 
 
-class Verb(_Method, Generic[P, T]):
+class Verb(_Method[P, T]):
     """A client method that builds its call with ``build`` and sends it."""
+
+    taken_by = "send"
 
     def __init__(self, build: Callable[P, Call[T]]) -> None:
         super().__init__(build)
-        self.build = build
-
-    @overload
-    def __get__(self, client: None, owner: type) -> Verb[P, T]: ...
-    @overload
-    def __get__(
-        self, client: _SendsAwaited, owner: type
-    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
-    @overload
-    def __get__(self, client: _SendsBlocking, owner: type) -> Callable[P, T]: ...
-
-    def __get__(self, client: Any, owner: type) -> Any:
-        return self if client is None else self.bound(client)
-
-    def bound(self, client: Any) -> Callable[..., Any]:
-        build = self.build
-
-        @functools.wraps(build)
-        def method(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return client.send(build(*args, **kwargs))
-
-        method.__signature__ = self.bound_signature  # type: ignore[attr-defined]
-        return method
 
 
-class _FollowsAwaited(Protocol):
-    def follow(self, waiting: Awaiting[S], /) -> Coroutine[Any, Any, S]: ...
-
-
-class _FollowsBlocking(Protocol):
-    def follow(self, waiting: Awaiting[S], /) -> S: ...
-
-
-class Wait(_Method, Generic[P, T]):
+class Wait(_Method[P, T]):
     """A client method that begins a wait with ``start`` and has the client ``follow`` its
     reads (blocking, or awaited) until it is over."""
 
+    taken_by = "follow"
+
     def __init__(self, start: Callable[P, Awaiting[T]]) -> None:
         super().__init__(start)
-        self.start = start
-
-    @overload
-    def __get__(self, client: None, owner: type) -> Wait[P, T]: ...
-    @overload
-    def __get__(
-        self, client: _FollowsAwaited, owner: type
-    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
-    @overload
-    def __get__(self, client: _FollowsBlocking, owner: type) -> Callable[P, T]: ...
-
-    def __get__(self, client: Any, owner: type) -> Any:
-        return self if client is None else self.bound(client)
-
-    def bound(self, client: Any) -> Callable[..., Any]:
-        start = self.start
-
-        @functools.wraps(start)
-        def method(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return client.follow(start(*args, **kwargs))
-
-        method.__signature__ = self.bound_signature  # type: ignore[attr-defined]
-        return method
 
 
 class Verbs(ABC, Generic[H, X]):
