@@ -28,38 +28,62 @@ class QueueError(Exception):
 
 
 class Unauthenticated(QueueError):
+    """The API key is missing, unknown or revoked. Nothing was done."""
+
     slug, status, title = "unauthenticated", 401, "Authentication required"
 
 
 class Forbidden(QueueError):
+    """The key lacks the route's role, or may not use this job type or priority.
+    Nothing was done."""
+
     slug, status, title = "forbidden", 403, "Not allowed for this key"
 
 
 class NotFound(QueueError):
+    """No such job, key, schedule or job type, or none this key may see."""
+
     slug, status, title = "not-found", 404, "Not found"
 
 
 class InvalidState(QueueError):
+    """Not in a state that allows this: cancelling a running job, retrying one that is
+    neither failed nor cancelled, deleting a schedule of the config file."""
+
     slug, status, title = "invalid-state", 409, "Not in a state that allows this"
 
 
 class NotLeaseHolder(QueueError):
+    """The lease token is not the job's current one: the lease ran out and the job
+    was claimed again (or ended), so this worker's outcome is refused."""
+
     slug, status, title = "not-lease-holder", 409, "Caller does not hold the job's lease"
 
 
 class ValidationFailed(QueueError):
+    """The request breaks a rule of the API (a field out of range, a payload its
+    type's schema refuses); ``extra['errors']`` names the fields."""
+
     slug, status, title = "validation", 422, "Request is not valid"
 
 
 class UnknownJobType(QueueError):
+    """The job type is not in the server's configuration."""
+
     slug, status, title = "unknown-job-type", 422, "Job type is not configured"
 
 
 class PayloadTooLarge(QueueError):
+    """A payload, result or progress is over its limit once serialised."""
+
     slug, status, title = "payload-too-large", 422, "Payload or result is too large"
 
 
 class IdempotencyKeyReused(QueueError):
+    """The idempotency key was already used, by the same key's holder, for a
+    different request; in a batch nothing was inserted and ``extra['index']`` names
+    the item."""
+
     slug, status, title = (
         "idempotency-key-reused",
         422,
@@ -91,6 +115,8 @@ class StorageFull(StorageUnavailable):
 
 
 class RateLimited(QueueError):
+    """Too many requests from this key: try again after ``retry_after`` seconds."""
+
     slug, status, title = "rate-limited", 429, "Too many requests"
     retry_after: int
 
