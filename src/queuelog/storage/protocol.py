@@ -203,10 +203,8 @@ class NewSchedule:
 @dataclass(frozen=True, slots=True)
 class ScheduleFire:
     """One fire of a due schedule: taken only while its ``next_run_at`` is still ``due``.
-
-    ``job`` is None when no job can be made (its type left the config): the fire is
-    then recorded as skipped. The job's ``run_at`` is its fire time, ``fire_at``.
-    """
+    ``job`` (its ``run_at`` the fire time, ``fire_at``) is None when no job can be made
+    (its type left the config): the fire is then recorded as skipped."""
 
     name: str
     due: datetime
@@ -227,13 +225,11 @@ class Storage(Protocol):
 
     def close(self) -> None: ...
     async def ping(self) -> bool:
-        """True when a read answers and, while writes are refused for a fault, a probe
-        write stores (ending the fault)."""
+        """True when a read answers and, in a fault, a probe write stores (ending it)."""
         ...
 
     async def durability(self) -> str:
-        """What this node's commits wait for, as the database reports it: ``full``,
-        ``normal`` or ``off``."""
+        """What commits wait for, as the database says: ``full``, ``normal`` or ``off``."""
         ...
 
     async def job_insert_many(
@@ -241,21 +237,20 @@ class Storage(Protocol):
     ) -> list[tuple[Job, bool]]:
         """Insert jobs in one transaction; ``(job, created)`` in order.
 
-        A job whose ``(principal, idempotency_key)`` exists is not inserted: the
-        existing one comes back with ``created=False``. If its fingerprint
-        differs, IdempotencyKeyReused (with ``index``) is raised and nothing is
-        inserted.
+        A job whose ``(principal, idempotency_key)`` exists is not inserted: the existing
+        one comes back with ``created=False``. If its fingerprint differs,
+        IdempotencyKeyReused (with ``index``) is raised and nothing is inserted.
 
-        Idempotency keys are looked at first. Then a job with a ``unique_key`` that
-        an active job of its principal and type holds (a pending one before a
-        running one) is not inserted: with ``keep`` the holder comes back
-        unchanged; with ``replace`` a pending holder takes the job's payload,
-        priority and run_at (event ``replaced``), while a running holder gives the
-        key up to a new job. Jobs are taken in order, so a later job of the batch
-        sees an earlier one's key. A partial unique index over the active holders
-        decides between concurrent inserts, on any node. A job's ``trace_context`` is
-        stored with it and read back with it (a replaced holder keeps its own). A job with
-        dependencies is made waiting and settled in the same transaction (workflows.py).
+        Idempotency keys are looked at first. Then a job with a ``unique_key`` that an
+        active job of its principal and type holds (a pending one before a running one)
+        is not inserted: with ``keep`` the holder comes back unchanged; with ``replace``
+        a pending holder takes the job's payload, priority and run_at (event
+        ``replaced``), while a running holder gives the key up to a new job. Jobs are
+        taken in order, so a later job of the batch sees an earlier one's key. A partial
+        unique index over the active holders decides between concurrent inserts, on any
+        node. A job's ``trace_context`` is stored and read back with it (a replaced
+        holder keeps its own). A job with dependencies is made waiting and settled in
+        the same transaction (workflows.py).
         """
         ...
 
