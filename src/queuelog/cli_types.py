@@ -59,8 +59,12 @@ def _set_paused(
     name: str, paused: bool, url: str | None, api_key: str | None, as_json: bool
 ) -> None:
     verb = "pause" if paused else "resume"
-    change = (lambda c: c.pause_type(name)) if paused else (lambda c: c.resume_type(name))
-    job_type = asked(url, api_key, f"cannot {verb} {name}", change)
+    job_type = asked(
+        url,
+        api_key,
+        f"cannot {verb} {name}",
+        lambda c: c.pause_type(name) if paused else c.resume_type(name),
+    )
     if as_json:
         print_json(job_type)
     else:

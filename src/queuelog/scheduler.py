@@ -40,7 +40,7 @@ class ScheduleIntake:
             cadence = fields.cadence()
             cadence.next_after(now)  # it fires: a cron may match only times that never are
         except CadenceError as exc:
-            raise _refused(exc) from None
+            raise _refused(exc) from exc
         spec = ScheduleSpec(
             name=name,
             cadence=cadence,
@@ -75,7 +75,9 @@ class ScheduleIntake:
             try:
                 spec = self.spec(name, fields, now)
             except QueueError as exc:
-                exc.detail = f"schedules.{name}: {exc.detail}"
+                cadence = exc.__cause__  # said as the config's own errors are: NAME.cron: ...
+                where = f".{cadence}" if isinstance(cadence, CadenceError) else f": {exc.detail}"
+                exc.detail = f"schedules.{name}{where}"
                 raise
             schedules.append(NewSchedule(spec, "config", spec.cadence.next_after(now)))
         return schedules

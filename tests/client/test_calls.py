@@ -43,23 +43,21 @@ def test_every_enqueue_carries_an_idempotency_key_of_its_own() -> None:
     assert keys[0] and keys[1] == "x"
 
 
-def test_the_client_s_keys_are_uuid7_that_rise_with_the_millisecond(
+def test_the_client_s_keys_are_uuid7_that_rise_with_the_clock(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Time-ordered keys: the server's index of keys takes each new one at its end."""
-    now = 1_796_000_000_000_000_000  # ns
-    monkeypatch.setattr(time, "time_ns", lambda: now)
-    earlier = [calls.enqueue("noop").json["idempotency_key"] for _ in range(200)]
-    now += 1_000_000  # one millisecond on
+    start = 1_796_000_000_000_000_000  # ns since the epoch
+    clock = iter(range(start, start + 4_000_000, 10_000))  # 400 reads, 10 us apart
+    monkeypatch.setattr(time, "time_ns", lambda: next(clock))
+    singles = [calls.enqueue("noop").json["idempotency_key"] for _ in range(200)]
     batch = calls.enqueue_many([{"type": "noop"}] * 200).json["jobs"]
-    later = [item["idempotency_key"] for item in batch]
-    parsed = [uuid.UUID(key) for key in earlier + later]
+    keys = singles + [item["idempotency_key"] for item in batch]
+    parsed = [uuid.UUID(key) for key in keys]
     assert {(key.version, key.variant) for key in parsed} == {(7, uuid.RFC_4122)}
-    assert len(set(earlier + later)) == 400  # 74 random bits beside the time
-    assert [key.int >> 80 for key in parsed] == [now // 1_000_000 - 1] * 200 + [
-        now // 1_000_000
-    ] * 200
-    assert max(earlier) < min(later)
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)  # within a millisecond too
+    millis = [key.int >> 80 for key in parsed]
+    assert millis[0] == start // 1_000_000 and millis[-1] == start // 1_000_000 + 3
 
 
 def test_only_calls_that_are_safe_twice_may_be_resent() -> None:

@@ -21,7 +21,7 @@ from queuelog.storage.protocol import (
     NewKey,
     Storage,
 )
-from tests.storage.conftest import BACKENDS, opened
+from tests.storage.backends import BACKENDS, opened
 
 pytestmark = pytest.mark.anyio
 

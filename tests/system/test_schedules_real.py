@@ -129,7 +129,7 @@ def test_overlap_false_keeps_one_job_pending(server: RealServer) -> None:
         ({"every_seconds": 60, "type": "mail", "payload": {}}, "schedules.nightly: "),
         (  # a valid cron whose every match falls in the hour Paris skips in March
             {"cron": "30 2 * 3 0L", "timezone": "Europe/Paris", "type": "noop"},
-            "schedules.nightly: cron: matches no time that exists in its time zone",
+            "schedules.nightly.cron: matches no time that exists in its time zone",
         ),
     ],
 )

@@ -75,13 +75,15 @@ _NOT_JSON = object()
 
 
 def new_idempotency_key() -> str:
-    """A new UUID of version 7 (RFC 9562): the Unix time in milliseconds, then 74 random
-    bits. Keys made one after another rise, so the server's index of keys takes each new
-    one at its end rather than at a random page, which a large batch's insert feels."""
-    random = int.from_bytes(os.urandom(10), "big")
-    rand_a, rand_b = random >> 68, random & (1 << 62) - 1  # 12 and 62 bits
-    millis = time.time_ns() // 1_000_000
-    value = millis << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+    """A new UUID of version 7 (RFC 9562): the Unix time in milliseconds and, in the bits
+    the RFC lets a clock of finer precision fill, the fraction of the millisecond; then
+    random bits. Keys made one after another rise as the clock does, so the server's
+    index of keys takes each new one at its end rather than on a random page, which a
+    large batch's insert feels."""
+    millis, nanos = divmod(time.time_ns(), 1_000_000)
+    fraction = nanos * 4096 // 1_000_000  # rand_a, in the RFC's method 3
+    random = int.from_bytes(os.urandom(8), "big") & (1 << 62) - 1
+    value = millis << 80 | 0x7 << 76 | fraction << 64 | 0b10 << 62 | random
     return str(uuid.UUID(int=value))
 
 

@@ -24,6 +24,7 @@ T = TypeVar("T")
 S = TypeVar("S")
 H = TypeVar("H")  # what sends the requests: libcurl's handles or httpx's client
 X = TypeVar("X")  # what may be given instead (tests)
+M = TypeVar("M", bound="_Method[Any, Any]")
 
 
 class _Awaited(Protocol):
@@ -62,7 +63,7 @@ class _Method(Generic[P, T]):
         self.__name__, self.__qualname__ = name, f"{owner.__qualname__}.{name}"
 
     @overload
-    def __get__(self, client: None, owner: type) -> _Method[P, T]: ...
+    def __get__(self: M, client: None, owner: type) -> M: ...
     @overload
     def __get__(self, client: _Awaited, owner: type) -> Callable[P, Coroutine[Any, Any, T]]: ...
     @overload

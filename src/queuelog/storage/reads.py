@@ -50,9 +50,10 @@ class SqlReads(abc.ABC):
         return self.health.writable  # a probe stored on a disk still nearly full
 
     async def durability(self) -> str:
-        """What this node's commits wait for, as the database reports it for its own
-        connections: ``full`` (the disk), ``normal`` (SQLite: the WAL's checkpoint;
-        PostgreSQL: not the WAL flush), or ``off`` (SQLite: not the disk at all)."""
+        """What this node's commits wait for, as the database reports it for the store's
+        connections: ``full`` (each commit is on the disk), ``normal`` (less: SQLite syncs
+        its WAL at checkpoints only, PostgreSQL does not wait for the WAL flush), or
+        ``off`` (SQLite: never synced)."""
         (row,) = await self._read("session_durability", {})
         return str(row["durability"])
 
