@@ -195,7 +195,7 @@ def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[s
     """The insert of ``jobs`` (one or many) and its bound parameters: the jobs as one
     JSON array, in order, each payload as its stored text (stored as is).
 
-    Jobs alike but for type, payload, priority and group, without idempotency or unique
+    Jobs alike but for type, payload, priority, group and idempotency key, without unique
     keys or dependencies (a producer's usual batch, whose one request gave them one trace
     context), take ``job_insert_batch_uniform``, which binds what they share once; any
     other take ``job_insert_batch``.
@@ -203,8 +203,7 @@ def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[s
     first = jobs[0]
     shared = (first.principal, first.max_retries, first.lease_seconds, first.run_at)
     alike = all(
-        new.idempotency_key is None
-        and new.unique_key is None
+        new.unique_key is None
         and not new.waits
         and (new.principal, new.max_retries, new.lease_seconds, new.run_at) == shared
         and new.trace_context == first.trace_context
@@ -219,6 +218,8 @@ def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[s
             "payload": payload_text(new),
             "priority": int(new.priority),
             "group": new.group,
+            "idempotency_key": new.idempotency_key,
+            "fingerprint": new.fingerprint,
         }
         for new in jobs
     ]

@@ -64,20 +64,25 @@ ON CONFLICT DO NOTHING
 RETURNING id, principal, idempotency_key;
 
 -- name: job_insert_batch_uniform
--- job_insert_batch for jobs that differ only in type, payload and priority (a
--- producer's usual batch, each with its group): no idempotency key, and one principal,
--- retry limit, lease, run_at and trace context, bound once. Without keys nothing can
--- conflict.
+-- job_insert_batch for jobs that differ only in type, payload, priority, group and
+-- idempotency key (a producer's usual batch, the SDK's with a key a job): no unique key
+-- or dependencies, and one principal, retry limit, lease, run_at and trace context,
+-- bound once.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
                   job_group, traceparent, tracestate)
 SELECT j.type, j.payload, j.priority,
-       %(max_retries)s, %(lease_seconds)s, %(principal)s, NULL, NULL, %(run_at)s,
-       %(run_at)s::bigint > %(now)s::bigint, %(now)s, %(now)s, j."group",
+       %(max_retries)s, %(lease_seconds)s, %(principal)s, j.idempotency_key, j.fingerprint,
+       %(run_at)s, %(run_at)s::bigint > %(now)s::bigint, %(now)s, %(now)s, j."group",
        %(traceparent)s::text, %(tracestate)s::text
 FROM ROWS FROM (json_to_recordset(%(jobs)s::json) AS (
-         type text, payload text, priority integer, "group" text)) WITH ORDINALITY AS j
+         type text, payload text, priority integer, "group" text, idempotency_key text,
+         fingerprint text)) WITH ORDINALITY AS j
+WHERE j.idempotency_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM idempotency_keys AS k
+    WHERE k.principal = %(principal)s AND k.idempotency_key = j.idempotency_key)
 ORDER BY j.ordinality
+ON CONFLICT DO NOTHING
 RETURNING id, principal, idempotency_key;
 
 -- name: job_by_idempotency_key

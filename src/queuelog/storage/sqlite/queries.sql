@@ -41,18 +41,27 @@ ON CONFLICT DO NOTHING
 RETURNING id, principal, idempotency_key;
 
 -- name: job_insert_batch_uniform
--- job_insert_batch for jobs that differ only in type, payload, priority and group (a
--- producer's usual batch): no idempotency or unique key, and one principal, retry
--- limit, lease, run_at and trace context, bound once. Each ->> reads the job's JSON object again: three look-ups
--- a row instead of nine. Without keys nothing can conflict.
+-- job_insert_batch for jobs that differ only in type, payload, priority, group and
+-- idempotency key (a producer's usual batch, the SDK's with a key a job): no unique key
+-- or dependencies, and one principal, retry limit, lease, run_at and trace context,
+-- bound once. Each ->> parses the job's JSON object again (SQLite 3.40 keeps no
+-- parse): six a row here instead of thirteen.
 INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
                   job_group, traceparent, tracestate)
-SELECT j.value ->> 'type', j.value ->> 'payload', j.value ->> 'priority',
-       :max_retries, :lease_seconds, :principal, NULL, NULL, :run_at, :run_at > :now,
-       :now, :now, j.value ->> 'group', :traceparent, :tracestate
-FROM json_each(:jobs) AS j
-ORDER BY j.key
+SELECT j.type, j.payload, j.priority, :max_retries, :lease_seconds, :principal,
+       j.idempotency_key, j.fingerprint, :run_at, :run_at > :now, :now, :now, j.job_group,
+       :traceparent, :tracestate
+FROM (SELECT e.key AS item, e.value ->> 'type' AS type, e.value ->> 'payload' AS payload,
+             e.value ->> 'priority' AS priority, e.value ->> 'group' AS job_group,
+             e.value ->> 'idempotency_key' AS idempotency_key,
+             e.value ->> 'fingerprint' AS fingerprint
+      FROM json_each(:jobs) AS e) AS j
+WHERE j.idempotency_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM idempotency_keys AS k
+    WHERE k.principal = :principal AND k.idempotency_key = j.idempotency_key)
+ORDER BY j.item
+ON CONFLICT DO NOTHING
 RETURNING id, principal, idempotency_key;
 
 -- name: job_by_idempotency_key
