@@ -135,6 +135,31 @@ async def test_a_batch_answers_each_job_as_stored_in_its_order(store: Storage) -
     assert (counted.event, counted.count) == (EventKind.ENQUEUED, 6)  # "old" and five new
 
 
+async def test_a_batch_alike_but_for_its_keys_answers_each_as_keyed(store: Storage) -> None:
+    """The SDK's batch (one principal, a key a job) takes job_insert_batch_uniform: keys
+    taken by a job, by a unique key's holder (idempotency_keys) or earlier in the batch."""
+    await store.job_insert_many([new_job(key="old", fingerprint="f")], T0)
+    ((holder, _),) = await store.job_insert_many([replace(new_job(), unique_key="u")], T0)
+    settled = replace(new_job(key="held", fingerprint="h"), unique_key="u")
+    assert await store.job_insert_many([settled], T0) == [(holder, False)]
+    keys = ["a", None, "old", "a", "held", "b"]
+    batch = [new_job(key=key, fingerprint=key and "f") for key in keys]
+    batch[4] = new_job(key="held", fingerprint="h")  # the settled request, sent again
+    results = await store.job_insert_many(batch, T0)
+    assert [created for _, created in results] == [True, True, False, False, False, True]
+    jobs = [job for job, _ in results]
+    assert jobs[3].id == jobs[0].id and jobs[4].id == holder.id
+    assert [job.idempotency_key for job in jobs[:4]] == keys[:4]
+    for job in jobs[:4] + jobs[5:]:  # jobs[4] is the holder, read for the key it settled
+        assert await store.job_get(job.id) == job
+    # Another request with a key taken: by a job, or by a holder that settled it.
+    for taken in (new_job(key="old", fingerprint="other"), new_job(key="held", fingerprint="x")):
+        with pytest.raises(IdempotencyKeyReused) as raised:
+            await store.job_insert_many([new_job(key="c", fingerprint="f"), taken], T0)
+        assert raised.value.extra["index"] == 1
+    assert len(await store.job_list(JobListParams(limit=20))) == 5  # c never stored
+
+
 async def test_a_batch_alike_but_for_type_payload_and_priority_stores_each_job_as_alone(
     store: Storage,
 ) -> None:
