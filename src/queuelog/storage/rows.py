@@ -212,25 +212,26 @@ def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[s
     if not alike:
         rows = [stored_columns(new) for new in jobs]
         return "job_insert_batch", {"jobs": json_param(rows), "now": to_micros(now)}
-    varying = [
-        {
-            "type": new.type,
-            "payload": payload_text(new),
-            "priority": int(new.priority),
-            "group": new.group,
-            "idempotency_key": new.idempotency_key,
-            "fingerprint": new.fingerprint,
-        }
-        for new in jobs
-    ]
     return "job_insert_batch_uniform", {
-        "jobs": json_param(varying),
+        "jobs": json_param([_varying_columns(new) for new in jobs]),
         "principal": first.principal,
         "max_retries": first.max_retries,
         "lease_seconds": first.lease_seconds,
         "run_at": to_micros(first.run_at),
         "now": to_micros(now),
         **_trace_columns(first),
+    }
+
+
+def _varying_columns(new: NewJob) -> dict[str, Any]:
+    """What ``job_insert_batch_uniform`` reads of each job (the rest is bound once)."""
+    return {
+        "type": new.type,
+        "payload": payload_text(new),
+        "priority": int(new.priority),
+        "group": new.group,
+        "idempotency_key": new.idempotency_key,
+        "fingerprint": new.fingerprint,
     }
 
 
