@@ -169,17 +169,12 @@ def id_status(job: Job | Row) -> tuple[int, JobStatus]:
 def stored_columns(new: NewJob) -> dict[str, Any]:
     """A new job's columns as both backends store them."""
     return {
-        "type": new.type,
-        "payload": payload_text(new),
-        "priority": int(new.priority),
+        **_varying_columns(new),
         "max_retries": new.max_retries,
         "lease_seconds": new.lease_seconds,
         "principal": new.principal,
-        "idempotency_key": new.idempotency_key,
-        "fingerprint": new.fingerprint,
         "run_at": to_micros(new.run_at),
         "unique_key": new.unique_key,
-        "group": new.group,
         **_trace_columns(new),
         # A job with dependencies is made waiting; the insert's transaction then settles it.
         "status": _made_as(new).value,
@@ -224,7 +219,8 @@ def insert_statement(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[s
 
 
 def _varying_columns(new: NewJob) -> dict[str, Any]:
-    """What ``job_insert_batch_uniform`` reads of each job (the rest is bound once)."""
+    """The columns a job of a batch may have of its own: all that
+    ``job_insert_batch_uniform`` reads of each job (it binds the rest once)."""
     return {
         "type": new.type,
         "payload": payload_text(new),
