@@ -16,7 +16,6 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	mkdir -p data
 	$(BIN)/queuelog serve --config $(CONFIG) --port $(PORT)
 
 lint: $(STAMP)
