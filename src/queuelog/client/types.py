@@ -76,7 +76,9 @@ class Job:
 
     def report_progress(self, progress: JsonObject) -> None:
         """In a handler: how far the work is (a JSON object of at most 4,096 bytes), sent
-        with the job's next heartbeat, at most one a second; the job shows the last one.
+        with the job's next heartbeat, at most one a second; the job shows the last one
+        sent. A report still unsent when the handler returns is dropped: the job's outcome
+        says how the work ended.
 
         Raises:
             ValueError: not a JSON object, too large, or not a job a Worker handed out.
