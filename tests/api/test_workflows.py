@@ -233,6 +233,33 @@ def test_a_redrive_brings_back_the_jobs_cancelled_because_of_it(
     assert status(producer, after["id"]) == "completed"
 
 
+def test_a_redrive_makes_a_run_mode_dependent_that_has_not_run_wait_again(
+    producer: Api, worker: Api, admin: Api
+) -> None:
+    a = enqueue(producer)
+    b = enqueue(producer, depends_on=[a["id"]])
+    after = enqueue(producer, depends_on=[a["id"], b["id"]], on_dependency_failure="run")
+    run(worker, a, fail=True)
+    assert statuses(producer, b, after) == ["cancelled", "pending"], "every dependency ended"
+    admin.post(f"/jobs/{a['id']}/retry")
+    assert statuses(producer, b, after) == ["waiting", "waiting"], "a and b run again first"
+    assert events(admin, after["id"])[-1] == ("requeued", "pending", "waiting")
+    assert drain(worker) == [a["id"], b["id"], after["id"]]
+
+
+def test_a_redrive_leaves_a_run_mode_dependent_that_ran_and_waits_for_a_retry(
+    producer: Api, worker: Api, admin: Api
+) -> None:
+    a = enqueue(producer, max_retries=0)
+    after = enqueue(producer, depends_on=[a["id"]], on_dependency_failure="run", max_retries=2)
+    run(worker, a, fail=True)
+    (held,) = claim(worker)
+    finish(worker, held, fail=True, retryable=True, retry_in_seconds=0)
+    assert status(producer, after["id"]) == "pending", "its retry"
+    admin.post(f"/jobs/{a['id']}/retry")
+    assert status(producer, after["id"]) == "pending", "it ran: left alone"
+
+
 def test_a_job_cancelled_by_a_dependency_retried_by_an_admin_waits_again(
     producer: Api, worker: Api, admin: Api
 ) -> None:

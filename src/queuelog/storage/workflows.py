@@ -182,7 +182,7 @@ def _record_released(
     level: dict[int, JobStatus],
     now: datetime,
 ) -> None:
-    _record_each(sql, ready, EventKind.READY, ACTOR, now)
+    _record_each(sql, ready, _READY, ACTOR, now)
     events = []
     for row in cancelled:
         cause = int(row["cancelled_by"])
@@ -225,16 +225,21 @@ def _job(sql: WorkflowSql, job_id: int) -> Job | None:
 def redrive(sql: WorkflowSql, requeued: Sequence[Job], actor: str, now: datetime) -> list[Job]:
     """After ``requeued`` jobs went back from failed or cancelled: the jobs their failure
     cancelled wait again, recursively (event ``requeued``), unless another dependency of
-    theirs failed too (a redrive of that one brings them back), and every waiting job
-    whose dependencies changed counts again what it waits for. The requeued jobs as they
-    are then: a job with dependencies waits, unless none is left (then it is ``ready``)."""
+    theirs failed too (a redrive of that one brings them back); so do their dependents in
+    run mode that their end made pending and that have not run yet, since what they
+    waited for runs again. Every waiting job whose dependencies changed counts again what
+    it waits for. The requeued jobs as they are then: a job with dependencies waits,
+    unless none is left (then it is ``ready``)."""
     counted = [job.id for job in requeued if job.status is JobStatus.WAITING]
     level = [job.id for job in requeued]
     while level:
         ids = sql.ids(level)
-        back = sql.rows("job_reinstate_dependents", {"ids": ids, "now": to_micros(now)})
+        args = {"ids": ids, "now": to_micros(now)}
+        back = sql.rows("job_reinstate_dependents", args)
         sql.run("job_cancel_moved", {"ids": ids})
-        _record_each(sql, [int(r["id"]) for r in back], EventKind.REQUEUED, actor, now)
+        _record_each(sql, [int(r["id"]) for r in back], _BACK, actor, now)
+        again = sql.rows("job_rewait_dependents", args)
+        _record_each(sql, [int(r["id"]) for r in again], _AGAIN, actor, now)
         counted += [int(r["id"]) for r in sql.rows("job_waiting_dependents", {"ids": ids})]
         level = [int(r["id"]) for r in back if r["has_dependents"]]
     if not counted:
@@ -242,20 +247,19 @@ def redrive(sql: WorkflowSql, requeued: Sequence[Job], actor: str, now: datetime
     sql.run("job_recount", {"ids": sql.ids(counted)})
     rows = sql.rows("job_ready_counted", {"ids": sql.ids(counted), "now": to_micros(now)})
     ready = {job.id: job for job in map(job_from_row, rows)}
-    _record_each(sql, list(ready), EventKind.READY, ACTOR, now)
+    _record_each(sql, list(ready), _READY, ACTOR, now)
     return [ready.get(job.id, job) for job in requeued]
 
 
-_MOVES = {
-    EventKind.READY: (JobStatus.WAITING, JobStatus.PENDING),
-    EventKind.REQUEUED: (JobStatus.CANCELLED, JobStatus.WAITING),
-}
+# The moves a redrive records, each an event kind and the statuses it goes between.
+_Move = tuple[EventKind, JobStatus, JobStatus]
+_READY: _Move = (EventKind.READY, JobStatus.WAITING, JobStatus.PENDING)
+_BACK: _Move = (EventKind.REQUEUED, JobStatus.CANCELLED, JobStatus.WAITING)
+_AGAIN: _Move = (EventKind.REQUEUED, JobStatus.PENDING, JobStatus.WAITING)
 
 
-def _record_each(
-    sql: WorkflowSql, ids: list[int], kind: EventKind, actor: str, now: datetime
-) -> None:
-    """One ``kind`` event (a job made ready, or brought back to wait) for each of ``ids``."""
+def _record_each(sql: WorkflowSql, ids: list[int], move: _Move, actor: str, now: datetime) -> None:
+    """One event of ``move`` (a job made ready, or brought back to wait) for each of ``ids``."""
     if ids:
-        before, after = _MOVES[kind]
+        kind, before, after = move
         sql.run("event_insert_each", each_event_params(ids, now, kind, before, after, actor))

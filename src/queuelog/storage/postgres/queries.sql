@@ -724,6 +724,15 @@ WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id = ANY(%(ids
       WHERE d.job_id = jobs.id AND dep.status IN ('failed', 'cancelled'))
 RETURNING id, status, has_dependents;
 
+-- name: job_rewait_dependents
+-- A redrive of jobs of %(ids)s: their dependents in run mode that the jobs' end made pending
+-- and that have not run (no attempt spent) wait again, for the jobs to end again
+-- (job_recount counts what they wait for). One that ran, or runs now, is left alone.
+UPDATE jobs SET status = 'waiting', updated_at = %(now)s::bigint
+WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id = ANY(%(ids)s::bigint[]))
+  AND status = 'pending' AND on_dependency_failure = 'run' AND retry_count = 0
+RETURNING id;
+
 -- name: job_cancel_moved
 -- The jobs a redriven job's failure cancelled that another failed dependency still
 -- holds cancelled: now cancelled by that one, whose redrive brings them back.
