@@ -7,12 +7,13 @@ import enum
 import importlib
 import json
 import logging
+import math
 import shutil
 import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, NoReturn, TextIO, TypeVar
 
 import click
 from rich.console import Console
@@ -183,11 +184,36 @@ def worker(
 # -- enqueue ----------------------------------------------------------------------
 
 
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is beyond what a JSON number may be")
+    return number
+
+
+def _not_json(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_json(text: str) -> Any:
+    """``text`` as JSON, refusing what the server refuses and Python's reader allows: NaN,
+    Infinity and numbers too large for a float (ValueError)."""
+    return json.loads(text, parse_float=_finite, parse_constant=_not_json)
+
+
+def finite_seconds(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """An option's number of seconds: finite and 0 or more (a float option takes nan and
+    inf)."""
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise click.BadParameter(f"{value} is not a number of seconds, 0 or more")
+    return value
+
+
 def payload_argument(text: str | None) -> dict[str, Any]:
     if text is None:
         return {}
     try:
-        payload = json.loads(text)
+        payload = strict_json(text)
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="PAYLOAD_JSON") from exc
     if not isinstance(payload, dict):
@@ -203,7 +229,7 @@ def read_jobs(stream: TextIO) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                item = json.loads(line)
+                item = strict_json(line)
             except ValueError as exc:
                 raise click.BadParameter(f"line {number} is not JSON: {exc}") from exc
             if not isinstance(item, dict) or "type" not in item:
@@ -270,7 +296,8 @@ def enqueue_file(client: Client, jobs: list[dict[str, Any]], batch_size: int) ->
 @click.option(
     "--wait",
     "wait_seconds",
-    type=click.FloatRange(min=0),
+    type=float,
+    callback=finite_seconds,
     help="Then await the job up to this many seconds and print its result (as `jobs wait`).",
 )
 @server_call

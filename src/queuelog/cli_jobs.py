@@ -13,6 +13,7 @@ from queuelog.cli_client import (
     asked,
     await_job,
     console,
+    finite_seconds,
     print_jobs,
     print_json,
     server_call,
@@ -108,7 +109,8 @@ def _cell(value: object) -> str:
 @click.argument("job_id", type=int)
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=float,
+    callback=finite_seconds,
     help="Give up after this many seconds (exit 5); default: wait as long as it takes.",
 )
 @server_call

@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from queuelog.models import JobStatus, Priority
-from queuelog.schedules import SCHEDULE_NAME, Cadence, CadenceError
+from queuelog.schedules import Cadence, CadenceError, schedule_name_error
 
 DEFAULT_DATABASE = "sqlite:///./data/queuelog.db"
 
@@ -145,8 +145,8 @@ class Settings(_Strict):
     def _schedules_are_well_formed(self) -> Settings:
         for name, schedule in self.schedules.items():
             where = f"schedules.{name}"
-            if not SCHEDULE_NAME.fullmatch(name):
-                raise ValueError(f"{where}: a schedule name is 1-64 of a-z 0-9 _ . -")
+            if problem := schedule_name_error(name):
+                raise ValueError(f"{where}: {problem}")
             try:  # whether it ever fires is the scheduler's to say (ScheduleIntake.spec)
                 schedule.cadence()
             except CadenceError as exc:

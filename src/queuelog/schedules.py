@@ -24,6 +24,20 @@ from queuelog.models import JsonObject, Priority
 
 # A schedule's name: it also names its jobs' principal, ``schedule:<name>``.
 SCHEDULE_NAME = re.compile(r"[a-z0-9_.-]{1,64}")
+# Its routes' path segment too (/schedules/NAME), where clients and browsers resolve
+# these two to the folder or its parent before sending: nothing could reach it.
+_DOT_SEGMENTS = frozenset({".", ".."})
+
+
+def schedule_name_error(name: str) -> str | None:
+    """Why ``name`` cannot name a schedule; None when it can."""
+    if not SCHEDULE_NAME.fullmatch(name):
+        return "a schedule name is 1-64 of a-z 0-9 _ . -"
+    if name in _DOT_SEGMENTS:
+        return "a schedule name is not . or .. (its routes could not be reached)"
+    return None
+
+
 PRINCIPAL_PREFIX = "schedule:"
 # Wall-clock matches looked at for one fire time: a match is passed over only when it
 # falls in a skipped or repeated span of wall time (an hour or two when clocks change),

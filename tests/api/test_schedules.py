@@ -223,6 +223,8 @@ def test_a_taken_name_is_409(admin: Api) -> None:
         ({"timezone": "../../../etc/passwd"}, "validation", "timezone"),
         ({"name": "Nightly Report"}, "validation", "name"),
         ({"name": "x" * 65}, "validation", "name"),
+        ({"name": "."}, "validation", "name"),  # hardening 18: its own path segment
+        ({"name": ".."}, "validation", "name"),
         ({"priority": "urgent"}, "validation", "priority"),
         ({"overlap": "no"}, "validation", "overlap"),
         ({"status": "paused"}, "validation", "status"),  # no mass assignment

@@ -116,6 +116,36 @@ def test_bad_usage_exits_2(real_server: RealServer) -> None:
     assert cli(real_server, "mailer", "worker", "examples.mailer:nothing").returncode == 2
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_hardening_19_json_numbers_the_server_refuses_exit_2_with_one_line(
+    real_server: RealServer, tmp_path: Path, number: str
+) -> None:
+    payload = f'{{"n": {number}}}'
+    path = tmp_path / "jobs.jsonl"
+    path.write_text(f'{{"type": "noop", "payload": {payload}}}\n')
+    for args in (
+        ("enqueue", "noop", payload),
+        ("enqueue", "--from-file", str(path)),
+        ("schedules", "create", "tick", "noop", payload, "--every-seconds", "60"),
+    ):
+        done = cli(real_server, "root", *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+        assert "is not JSON" in done.stderr or "beyond what a JSON number" in done.stderr
+
+
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-1"])
+def test_hardening_19_a_time_to_wait_that_is_not_a_number_of_seconds_exits_2(
+    real_server: RealServer, seconds: str
+) -> None:
+    for args in (
+        ("jobs", "wait", "1", "--timeout", seconds),
+        ("enqueue", "noop", "--wait", seconds),
+    ):
+        done = cli(real_server, "shop", *args)
+        assert done.returncode == 2 and "not a number of seconds" in done.stderr, done.stderr
+
+
 def test_worker_with_a_bad_key_exits_3(real_server: RealServer) -> None:
     done = cli(real_server, "ql_not_a_real_key", "worker", "examples.mailer:worker")
     assert done.returncode == 3

@@ -163,6 +163,16 @@ def test_a_bad_config_schedule_is_one_line_naming_it(
     assert "\n" not in line
 
 
+def test_hardening_18_a_config_schedule_named_a_dot_segment_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "q.toml"
+    path.write_text('[types.noop]\n[schedules.".."]\ntype = "noop"\nevery_seconds = 60\n')
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path, environ={})
+    assert str(refused.value) == "schedules...: a schedule name is not . or .. " + (
+        "(its routes could not be reached)"
+    )
+
+
 @pytest.mark.parametrize("cron", ["30 2 * 3 0L", "* 2 * 3 0L"])
 def test_hardening_12_a_cron_matching_only_a_skipped_hour_matches_no_time(cron: str) -> None:
     # Paris skips 02:00-03:00 on March's last Sunday: these crons name only that hour.
