@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
 from rich.console import Console
@@ -32,6 +32,7 @@ from queuelog.cli_output import (
 from queuelog.client import Client, Job, JobTimeout, Worker
 from queuelog.client.calls import EnqueueOptions
 from queuelog.models import PRIORITY_LABELS, JobStatus
+from queuelog.plain_json import check_plain
 
 EXIT_CODES = """\b
 Exit codes:
@@ -184,21 +185,12 @@ def worker(
 # -- enqueue ----------------------------------------------------------------------
 
 
-def _finite(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise ValueError(f"{text} is beyond what a JSON number may be")
-    return number
-
-
-def _not_json(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not JSON")
-
-
 def strict_json(text: str) -> Any:
-    """``text`` as JSON, refusing what the server refuses and Python's reader allows: NaN,
-    Infinity and numbers too large for a float (ValueError)."""
-    return json.loads(text, parse_float=_finite, parse_constant=_not_json)
+    """``text`` as JSON, refusing (ValueError) what the server refuses and Python's reader
+    allows: NaN, Infinity, numbers beyond a float, lone surrogates, deep nesting."""
+    value = json.loads(text)
+    check_plain(value)
+    return value
 
 
 def finite_seconds(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:

@@ -13,11 +13,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from queuelog.api.app import create_app
-from queuelog.api.schemas import MAX_JSON_DEPTH
 from queuelog.auth import KeyRing
 from queuelog.clock import FakeClock
 from queuelog.config import Settings
 from queuelog.models import Job, Role
+from queuelog.plain_json import MAX_JSON_DEPTH
 from queuelog.storage.sqlite.store import SqliteStorage
 from tests.conftest import Api, claim_one, enqueue, run_blocking
 

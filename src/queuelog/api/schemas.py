@@ -3,7 +3,6 @@ are in ``answers``."""
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -23,6 +22,7 @@ from pydantic.config import JsonDict
 
 from queuelog.auth import KEY_NAME
 from queuelog.models import MAX_ID, Priority, Role
+from queuelog.plain_json import check_plain
 
 PriorityLabel = Literal["low", "medium", "high", "critical"]
 
@@ -86,37 +86,9 @@ EverySeconds = Annotated[int, Field(strict=True, ge=1, le=366 * 86_400), BeforeV
 CRON_FIVE_FIELDS = r"^ *[!-~]+( +[!-~]+){4} *$"  # minute hour day month weekday, by spaces
 
 
-# Deeper JSON than any job needs; a limit keeps every later step (the fingerprint, the
-# encoders, the dashboard) far from the interpreter's recursion limit.
-MAX_JSON_DEPTH = 64
-
-
 def _plain_json(value: dict[str, Any]) -> dict[str, Any]:
-    """Refuse what JSON cannot carry back out (NaN/Infinity, lone surrogates) and
-    nesting deeper than ``MAX_JSON_DEPTH`` objects and arrays."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            raise ValueError("numbers must be finite (no NaN or Infinity)")
-        if isinstance(item, str):
-            _utf8(item)
-        elif isinstance(item, dict | list):
-            if depth > MAX_JSON_DEPTH:
-                raise ValueError(f"must not nest deeper than {MAX_JSON_DEPTH} levels")
-            if isinstance(item, dict):
-                for key in item:
-                    _utf8(key)
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
+    check_plain(value)
     return value
-
-
-def _utf8(text: str) -> None:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        raise ValueError("strings must be valid Unicode (no lone surrogates)") from None
 
 
 JsonObject = Annotated[dict[str, Any], AfterValidator(_plain_json)]

@@ -1,0 +1,39 @@
+"""What JSON a job's payload, result or progress may be: values that come back out as
+they went in. The server's request models and the CLI, which reads JSON its user gives,
+refuse the same values by this one check."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# Deeper JSON than any job needs; a limit keeps every later step (the fingerprint, the
+# encoders, the dashboard) far from the interpreter's recursion limit.
+MAX_JSON_DEPTH = 64
+
+
+def check_plain(value: Any) -> None:
+    """Refuse (ValueError) what JSON cannot carry back out (NaN/Infinity, lone
+    surrogates) and nesting deeper than ``MAX_JSON_DEPTH`` objects and arrays."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError("numbers must be finite (no NaN or Infinity)")
+        if isinstance(item, str):
+            _utf8(item)
+        elif isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"must not nest deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(item, dict):
+                for key in item:
+                    _utf8(key)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+
+
+def _utf8(text: str) -> None:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise ValueError("strings must be valid Unicode (no lone surrogates)") from None
