@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from queuelog.clock import FakeClock
 from tests.conftest import Api, enqueue
 
@@ -233,31 +235,43 @@ def test_a_redrive_brings_back_the_jobs_cancelled_because_of_it(
     assert status(producer, after["id"]) == "completed"
 
 
-def test_a_redrive_makes_a_run_mode_dependent_that_has_not_run_wait_again(
+def test_a_redrive_makes_a_run_mode_dependent_no_worker_took_wait_again(
     producer: Api, worker: Api, admin: Api
 ) -> None:
     a = enqueue(producer)
     b = enqueue(producer, depends_on=[a["id"]])
-    after = enqueue(producer, depends_on=[a["id"], b["id"]], on_dependency_failure="run")
+    direct = enqueue(producer, depends_on=[a["id"]], on_dependency_failure="run", delay_seconds=60)
+    through_b = enqueue(producer, depends_on=[b["id"]], on_dependency_failure="run")
     run(worker, a, fail=True)
-    assert statuses(producer, b, after) == ["cancelled", "pending"], "every dependency ended"
+    assert statuses(producer, b, direct, through_b) == ["cancelled", "pending", "pending"]
     admin.post(f"/jobs/{a['id']}/retry")
-    assert statuses(producer, b, after) == ["waiting", "waiting"], "a and b run again first"
-    assert events(admin, after["id"])[-1] == ("requeued", "pending", "waiting")
-    assert drain(worker) == [a["id"], b["id"], after["id"]]
+    # b waits for a again, so through_b waits for b: the redrive reaches it through b.
+    assert statuses(producer, b, direct, through_b) == ["waiting", "waiting", "waiting"]
+    for job in (direct, through_b):
+        assert events(admin, job["id"])[-1] == ("requeued", "pending", "waiting")
+    assert drain(worker) == [a["id"], b["id"], through_b["id"]]
+    assert (
+        admin.get(f"/jobs/{direct['id']}").json()["run_at"]
+        > admin.get(f"/jobs/{a['id']}").json()["run_at"]
+    ), "its delay is kept"
 
 
-def test_a_redrive_leaves_a_run_mode_dependent_that_ran_and_waits_for_a_retry(
-    producer: Api, worker: Api, admin: Api
+@pytest.mark.parametrize("took", ["snoozed", "retried"])
+def test_a_redrive_leaves_a_run_mode_dependent_a_worker_took(
+    producer: Api, worker: Api, admin: Api, took: str
 ) -> None:
     a = enqueue(producer, max_retries=0)
     after = enqueue(producer, depends_on=[a["id"]], on_dependency_failure="run", max_retries=2)
     run(worker, a, fail=True)
     (held,) = claim(worker)
-    finish(worker, held, fail=True, retryable=True, retry_in_seconds=0)
-    assert status(producer, after["id"]) == "pending", "its retry"
+    if took == "snoozed":  # its handler ran, then gave the job back unrun
+        release = {"lease_token": held["lease_token"], "delay_seconds": 0}
+        assert worker.post(f"/jobs/{after['id']}/release", json=release).status_code == 200
+    else:
+        finish(worker, held, fail=True, retryable=True, retry_in_seconds=0)
+    assert status(producer, after["id"]) == "pending"
     admin.post(f"/jobs/{a['id']}/retry")
-    assert status(producer, after["id"]) == "pending", "it ran: left alone"
+    assert status(producer, after["id"]) == "pending", "a worker took it: left alone"
 
 
 def test_a_job_cancelled_by_a_dependency_retried_by_an_admin_waits_again(

@@ -283,9 +283,9 @@ async def cancel_job(job_id: IdPath, caller: Canceller, service: ServiceDep) -> 
         "`failed` or `cancelled` -> `pending` with `retry_count = 0` and `run_at = now`; a "
         "job with dependencies -> `waiting` until they have ended as it needs (at once "
         "`ready` if they have). The jobs that its failure cancelled (event "
-        "`dependency_failed`) wait again, recursively (event `requeued`), and so do its "
-        "`run`-mode dependents that its end made `pending` and that have not run yet (no "
-        "attempt spent); those that ran, or run now, are left alone."
+        "`dependency_failed`) wait again, recursively (event `requeued`), and so do the "
+        "`run`-mode dependents of these jobs that their end made `pending` and that no "
+        "worker has held yet; one a worker held (even if it snoozed) is left alone."
     ),
     responses=problems(*AUTHED, 404, 409),
 )

@@ -634,11 +634,13 @@ RETURNING id, status, has_dependents;
 
 -- name: job_rewait_dependents
 -- A redrive of jobs of :ids: their dependents in run mode that the jobs' end made pending
--- and that have not run (no attempt spent) wait again, for the jobs to end again
--- (job_recount counts what they wait for). One that ran, or runs now, is left alone.
+-- and that no worker has held yet (no 'claimed' event) wait again, for the jobs to end
+-- again (job_recount counts what they wait for). One a worker held, even if it gave it
+-- back (a snooze) or it was retried since, may have acted already: it is left alone.
 UPDATE jobs SET status = 'waiting', updated_at = :now
 WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id IN (SELECT value FROM json_each(:ids)))
-  AND +status = 'pending' AND on_dependency_failure = 'run' AND retry_count = 0
+  AND +status = 'pending' AND on_dependency_failure = 'run'
+  AND NOT EXISTS (SELECT 1 FROM job_events AS e WHERE e.job_id = jobs.id AND e.event = 'claimed')
 RETURNING id;
 
 -- name: job_cancel_moved
