@@ -274,6 +274,20 @@ def test_a_redrive_leaves_a_run_mode_dependent_a_worker_took(
     assert status(producer, after["id"]) == "pending", "a worker took it: left alone"
 
 
+def test_a_redrive_brings_back_a_dependent_whose_unique_key_a_new_job_holds(
+    producer: Api, worker: Api, admin: Api
+) -> None:
+    a = enqueue(producer, max_retries=0)
+    b = enqueue(producer, depends_on=[a["id"]], unique_key="report")
+    run(worker, a, fail=True)
+    assert status(producer, b["id"]) == "cancelled"
+    holder = enqueue(producer, unique_key="report")  # the key is free: a new job holds it
+    retried = admin.post(f"/jobs/{a['id']}/retry")
+    assert retried.status_code == 200, retried.text
+    assert statuses(producer, b, holder) == ["waiting", "pending"]
+    assert drain(worker) == [*sorted([a["id"], holder["id"]]), b["id"]]
+
+
 def test_a_job_cancelled_by_a_dependency_retried_by_an_admin_waits_again(
     producer: Api, worker: Api, admin: Api
 ) -> None:

@@ -135,6 +135,19 @@ async def test_group_concurrency_two_takes_two_of_a_group(store: Storage) -> Non
     assert [j.payload["n"] for j in await store.job_claim(claim)] == [0, 1]
 
 
+@pytest.mark.parametrize("slots", [3, 5])
+async def test_a_group_gives_a_claim_every_free_slot_before_later_jobs(
+    store: Storage, slots: int
+) -> None:
+    wide = {"grouped": FlowLimits(group_concurrency=slots)}
+    specs = [job("grouped", "a", i) for i in range(slots + 1)] + [job("grouped", None, 9)]
+    for i, spec in enumerate(specs):  # distinct creation times: a strict claim order
+        await store.job_insert_many([spec], T0 + timedelta(microseconds=i))
+    claim = replace(params(T0 + timedelta(seconds=1), limit=slots + 1), limits=wide)
+    taken = [j.payload["n"] for j in await store.job_claim(claim)]
+    assert taken == [*range(slots), 9], "the group's older jobs first, up to its slots"
+
+
 async def test_rate_limit_counts_claims_in_a_sliding_window(store: Storage) -> None:
     await store.job_insert_many([job("rated", n=i) for i in range(6)], T0)
     assert len(await store.job_claim(params(T0, limit=5))) == 2

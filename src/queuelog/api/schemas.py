@@ -174,7 +174,8 @@ class EnqueueRequest(_Request):
         description=(
             "With `unique_key`: `keep` (default) answers 200 with the active job; `replace` "
             "gives a pending one this request's payload, priority and run_at (200, event "
-            "`replaced`; its other fields stay as they are), or makes a new job (201) while the one holding the key runs."
+            "`replaced`; its other fields stay as they are), or makes a new job (201) while "
+            "the one holding the key runs."
         ),
     )
     group: Group | None = None

@@ -177,16 +177,16 @@ def _by_group(
 ) -> Iterator[Place]:
     """The grouped candidates in claim order, each group's up to its free slots.
 
-    Every group's first ready job is known; a group's further jobs are read only once
-    its first is taken, so a claim reads at most one more list per job it takes.
+    Every group's first ready job is known; once it is taken, the group's next ones (up
+    to its free slots and the claim's room) are read in one list, so a claim reads at
+    most one more list per group it takes from.
     """
     while heads:
         place, group, free = heapq.heappop(heads)
         yield place
         if free < 2:
             continue
-        more = sql.rows("ready_of_group", {**args, "group": group, "limit": free})
-        rest = iter([_place(r) for r in more if _place(r) > place])
-        nxt = next(rest, None)
-        if nxt is not None:
-            heapq.heappush(heads, (nxt, group, free - 1))
+        limit = min(free, args["limit"])  # the list begins with the job just taken
+        more = sql.rows("ready_of_group", {**args, "group": group, "limit": limit})
+        for later in [_place(r) for r in more if _place(r) > place]:
+            heapq.heappush(heads, (later, group, 1))  # read already: no list of its own

@@ -714,9 +714,10 @@ RETURNING jobs.id, jobs.status;
 -- name: job_reinstate_dependents
 -- A redrive of jobs of %(ids)s: the jobs their failure cancelled wait again (job_recount
 -- then counts what they wait for), unless another of their dependencies failed or was
--- cancelled (job_cancel_moved).
+-- cancelled (job_cancel_moved). As a redriven job (job_requeue), it comes back without
+-- holding its unique key: another job may hold it by now.
 UPDATE jobs
-SET status = 'waiting', cancelled_by = NULL, updated_at = %(now)s::bigint
+SET status = 'waiting', cancelled_by = NULL, unique_hold = NULL, updated_at = %(now)s::bigint
 WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id = ANY(%(ids)s::bigint[]))
   AND status = 'cancelled' AND cancelled_by = ANY(%(ids)s::bigint[])
   AND NOT EXISTS (

@@ -622,9 +622,10 @@ RETURNING jobs.id, jobs.status;
 -- name: job_reinstate_dependents
 -- A redrive of jobs of :ids: the jobs their failure cancelled wait again (job_recount
 -- then counts what they wait for), unless another of their dependencies failed or was
--- cancelled (job_cancel_moved).
+-- cancelled (job_cancel_moved). As a redriven job (job_requeue), it comes back without
+-- holding its unique key: another job may hold it by now.
 UPDATE jobs
-SET status = 'waiting', cancelled_by = NULL, updated_at = :now
+SET status = 'waiting', cancelled_by = NULL, unique_hold = NULL, updated_at = :now
 WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id IN (SELECT value FROM json_each(:ids)))
   AND +status = 'cancelled' AND cancelled_by IN (SELECT value FROM json_each(:ids))
   AND NOT EXISTS (
