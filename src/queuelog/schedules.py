@@ -27,6 +27,13 @@ SCHEDULE_NAME = re.compile(r"[a-z0-9_.-]{1,64}")
 # Its routes' path segment too (/schedules/NAME), where clients and browsers resolve
 # these two to the folder or its parent before sending: nothing could reach it.
 _DOT_SEGMENTS = frozenset({".", ".."})
+# Both rules as one pattern for the published schema, so that what a client checks
+# before sending is what is refused. Alternatives, not a look-ahead, which not every
+# JSON Schema reader or test generator follows: a first character that is not a dot,
+# a dot then one that is not, or two dots then at least one more character.
+PUBLISHED_SCHEDULE_NAME = (
+    r"^(?:[a-z0-9_-][a-z0-9_.-]{0,63}|\.[a-z0-9_-][a-z0-9_.-]{0,62}|\.\.[a-z0-9_.-]{1,62})$"
+)
 
 
 def schedule_name_error(name: str) -> str | None:

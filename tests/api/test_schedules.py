@@ -253,6 +253,13 @@ def test_hardening_18_a_schedule_named_a_dot_segment_is_422(admin: Api, name: st
     assert name not in {s["name"] for s in admin.get("/schedules").json()["schedules"]}
 
 
+@pytest.mark.parametrize("name", ["...", ".nightly", "..old"])
+def test_a_schedule_name_with_dots_that_is_no_dot_segment_is_created(admin: Api, name: str) -> None:
+    body = {"name": name, "every_seconds": 60, "type": "noop"}
+    assert admin.post("/schedules", json=body).status_code == 201
+    assert admin.get(f"/schedules/{name}").json()["name"] == name
+
+
 def test_a_payload_over_the_limit_is_422(admin: Api) -> None:
     big = {"blob": "x" * 70_000}
     response = admin.post(

@@ -13,9 +13,10 @@ import queuelog
 SDK = Path(queuelog.__file__).parent / "client"
 SERVER_LIBRARIES = {"fastapi", "starlette", "uvicorn", "psycopg", "psycopg_pool", "pydantic"}
 SERVER_LIBRARIES |= {"jsonschema", "prometheus_client", "jinja2", "sqlite3", "orjson"}
-# What the SDK shares with the server: the domain's errors and models, and the clock's
-# time format. Everything else of queuelog belongs to the server.
+# What the SDK shares with the server: the domain's errors and models, the clock's
+# time format and the JSON the server accepts. Everything else belongs to the server.
 SHARED = {"queuelog", "queuelog._version", "queuelog.errors", "queuelog.models", "queuelog.clock"}
+SHARED |= {"queuelog.plain_json"}
 
 
 def _loaded_by(module: str) -> set[str]:

@@ -3,13 +3,14 @@ and both daylight-saving changes of Europe/Paris."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from queuelog.config import ConfigError, Settings, load_settings
-from queuelog.schedules import Cadence, CadenceError
+from queuelog.schedules import PUBLISHED_SCHEDULE_NAME, Cadence, CadenceError, schedule_name_error
 from tests.realserver import toml_text
 
 
@@ -171,6 +172,17 @@ def test_hardening_18_a_config_schedule_named_a_dot_segment_is_refused(tmp_path:
     assert str(refused.value) == "schedules...: a schedule name is not . or .. " + (
         "(its routes could not be reached)"
     )
+
+
+NAMES = [".", "..", "...", ".a", "a.", "..a", "a..", "-", "_", "a" * 64, "a" * 65, ""]
+NAMES += ["." + "a" * 63, "." + "a" * 64, ".." + "a" * 62, ".." + "a" * 63, "A", "a/b"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_published_name_pattern_refuses_what_the_config_refuses(name: str) -> None:
+    # The API validates by the published pattern, the config by schedule_name_error.
+    published = re.fullmatch(PUBLISHED_SCHEDULE_NAME.strip("^$"), name) is not None
+    assert published == (schedule_name_error(name) is None)
 
 
 @pytest.mark.parametrize("cron", ["30 2 * 3 0L", "* 2 * 3 0L"])

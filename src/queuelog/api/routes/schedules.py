@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from queuelog.api.answers import JobOut, job_json
 from queuelog.api.deps import Admin
@@ -16,7 +16,7 @@ from queuelog.app_state import state_of
 from queuelog.clock import rfc3339
 from queuelog.config import ScheduleConfig
 from queuelog.scheduler import Scheduler
-from queuelog.schedules import SCHEDULE_NAME, ZONES, Schedule, schedule_name_error
+from queuelog.schedules import PUBLISHED_SCHEDULE_NAME, ZONES, Schedule
 
 router = APIRouter(prefix="/schedules", tags=["schedules"])
 
@@ -26,12 +26,6 @@ async def _scheduler(request: Request) -> Scheduler:
 
 
 SchedulerDep = Annotated[Scheduler, Depends(_scheduler)]
-
-
-def _usable_name(name: str) -> str:
-    if problem := schedule_name_error(name):
-        raise ValueError(problem)
-    return name
 
 
 class ScheduleCreateRequest(ScheduleConfig):
@@ -53,8 +47,7 @@ class ScheduleCreateRequest(ScheduleConfig):
 
     name: Annotated[
         StrictStr,
-        Field(pattern=f"^{SCHEDULE_NAME.pattern}$", description="Neither `.` nor `..`."),
-        AfterValidator(_usable_name),
+        Field(pattern=PUBLISHED_SCHEDULE_NAME, description="Neither `.` nor `..`."),
     ]
     cron: Annotated[StrictStr, Field(pattern=CRON_FIVE_FIELDS, max_length=200)] | None = None
     every_seconds: EverySeconds | None = None
