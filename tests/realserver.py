@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -79,9 +80,14 @@ def toml_text(data: Mapping[str, Any], table: tuple[str, ...] = ()) -> str:
         path = (*table, key)
         body = toml_text(value, path)
         # A table holding only tables needs no header of its own.
-        header = "" if body.startswith("\n[") else f"\n[{'.'.join(path)}]\n"
+        header = "" if body.startswith("\n[") else f"\n[{'.'.join(map(_toml_key, path))}]\n"
         text += header + body
     return text
+
+
+def _toml_key(key: str) -> str:
+    """A bare key where TOML allows one, else a quoted one (a type named ``team/mail``)."""
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
 
 
 def _merged(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

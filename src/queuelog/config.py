@@ -139,6 +139,10 @@ class Settings(_Strict):
         for name in types:
             if not 1 <= len(name) <= 100 or not name.isprintable():
                 raise ValueError(f"bad job type name: {name!r}")
+            if name in {".", ".."}:  # clients resolve it out of /types/NAME/pause
+                raise ValueError(
+                    f"job type name {name!r}: not . or .. (its routes could not be reached)"
+                )
         return types
 
     @model_validator(mode="after")

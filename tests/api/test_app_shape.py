@@ -62,8 +62,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/schedules/{name}/resume"): KEY,
     ("POST", "/schedules/{name}/trigger"): KEY,
     ("GET", "/types"): KEY,
-    ("POST", "/types/{job_type}/pause"): KEY,
-    ("POST", "/types/{job_type}/resume"): KEY,
+    ("POST", "/types/{job_type:path}/pause"): KEY,
+    ("POST", "/types/{job_type:path}/resume"): KEY,
     ("GET", "/stats"): KEY,
     ("GET", "/metrics"): KEY,
     ("GET", "/ui/static/{name}"): UI_PUBLIC,
@@ -87,8 +87,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/ui/retry-failed"): UI_LOGIN,
     ("POST", "/ui/keys"): UI_LOGIN,
     ("POST", "/ui/keys/{key_id}/revoke"): UI_LOGIN,
-    ("POST", "/ui/types/{job_type}/pause"): UI_LOGIN,
-    ("POST", "/ui/types/{job_type}/resume"): UI_LOGIN,
+    ("POST", "/ui/types/{job_type:path}/pause"): UI_LOGIN,
+    ("POST", "/ui/types/{job_type:path}/resume"): UI_LOGIN,
 }
 
 _AUTHENTICATE = get_args(CurrentKey)[1].dependency

@@ -23,6 +23,7 @@ FLOW_TYPES: dict[str, dict[str, Any]] = {
     "partner": {"concurrency": 2, "group_concurrency": 1},
     "metered": {"rate_limit": {"jobs": 5, "per_seconds": 1}},
     "nap": {"max_retries": 0},
+    "team/mail": {},  # a name with a slash: a path segment of its own routes
 }
 
 
@@ -48,6 +49,9 @@ def test_client_lists_pauses_and_resumes_types(server: RealServer) -> None:
         assert not resumed.paused and resumed.paused_by is None
         with pytest.raises(NotFound):
             root.pause_type("nope")
+        assert root.pause_type("team/mail").paused
+        assert [t.name for t in root.list_types() if t.paused] == ["team/mail"]
+        assert not root.resume_type("team/mail").paused
 
 
 def test_async_client_and_group_on_enqueue(server: RealServer) -> None:

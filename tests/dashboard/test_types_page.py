@@ -22,6 +22,8 @@ def settings(tmp_path: Path) -> Settings:
             "group_concurrency": 1,
             "rate_limit": {"jobs": 10, "per_seconds": 2},
         },
+        "team/mail": {},  # a name with a slash: its buttons' path has it
+        "a/../noop": {},  # a browser would resolve its dot segment: it must not
     }
     return make_settings(tmp_path, types=types)
 
@@ -65,3 +67,16 @@ def test_pause_forms_need_the_csrf_token_and_a_configured_type(browser: Browser)
     assert refused.status_code == 403
     assert "paused by" not in browser.get("/ui/types").text
     assert browser.post("/ui/types/nope/pause").status_code == 404
+
+
+def test_hardening_20_a_type_named_with_a_slash_is_paused_and_resumed_from_its_buttons(
+    browser: Browser, admin: Api
+) -> None:
+    page = browser.get("/ui/types").text
+    assert 'action="/ui/types/team%2Fmail/pause"' in _row(page, "team/mail")
+    assert 'action="/ui/types/a%2F..%2Fnoop/pause"' in _row(page, "a/../noop")
+    assert browser.post("/ui/types/team%2Fmail/pause").status_code == 303
+    paused = {t["name"]: t["paused"] for t in admin.get("/types").json()["types"]}
+    assert paused["team/mail"] and not paused["noop"]
+    assert browser.post("/ui/types/team/mail/resume").status_code == 303
+    assert not {t["name"]: t for t in admin.get("/types").json()["types"]}["team/mail"]["paused"]

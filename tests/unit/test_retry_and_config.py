@@ -73,3 +73,13 @@ def test_config_connection_wait_from_the_file_or_the_environment(tmp_path: Path)
     assert load_settings(path, env).connection_wait_seconds == 3.0
     with pytest.raises(ConfigError, match="connection_wait_seconds"):
         load_settings(None, {"QUEUELOG_CONNECTION_WAIT_SECONDS": "0"})
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_hardening_20_a_job_type_named_a_dot_segment_is_refused(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "q.toml"
+    path.write_text(f'[types."{name}"]\n')
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path, environ={})
+    assert f"job type name '{name}': not . or .. " in str(refused.value)
+    assert "\n" not in str(refused.value)

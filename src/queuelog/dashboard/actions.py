@@ -47,13 +47,13 @@ async def retry_failed(request: Request, posted: Posted) -> Response:
     return _see(f"/ui/jobs?{query}")
 
 
-@router.post("/types/{job_type}/pause")
+@router.post("/types/{job_type:path}/pause")
 async def pause_type(request: Request, job_type: str, posted: Posted) -> Response:
     await state_of(request).service.flow.set_paused(posted.admin, job_type, True)
     return _see("/ui/types?notice=type-paused")
 
 
-@router.post("/types/{job_type}/resume")
+@router.post("/types/{job_type:path}/resume")
 async def resume_type(request: Request, job_type: str, posted: Posted) -> Response:
     await state_of(request).service.flow.set_paused(posted.admin, job_type, False)
     return _see("/ui/types?notice=type-resumed")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from queuelog.models import JobStatus, MinuteCounts
 
@@ -15,6 +16,12 @@ STATUSES = [s.value for s in JobStatus]
 
 def when(at: datetime | None) -> str:
     return "" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def path_segment(name: str) -> str:
+    """``name`` as one segment of a path, its slashes too: Jinja's ``urlencode`` keeps
+    them, and a browser resolves ``..`` between real slashes before sending."""
+    return quote(name, safe="")
 
 
 def duration(seconds: float | None) -> str:

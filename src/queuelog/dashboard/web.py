@@ -69,6 +69,7 @@ def _environment() -> jinja2.Environment:
         pretty=views.pretty_json,
         duration=views.duration,
         progress=views.progress_cell,
+        segment=views.path_segment,
     )
     return env
 

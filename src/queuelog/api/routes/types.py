@@ -43,7 +43,16 @@ class TypeListOut(BaseModel):
 
 router = APIRouter(prefix="/types", tags=["types"])
 
-TypeName = Annotated[str, Path(min_length=1, max_length=100, description="A configured job type.")]
+# The rest of the path before /pause or /resume: a type's name may hold a slash
+# (``team/mail``), sent as it is or as %2F.
+TypeName = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=100,
+        description="A configured job type; a slash in its name may be sent as it is or as `%2F`.",
+    ),
+]
 
 _NO_TYPE = "`not-found`: the job type is not configured."
 _BAD_NAME = "`validation`: the type name is longer than 100 characters."
@@ -82,7 +91,7 @@ async def list_types(_: Admin, service: ServiceDep) -> Response:
 
 
 @router.post(
-    "/{job_type}/pause",
+    "/{job_type:path}/pause",
     response_model=TypeOut,
     summary="Pause a job type (admin)",
     description=(
@@ -99,7 +108,7 @@ async def pause_type(job_type: TypeName, caller: Admin, service: ServiceDep) -> 
 
 
 @router.post(
-    "/{job_type}/resume",
+    "/{job_type:path}/resume",
     response_model=TypeOut,
     summary="Resume a paused job type (admin)",
     description=(
