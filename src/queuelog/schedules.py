@@ -118,9 +118,14 @@ class Cadence:
             step = self.every_seconds * 1_000_000
             return from_micros(to_micros(at) // step * step)
         tz = zone(self.timezone)
-        # cronsim's reverse walk starts strictly before its start: a microsecond on.
-        wall = at.astimezone(tz).replace(tzinfo=None) + timedelta(microseconds=1)
-        for candidate in self._matches(CronSim(self._cron, wall, reverse=True)):
+        wall = at.astimezone(tz).replace(tzinfo=None)
+        # In a repeated hour's second pass the clock has already shown later wall times,
+        # whose first occurrence came before ``at``: the walk starts from the latest shown
+        # (``at`` read at the earlier offset). cronsim's reverse walk starts strictly
+        # before its start: a microsecond on.
+        shown = wall + (at - wall.replace(tzinfo=tz, fold=0).astimezone(UTC))
+        start = shown + timedelta(microseconds=1)
+        for candidate in self._matches(CronSim(self._cron, start, reverse=True)):
             placed = _placed(candidate, tz)
             if placed is not None and placed <= at:
                 return placed

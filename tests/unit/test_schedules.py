@@ -113,6 +113,18 @@ def test_fall_back_every_quarter_hour_through_the_repeated_hour() -> None:
     assert len(set(times)) == len(times)
 
 
+def test_fall_back_a_late_fire_makes_up_the_latest_fire_of_the_first_pass() -> None:
+    # At 01:10 UTC the clock shows 02:10 CET for the second time; 02:30 CEST (00:30 UTC)
+    # has been shown already and is the latest fire, though its wall time is later.
+    cadence = Cadence.parse("*/30 * * * *", None, "Europe/Paris")
+    assert cadence.latest_at_or_before(utc(2026, 10, 25, 1, 10)) == utc(2026, 10, 25, 0, 30)
+    assert cadence.latest_at_or_before(utc(2026, 10, 25, 0, 59)) == utc(2026, 10, 25, 0, 30)
+    assert cadence.latest_at_or_before(utc(2026, 10, 25, 2, 0)) == utc(2026, 10, 25, 2, 0)
+    # Every fire time next_after gives is its own latest; none comes from the second pass.
+    for fire in fires(cadence, utc(2026, 10, 24, 23, 0), 12):
+        assert cadence.latest_at_or_before(fire) == fire
+
+
 @pytest.mark.parametrize(
     ("cron", "every", "timezone", "field"),
     [
