@@ -8,10 +8,12 @@ the extra: without it, a command says in one line which extra to install (exit 2
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from queuelog.cli_output import one_line
 from queuelog.extras import installed
@@ -38,11 +40,22 @@ def require(extra: str, what: str) -> None:
         )
 
 
+def _existing_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The config file's path, or a usage error naming where it came from: the option,
+    or ``$QUEUELOG_CONFIG`` when that set it."""
+    if value is None or os.path.isfile(value):
+        return value
+    from_env = ctx.get_parameter_source("config_path") is ParameterSource.ENVIRONMENT
+    hint = "QUEUELOG_CONFIG" if from_env else "'--config'"
+    raise click.BadParameter(f"no file {value!r}", param_hint=hint)
+
+
 config_option = click.option(
     "--config",
     "config_path",
-    type=click.Path(exists=True, dir_okay=False),
+    type=click.Path(dir_okay=False),
     envvar="QUEUELOG_CONFIG",
+    callback=_existing_file,
     help="TOML config file (default: $QUEUELOG_CONFIG).",
 )
 

@@ -44,11 +44,13 @@ class Server(_Strict):
     (or requests in flight), a request is answered 503. A long-poll claim is woken when a
     job is made ready; it also looks again every ``claim_recheck_seconds``, for jobs made
     ready where no notification reaches it. With ``otel``, every request is traced
-    through OpenTelemetry's ASGI instrumentation (the ``otel`` extra)."""
+    through OpenTelemetry's ASGI instrumentation (the ``otel`` extra). A dashboard login
+    lasts ``ui_session_seconds``: at least a minute, so that a login can be used at all."""
 
     limit_concurrency: int = Field(1000, ge=1)
     claim_recheck_seconds: float = Field(1.0, gt=0, le=30)
     otel: bool = False
+    ui_session_seconds: int = Field(8 * 3600, ge=60, le=30 * 86_400)
 
 
 class Retention(_Strict):
@@ -185,6 +187,7 @@ ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
     "QUEUELOG_LIMIT_CONCURRENCY": ("server", "limit_concurrency"),
     "QUEUELOG_CLAIM_RECHECK_SECONDS": ("server", "claim_recheck_seconds"),
     "QUEUELOG_OTEL": ("server", "otel"),
+    "QUEUELOG_UI_SESSION_SECONDS": ("server", "ui_session_seconds"),
 }
 
 
@@ -198,24 +201,29 @@ def load_settings(
     if path:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
+    overridden: dict[str, str] = {}
     for var, (section, key) in ENV_OVERRIDES.items():
         if var in env:
             target = data.setdefault(section, {}) if section else data
             target[key] = env[var]
+            overridden[f"{section}.{key}" if section else key] = var
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_first_problem(exc)) from None
+        raise ConfigError(_first_problem(exc, overridden)) from None
 
 
 class ConfigError(ValueError):
     """A setting the queue cannot run with; its text is one line naming the setting."""
 
 
-def _first_problem(exc: ValidationError) -> str:
-    """The first refused setting as one line: its dotted name, then why."""
+def _first_problem(exc: ValidationError, overridden: Mapping[str, str]) -> str:
+    """The first refused setting as one line: its dotted name (and the environment
+    variable that set it, if one did: the file may not have it at all), then why."""
     error = exc.errors()[0]
     name = ".".join(str(part) for part in error["loc"])
+    if name in overridden:
+        name = f"{overridden[name]} ({name})"
     message = str(error["msg"]).removeprefix("Value error, ")
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     # A check of the whole file names the setting in its message.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from fastapi.testclient import TestClient
 
 from queuelog.api.app import create_app
@@ -201,10 +200,10 @@ def test_session_lifetime_is_configurable(
     storage: SqliteStorage,
     clock: FakeClock,
     make_key: KeyMaker,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("QUEUELOG_UI_SESSION_SECONDS", "600")
-    app = create_app(settings, storage=storage, clock=clock, run_maintenance=False)
+    server = settings.server.model_copy(update={"ui_session_seconds": 600})
+    configured = settings.model_copy(update={"server": server})
+    app = create_app(configured, storage=storage, clock=clock, run_maintenance=False)
     _, key = make_key("root", "admin")
     with TestClient(app) as client:
         response = log_in(client, key)

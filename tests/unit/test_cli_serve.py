@@ -1,10 +1,12 @@
-"""``queuelog serve`` on an address it cannot have: one line, exit 3, nothing done."""
+"""``queuelog serve`` on an address it cannot have: one line, exit 3, nothing done; with a
+setting it cannot run with: one line, exit 1."""
 
 from __future__ import annotations
 
 import socket
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from queuelog.cli import main
@@ -36,3 +38,29 @@ def test_serve_on_a_host_that_is_not_an_address_exits_3(tmp_path: Path) -> None:
     assert result.exit_code == 3
     assert result.output.startswith("Error: cannot listen on no.such.invalid:8000: ")
     assert not (tmp_path / "q.db").exists()
+
+
+@pytest.mark.parametrize("seconds", ["abc", "0", "-5"])
+def test_serve_with_a_bad_dashboard_session_variable_exits_1_with_one_line(
+    tmp_path: Path, seconds: str
+) -> None:
+    config = tmp_path / "q.toml"
+    config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n')
+    env = {"QUEUELOG_UI_SESSION_SECONDS": seconds}
+    result = CliRunner().invoke(main, ["serve", "--config", str(config)], env=env)
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    prefix = "Error: cannot load the configuration: QUEUELOG_UI_SESSION_SECONDS "
+    assert line.startswith(prefix + "(server.ui_session_seconds): ")
+    assert not (tmp_path / "q.db").exists()
+
+
+def test_a_config_file_that_is_not_there_is_named_where_it_was_given(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nowhere.toml")
+    from_env = CliRunner().invoke(main, ["migrate"], env={"QUEUELOG_CONFIG": missing})
+    assert from_env.exit_code == 2
+    assert f"Error: Invalid value for QUEUELOG_CONFIG: no file '{missing}'" in from_env.output
+    from_option = CliRunner().invoke(main, ["migrate", "--config", missing])
+    assert from_option.exit_code == 2
+    assert f"Error: Invalid value for '--config': no file '{missing}'" in from_option.output
+    assert not list(tmp_path.iterdir())  # nothing made

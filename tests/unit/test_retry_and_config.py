@@ -48,8 +48,30 @@ def test_config_rejects_unknown_settings_and_bad_values(tmp_path: Path) -> None:
     path.write_text("typo_setting = 1\n")
     with pytest.raises(ConfigError, match=r"^typo_setting: "):
         load_settings(path, {})
-    with pytest.raises(ConfigError, match=r"^durability: "):
+    # A value from the environment is named by its variable: the file may not have it.
+    with pytest.raises(ConfigError, match=r"^QUEUELOG_DURABILITY \(durability\): "):
         load_settings(None, {"QUEUELOG_DURABILITY": "sometimes"})
+    path.write_text("[limits]\nrate_per_second = 5\n")
+    with pytest.raises(
+        ConfigError, match=r"^QUEUELOG_RATE_PER_SECOND \(limits.rate_per_second\): "
+    ):
+        load_settings(path, {"QUEUELOG_RATE_PER_SECOND": "abc"})
+    path.write_text("[limits]\nrate_per_second = -1\n")
+    with pytest.raises(ConfigError, match=r"^limits.rate_per_second: "):
+        load_settings(path, {})
+
+
+def test_ui_session_seconds_from_the_file_then_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "q.toml"
+    path.write_text("[server]\nui_session_seconds = 600\n")
+    assert load_settings(environ={}).server.ui_session_seconds == 8 * 3600
+    assert load_settings(path, environ={}).server.ui_session_seconds == 600
+    env = {"QUEUELOG_UI_SESSION_SECONDS": "3600"}
+    assert load_settings(path, environ=env).server.ui_session_seconds == 3600
+    # Not a number, or a login that would end before it could be used: refused.
+    for bad in ("abc", "0", "-5", "59", "2592001"):
+        with pytest.raises(ConfigError, match=r"^QUEUELOG_UI_SESSION_SECONDS \(server.ui_"):
+            load_settings(path, environ={"QUEUELOG_UI_SESSION_SECONDS": bad})
 
 
 def test_claim_recheck_seconds_from_the_file_then_the_environment(tmp_path: Path) -> None:

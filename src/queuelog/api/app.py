@@ -128,7 +128,7 @@ def create_app(
     app.state.maintenance = maintenance
     app.state.metrics = Metrics(state.service, state.finishes, state.schedules)
     install_handlers(app)
-    _include_routes(app)
+    _include_routes(app, settings)
     _add_middleware(app, settings)
     return app
 
@@ -190,7 +190,7 @@ def _state(settings: Settings, storage: Storage, clock: Clock) -> AppState:
     )
 
 
-def _include_routes(app: FastAPI) -> None:
+def _include_routes(app: FastAPI, settings: Settings) -> None:
     # Literal segments (/jobs/claim, /jobs/batch) are registered before /jobs/{id}; the
     # hottest routes first, as they are matched most.
     app.include_router(jobs.lean)
@@ -201,4 +201,5 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(schedules.router)
     app.include_router(types.router)
     app.include_router(ops.router)
-    app.include_router(dashboard_router(), include_in_schema=False)
+    dashboard = dashboard_router(settings.server.ui_session_seconds)
+    app.include_router(dashboard, include_in_schema=False)

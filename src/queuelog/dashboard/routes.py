@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -30,22 +29,15 @@ from queuelog.dashboard.web import (
 from queuelog.errors import Unauthenticated
 from queuelog.models import Role
 
-DEFAULT_SESSION_SECONDS = 8 * 3600
-SESSION_ENV = "QUEUELOG_UI_SESSION_SECONDS"
 STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
 
 router = APIRouter(prefix="/ui", route_class=DashboardRoute)
 
 
-def dashboard_router(session_seconds: int | None = None) -> APIRouter:
-    """The ``/ui`` routes with their own session store (sessions live in this process).
-
-    Args:
-        session_seconds: how long a login lasts; default ``$QUEUELOG_UI_SESSION_SECONDS``
-            or eight hours.
-    """
-    seconds = session_seconds or int(os.environ.get(SESSION_ENV, DEFAULT_SESSION_SECONDS))
-    ui = Dashboard(sessions=SessionStore(seconds))
+def dashboard_router(session_seconds: int) -> APIRouter:
+    """The ``/ui`` routes with their own session store (sessions live in this process),
+    whose logins last ``session_seconds`` (``[server] ui_session_seconds``)."""
+    ui = Dashboard(sessions=SessionStore(session_seconds))
 
     def attach(request: Request) -> None:
         request.state.dashboard = ui
