@@ -98,6 +98,8 @@ def _fields(error: QueueError) -> str:
         if not isinstance(item, dict):
             continue
         loc = [str(part) for part in item.get("loc", []) if part != "body"]
-        parts.append(f"; {'.'.join(loc) or 'body'}: {item.get('msg', '')}")
+        part = f"{'.'.join(loc) or 'body'}: {item.get('msg', '')}"
+        if part not in error.detail:  # a check that names its field says it in the detail
+            parts.append(f"; {part}")
     more = len(said) - _FIELDS_SHOWN
     return "".join(parts) + (f"; and {more} more" if more > 0 else "")

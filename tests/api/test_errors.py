@@ -266,3 +266,41 @@ def test_an_internal_error_is_answered_and_logged_once_not_raised_to_the_server(
 
 def _bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.mark.parametrize(
+    ("who", "path", "body", "says"),
+    [
+        ("admin", "/schedules", {"name": "Nightly"}, "1-64 of a-z 0-9 _ . -, not . or .."),
+        ("admin", "/schedules", {"cron": "0 3 * *"}, "five fields: minute hour day month"),
+        ("worker", "/jobs/claim", {"instance": "a b"}, "1-64 of A-Z a-z 0-9 . _ -"),
+        ("producer", "/jobs", {"group": ""}, "1-128 printable ASCII characters"),
+        ("producer", "/jobs", {"idempotency_key": "é"}, "1-255 printable ASCII characters"),
+        ("admin", "/keys", {"name": "a b"}, "1-64 of A-Z a-z 0-9 . _ : @ -"),
+    ],
+)
+def test_a_field_off_its_pattern_is_422_saying_it_in_words(
+    producer: Api, worker: Api, admin: Api, who: str, path: str, body: dict[str, Any], says: str
+) -> None:
+    api = {"producer": producer, "worker": worker, "admin": admin}[who]
+    defaults = {
+        "/schedules": {"name": "tick", "cron": "0 3 * * *", "type": "noop"},
+        "/jobs/claim": {"types": ["noop"]},
+        "/jobs": {"type": "noop", "payload": {}},
+        "/keys": {"name": "k", "roles": ["producer"]},
+    }[path]
+    response = api.post(path, json={**defaults, **body})
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["errors"]
+    assert error["loc"][-1] == next(iter(body))
+    assert error["msg"].startswith("String should be ") and says in error["msg"]
+    assert "[" not in error["msg"]  # no regular expression
+
+
+def test_a_check_of_a_request_says_its_words_without_pydantics_prefix(producer: Api) -> None:
+    body = {"type": "noop", "payload": {}, "run_at": "2030-01-01T00:00:00Z", "delay_seconds": 5}
+    response = producer.post("/jobs", json=body)
+    assert response.status_code == 422, response.text
+    messages = [e["msg"] for e in response.json()["errors"]]
+    assert messages and not [m for m in messages if m.startswith("Value error")], messages
+    assert any("run_at or delay_seconds" in m for m in messages), messages

@@ -95,6 +95,17 @@ def test_refused_requests_exit_1_with_one_line(real_server: RealServer) -> None:
     assert '; payload: "to" is a required property (validation)' in one_line_error(invalid)
 
 
+def test_a_refused_field_is_said_once_and_in_words(real_server: RealServer) -> None:
+    cron = cli(real_server, "root", "schedules", "create", "bad", "noop", "--cron", "61 * * * *")
+    line = one_line_error(cron)
+    assert cron.returncode == 1 and line.count("not a valid cron expression") == 1, line
+    create = ("schedules", "create", "Nightly", "noop", "--cron", "0 2 * * *")
+    named = cli(real_server, "root", *create)
+    line = one_line_error(named)
+    assert named.returncode == 1 and "name: String should be 1-64 of a-z 0-9 _ . -" in line
+    assert "pattern" not in line
+
+
 def test_bad_key_exits_3(real_server: RealServer) -> None:
     bad = cli(real_server, "ql_not_a_real_key", "jobs", "list")
     assert bad.returncode == 3 and "unauthenticated" in one_line_error(bad)

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from queuelog.api.schemas import PATTERNS_SAY
 from queuelog.errors import QueueError
 
 log = logging.getLogger("queuelog.api")
@@ -55,8 +56,18 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     errors = []
     for error in exc.errors()[:50]:
         # Only the location and message: never the input, which may be large or secret.
-        errors.append({"loc": list(error.get("loc", ())), "msg": str(error.get("msg", ""))})
+        errors.append({"loc": list(error.get("loc", ())), "msg": _message(error)})
     return errors
+
+
+def _message(error: dict[str, Any]) -> str:
+    """pydantic's message, said for a caller: a pattern in words, a check's own words
+    without pydantic's "Value error, " before them."""
+    if error.get("type") == "string_pattern_mismatch":
+        says = PATTERNS_SAY.get(str(error.get("ctx", {}).get("pattern")))
+        if says is not None:
+            return f"String should be {says}"
+    return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
 def install_handlers(app: FastAPI) -> None:

@@ -23,6 +23,8 @@ from pydantic.config import JsonDict
 from queuelog.auth import KEY_NAME
 from queuelog.models import MAX_ID, Priority, Role
 from queuelog.plain_json import check_plain
+from queuelog.schedules import PUBLISHED_SCHEDULE_NAME
+from queuelog.specs import CURSOR_PATTERN, TYPE_FILTER_PATTERN
 
 PriorityLabel = Literal["low", "medium", "high", "critical"]
 
@@ -58,10 +60,11 @@ AwareTime = Annotated[datetime, BeforeValidator(_rfc3339), AfterValidator(_in_ut
 IDEMPOTENCY_KEY_PATTERN = r"^[ -~]{1,255}$"  # printable ASCII
 IdempotencyKey = Annotated[StrictStr, Field(pattern=IDEMPOTENCY_KEY_PATTERN)]
 UniqueKey = IdempotencyKey  # the same shape: 1-255 printable ASCII
+GROUP_PATTERN = r"^[ -~]{1,128}$"  # printable ASCII
 Group = Annotated[
     StrictStr,
     Field(
-        pattern=r"^[ -~]{1,128}$",
+        pattern=GROUP_PATTERN,
         description="1-128 printable ASCII: a tenant, an account, a partner. Jobs of one "
         "group share the type's `group_concurrency`; jobs without a group are not limited "
         "by it.",
@@ -84,6 +87,20 @@ LeaseSeconds = Annotated[int, Field(strict=True, ge=1, le=3600), BeforeValidator
 LingerMs = Annotated[int, Field(strict=True, ge=0, le=1000), BeforeValidator(_integral)]
 EverySeconds = Annotated[int, Field(strict=True, ge=1, le=366 * 86_400), BeforeValidator(_integral)]
 CRON_FIVE_FIELDS = r"^ *[!-~]+( +[!-~]+){4} *$"  # minute hour day month weekday, by spaces
+INSTANCE_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+KEY_NAME_PATTERN = f"^{KEY_NAME.pattern}$"
+
+# What a field's pattern asks for, in words: a 422 says these, not the regular expression.
+PATTERNS_SAY = {
+    IDEMPOTENCY_KEY_PATTERN: "1-255 printable ASCII characters",
+    GROUP_PATTERN: "1-128 printable ASCII characters",
+    CRON_FIVE_FIELDS: "five fields: minute hour day month weekday",
+    INSTANCE_PATTERN: "1-64 of A-Z a-z 0-9 . _ -",
+    KEY_NAME_PATTERN: "1-64 of A-Z a-z 0-9 . _ : @ -",
+    PUBLISHED_SCHEDULE_NAME: "1-64 of a-z 0-9 _ . -, not . or ..",
+    CURSOR_PATTERN: "a job id (a page's next_cursor)",
+    TYPE_FILTER_PATTERN: "1-100 characters, none of them a control character",
+}
 
 
 def _plain_json(value: dict[str, Any]) -> dict[str, Any]:
@@ -165,17 +182,17 @@ class EnqueueRequest(_Request):
     unique_key: UniqueKey | None = Field(
         None,
         description=(
-            "While a job of this principal and type with this key is pending or running, "
-            "no second one is made: see `on_duplicate`."
+            "While a job of this principal and type with this key is waiting, pending or "
+            "running, no second one is made: see `on_duplicate`."
         ),
     )
     on_duplicate: Literal["keep", "replace"] | None = Field(
         None,
         description=(
             "With `unique_key`: `keep` (default) answers 200 with the active job; `replace` "
-            "gives a pending one this request's payload, priority and run_at (200, event "
-            "`replaced`; its other fields stay as they are), or makes a new job (201) while "
-            "the one holding the key runs."
+            "gives a waiting or pending one this request's payload, priority and run_at (200, "
+            "event `replaced`; its other fields stay as they are), or makes a new job (201) "
+            "while the one holding the key runs."
         ),
     )
     group: Group | None = None
@@ -245,7 +262,7 @@ class ClaimRequest(_Request):
         ),
     )
     lease_seconds: LeaseSeconds | None = None
-    instance: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = None
+    instance: Annotated[StrictStr, Field(pattern=INSTANCE_PATTERN)] | None = None
 
 
 LeaseToken = Annotated[StrictStr, Field(min_length=1, max_length=64)]
@@ -310,7 +327,7 @@ class BatchCompleteRequest(_Request):
     items: list[BatchCompleteItem] = Field(min_length=1, max_length=100)
 
 
-KeyName = Annotated[StrictStr, Field(pattern=f"^{KEY_NAME.pattern}$")]
+KeyName = Annotated[StrictStr, Field(pattern=KEY_NAME_PATTERN)]
 
 
 class KeyCreateRequest(_Request):
