@@ -166,6 +166,20 @@ async def test_rate_limit_counts_claims_in_a_sliding_window(store: Storage) -> N
     )
 
 
+async def test_rate_limit_holds_for_a_claim_stamped_before_the_one_it_waited_for(
+    store: Storage,
+) -> None:
+    # On PostgreSQL a claim takes its time, then waits for the type's lock while another
+    # claim, stamped later, counts and records its own: the earlier stamp must still
+    # find the claims of its window, though the later claim's window has left them.
+    await store.job_insert_many([job("rated", n=i) for i in range(6)], T0)
+    assert len(await store.job_claim(params(T0, limit=2))) == 2
+    assert len(await store.job_claim(params(T0 + timedelta(seconds=10.5), limit=1))) == 1
+    late = params(T0 + timedelta(seconds=5), limit=5)
+    assert await store.job_claim(late) == [], "three claims in the window ending at T0+5s"
+    assert late.skipped[("rated", "rate_limit")] == 1
+
+
 async def test_a_paused_type_is_never_claimed_until_resumed(store: Storage) -> None:
     await store.job_insert_many([job("free", n=1), job("limited", n=2)], T0)
     await store.type_set_paused("free", True, "root", T0)

@@ -120,9 +120,15 @@ def _rate_used(sql: FlowSql, params: ClaimParams, name: str, limits: FlowLimits)
     """Claims of ``name`` in the window ending now; older ones are forgotten."""
     assert limits.rate_per_seconds is not None
     since = window_start(to_micros(params.now), limits.rate_per_seconds)
-    sql.run("type_claims_forget", {"type": name, "since": since})
+    # A claim takes its time before it waits for the type's lock, so the claim it waited
+    # for may be stamped later, and its window may have left claims this one still
+    # counts: a claim is forgotten only once it is a minute older than any window.
+    sql.run("type_claims_forget", {"type": name, "since": since - _KEPT_PAST_WINDOW})
     (row,) = sql.rows("type_claims_used", {"type": name, "since": since})
     return int(row["n"])
+
+
+_KEPT_PAST_WINDOW = 60_000_000  # microseconds
 
 
 def window_start(now: int, per_seconds: float) -> int:
