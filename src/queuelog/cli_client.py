@@ -40,7 +40,8 @@ Exit codes:
   1  the server refused the request (not found, invalid state, validation, ...)
   2  bad usage (unknown option, malformed JSON argument or file), or a command
      whose extra is not installed (serve, migrate, keys: queuelog[server])
-  3  authentication failed: missing, unknown or revoked key, or the key lacks the role
+  3  missing, unknown or revoked key, or one not allowed this (role, priority
+     ceiling, type)
   4  the server could not be reached or failed (5xx)
   5  the time to wait (--timeout, --wait) passed before the job finished
 """

@@ -69,9 +69,17 @@ def _settings(config_path: str | None) -> Settings:
         raise click.ClickException(f"cannot load the configuration: {exc}") from exc
 
 
-def _open(settings: Settings) -> Storage:
+def _open(settings: Settings, existing: bool = False) -> Storage:
+    """The configured database; with ``existing``, a SQLite file must be there already:
+    a command that only reads or revokes keys, run from another directory, would make
+    an empty database there and answer from it."""
     from queuelog.storage import open_storage
 
+    path = settings.sqlite_path
+    if existing and path is not None and not path.exists():
+        raise click.ClickException(
+            f"cannot open the database: no file {str(path)!r} (migrate or serve makes it)"
+        )
     if settings.database.startswith(("postgresql://", "postgres://")):
         require("postgres", "a PostgreSQL database")
     try:
@@ -251,7 +259,7 @@ def keys_list(config_path: str | None) -> None:
     from queuelog.auth import KeyRing
     from queuelog.clock import SystemClock, rfc3339
 
-    storage = _open(_settings(config_path))
+    storage = _open(_settings(config_path), existing=True)
     try:
         rows = asyncio.run(KeyRing(storage, SystemClock()).list())
     finally:
@@ -273,12 +281,13 @@ def keys_list(config_path: str | None) -> None:
 @config_option
 @click.argument("key_id", type=int)
 def keys_revoke(config_path: str | None, key_id: int) -> None:
-    """Revoke a key by id; it stops working at once."""
+    """Revoke a key by id; running servers refuse it within a second (a revoke through
+    the API counts at once on the node that takes it)."""
     from queuelog.auth import KeyRing
     from queuelog.clock import SystemClock
     from queuelog.errors import NotFound
 
-    storage = _open(_settings(config_path))
+    storage = _open(_settings(config_path), existing=True)
     try:
         asyncio.run(KeyRing(storage, SystemClock()).revoke(key_id))
     except NotFound as exc:

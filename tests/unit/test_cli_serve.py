@@ -64,3 +64,19 @@ def test_a_config_file_that_is_not_there_is_named_where_it_was_given(tmp_path: P
     assert from_option.exit_code == 2
     assert f"Error: Invalid value for '--config': no file '{missing}'" in from_option.output
     assert not list(tmp_path.iterdir())  # nothing made
+
+
+@pytest.mark.parametrize("command", [["keys", "list"], ["keys", "revoke", "1"]])
+def test_keys_on_a_database_that_is_not_there_exit_1_and_make_none(
+    tmp_path: Path, command: list[str]
+) -> None:
+    database = tmp_path / "data" / "q.db"
+    config = tmp_path / "q.toml"
+    config.write_text(f'database = "sqlite:///{database}"\n')
+    result = CliRunner().invoke(main, [*command, "--config", str(config)])
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert (
+        line == f"Error: cannot open the database: no file '{database}' (migrate or serve makes it)"
+    )
+    assert not (tmp_path / "data").exists()
