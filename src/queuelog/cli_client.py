@@ -31,6 +31,7 @@ from queuelog.cli_output import (
 )
 from queuelog.client import Client, Job, JobTimeout, Worker
 from queuelog.client.calls import EnqueueOptions
+from queuelog.errors import QueueError
 from queuelog.models import PRIORITY_LABELS, JobStatus
 from queuelog.plain_json import check_plain
 
@@ -214,8 +215,8 @@ def payload_argument(text: str | None) -> dict[str, Any]:
     return payload
 
 
-def read_jobs(stream: TextIO) -> list[dict[str, Any]]:
-    """One enqueue body per line (blank lines skipped)."""
+def read_jobs(stream: TextIO) -> list[tuple[int, dict[str, Any]]]:
+    """One enqueue body per line (blank lines skipped), with its line's number."""
     jobs = []
     try:
         for number, line in enumerate(stream, start=1):
@@ -227,7 +228,7 @@ def read_jobs(stream: TextIO) -> list[dict[str, Any]]:
                 raise click.BadParameter(f"line {number} is not JSON: {exc}") from exc
             if not isinstance(item, dict) or "type" not in item:
                 raise click.BadParameter(f"line {number} is not an object with a 'type'")
-            jobs.append(item)
+            jobs.append((number, item))
     except UnicodeDecodeError as exc:
         raise click.BadParameter(f"the input is not UTF-8 text: {exc.reason}") from exc
     return jobs
@@ -251,21 +252,42 @@ def batches(jobs: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]
     return [b for b in out if b]
 
 
-def enqueue_file(client: Client, jobs: list[dict[str, Any]], batch_size: int) -> tuple[int, int]:
+def enqueue_file(
+    client: Client, lines: list[tuple[int, dict[str, Any]]], batch_size: int
+) -> tuple[int, int]:
     """Enqueue in batches with a progress bar on standard error: (created, existing)."""
     created = existing = 0
+    numbers = [number for number, _ in lines]
     with Progress(console=Console(stderr=True), transient=False) as progress:
-        task = progress.add_task("enqueueing", total=len(jobs))
+        task = progress.add_task("enqueueing", total=len(lines))
         start = 0
-        for batch in batches(jobs, batch_size):
-            what = f"jobs {start + 1}-{start + len(batch)} refused (those before were enqueued)"
-            start += len(batch)
-            with reported(what):
+        for batch in batches([job for _, job in lines], batch_size):
+            try:
                 answers = client.enqueue_many(batch)
+            except QueueError as refused:
+                with reported(_refused_line(refused, numbers, start, len(batch))):
+                    raise
+            start += len(batch)
             created += sum(1 for a in answers if a.created)
             existing += sum(1 for a in answers if not a.created)
             progress.advance(task, len(batch))
     return created, existing
+
+
+def _refused_line(refused: QueueError, numbers: list[int], start: int, size: int) -> str:
+    """Which line of the file the server refused (a batch names its item's index), and
+    what was enqueued: the batches before, not a job of this one."""
+    index = refused.extra.get("index")
+    errors = refused.extra.get("errors")
+    if index is None and isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        loc = errors[0].get("loc", [])
+        index = loc[2] if loc[:2] == ["body", "jobs"] and len(loc) > 2 else None
+    if isinstance(index, int) and 0 <= index < size:
+        where = f"line {numbers[start + index]}"
+    else:
+        where = f"lines {numbers[start]}-{numbers[start + size - 1]}"
+    done = f"lines 1-{numbers[start] - 1} were enqueued, none after" if start else "none enqueued"
+    return f"{where} refused; {done}"
 
 
 @click.command(epilog=EXIT_CODES)
@@ -314,6 +336,8 @@ def enqueue(
         raise click.UsageError("give TYPE [PAYLOAD_JSON] or --from-file FILE, not both")
     if from_file is not None and (unique_key or on_duplicate or wait_seconds is not None):
         raise click.UsageError("--unique-key, --on-duplicate and --wait are for one job")
+    if on_duplicate and not unique_key:
+        raise click.UsageError("--on-duplicate needs --unique-key")
     with Client(url, api_key) as client:
         if from_file is not None:
             created, existing = enqueue_file(client, read_jobs(from_file), batch_size)

@@ -65,7 +65,30 @@ def test_enqueue_from_file_sends_batches(real_server: RealServer, tmp_path: Path
     assert "enqueued 250 jobs (250 new, 0 existing)" in done.stdout
     path.write_text("\n".join([*lines[:3], json.dumps({"type": "no_such_type"})]))
     bad = cli(real_server, "shop", "enqueue", "--from-file", str(path), "--batch-size", "2")
-    assert bad.returncode == 1 and "jobs 3-4 refused" in bad.stderr.strip().splitlines()[-1]
+    said = bad.stderr.strip().splitlines()[-1]
+    assert bad.returncode == 1 and "line 4 refused; lines 1-2 were enqueued, none after" in said
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [{"type": "no_such_type"}, {"type": "noop", "priority": "urgent"}],  # the intake; the schema
+)
+def test_enqueue_from_file_names_the_line_refused(
+    real_server: RealServer, tmp_path: Path, refused: dict[str, Any]
+) -> None:
+    path = tmp_path / "jobs.jsonl"
+    good = json.dumps({"type": "noop", "payload": {"n": 1}})
+    path.write_text("\n".join([good, "", good, json.dumps(refused), good]) + "\n")
+    before = len(json.loads(cli(real_server, "root", "jobs", "list", "--json").stdout))
+    bad = cli(real_server, "shop", "enqueue", "--from-file", str(path))
+    said = bad.stderr.strip().splitlines()[-1]
+    assert bad.returncode == 1 and said.startswith("Error: line 4 refused; none enqueued: ")
+    assert len(json.loads(cli(real_server, "root", "jobs", "list", "--json").stdout)) == before
+
+
+def test_on_duplicate_without_a_unique_key_is_bad_usage(real_server: RealServer) -> None:
+    done = cli(real_server, "shop", "enqueue", "noop", "--on-duplicate", "replace")
+    assert done.returncode == 2 and "--on-duplicate needs --unique-key" in done.stderr
 
 
 def test_jobs_list_cancel_and_retry(real_server: RealServer) -> None:
