@@ -108,7 +108,7 @@ def _when(at: datetime | None) -> str:
 
 
 def print_jobs(jobs: list[Job]) -> None:
-    table = Table("id", "type", "status", "priority", "tries", "run at (UTC)", "worker")
+    table = Table("id", "type", "status", "priority", "retries used", "run at (UTC)", "worker")
     for job in jobs:
         cells = (
             job.id,
@@ -137,7 +137,9 @@ def load_worker(target: str) -> Worker:
     except Exception as exc:  # a syntax error or a failing import is a usage error too
         detail = f"{type(exc).__name__}: {exc}"
         raise click.BadParameter(f"cannot import {module_name}: {detail}") from exc
-    worker = getattr(module, attribute, None)
+    if not hasattr(module, attribute):
+        raise click.BadParameter(f"{module_name} has no {attribute}")
+    worker = getattr(module, attribute)
     if not isinstance(worker, Worker):
         raise click.BadParameter(f"{target} is not a queuelog.Worker")
     if not worker.handlers:

@@ -115,8 +115,10 @@ def _done(schedule: Schedule, as_json: bool) -> None:
     if as_json:
         print_json(schedule)
         return
-    state = "paused" if schedule.paused else "active"
-    line = f"schedule {schedule.name} {state}, next run {_when(schedule.next_run_at)} UTC"
+    if schedule.paused:  # it has no next run until resumed
+        line = f"schedule {schedule.name} paused"
+    else:
+        line = f"schedule {schedule.name} active, next run {_when(schedule.next_run_at)} UTC"
     click.echo(one_line(line))
 
 

@@ -68,7 +68,7 @@ def _set_paused(
     if as_json:
         print_json(job_type)
     else:
-        state = "paused" if job_type.paused else "running"
+        state = "paused" if job_type.paused else "resumed"
         click.echo(one_line(f"type {job_type.name} {state}"))
 
 

@@ -147,7 +147,10 @@ def test_bad_usage_exits_2(real_server: RealServer) -> None:
     assert cli(real_server, "shop", "enqueue", "noop", "[1]").returncode == 2
     assert cli(real_server, "shop", "enqueue").returncode == 2
     assert cli(real_server, "mailer", "worker", "no_such_module:worker").returncode == 2
-    assert cli(real_server, "mailer", "worker", "examples.mailer:nothing").returncode == 2
+    nothing = cli(real_server, "mailer", "worker", "examples.mailer:nothing")
+    assert nothing.returncode == 2 and "examples.mailer has no nothing" in nothing.stderr
+    not_worker = cli(real_server, "mailer", "worker", "examples.mailer:logging")
+    assert not_worker.returncode == 2 and "is not a queuelog.Worker" in not_worker.stderr
 
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999", '"\\ud800"'])

@@ -118,7 +118,7 @@ def test_cli_types_list_pause_and_resume(server: RealServer) -> None:
     assert paused.returncode == 0 and paused.stdout.strip() == "type partner paused"
     assert "yes, by root" in cli(server, "root", "types", "list").stdout
     resumed = cli(server, "root", "types", "resume", "partner")
-    assert resumed.stdout.strip() == "type partner running"
+    assert resumed.stdout.strip() == "type partner resumed"
     missing = cli(server, "root", "types", "pause", "nope")
     assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1
     refused = cli(server, "shop", "types", "list")

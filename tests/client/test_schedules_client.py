@@ -88,7 +88,7 @@ def test_the_schedules_command(real_server: RealServer) -> None:
     table = cli(real_server, "list")
     assert "cli-hourly" in table.stdout and "0 * * * * (UTC)" in table.stdout
     paused = cli(real_server, "pause", "cli-hourly")
-    assert paused.stdout.startswith("schedule cli-hourly paused")
+    assert paused.stdout.strip() == "schedule cli-hourly paused"  # no next run while paused
     triggered = cli(real_server, "trigger", "cli-hourly")
     assert triggered.returncode == 0, triggered.stderr
     assert "(noop, schedule cli-hourly)" in triggered.stdout
