@@ -221,3 +221,11 @@ def test_progress_shows_on_the_job_page_the_leases_and_the_jobs_list(
         assert cell.startswith('{"done": 3, "notes": "nnn') and cell.endswith("…")
         assert len(cell) == 120
     assert "None reported." in browser.get(f"/ui/jobs/{enqueue(producer)['id']}").text
+
+
+def test_a_query_value_out_of_bounds_is_a_422_page_naming_it(browser: Browser) -> None:
+    for query, name in (("count=-1", "count"), ("type=%01", "type"), ("status=bogus", "")):
+        page = browser.get(f"/ui/jobs?{query}")
+        assert page.status_code == 422, query
+        assert name in page.text and "Traceback" not in page.text
+    assert browser.get("/ui/jobs/abc").status_code == 404  # no page has that path

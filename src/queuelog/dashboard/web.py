@@ -133,8 +133,10 @@ class DashboardRoute(APIRoute):
             except CsrfRejected:
                 detail = "The form has expired or did not come from this dashboard. Reload it."
                 response = error_page(request, 403, "Form refused", detail)
-            except (NotFound, RequestValidationError):
+            except NotFound:
                 response = error_page(request, 404, "Not found", "There is nothing here.")
+            except RequestValidationError as exc:
+                response = _not_valid(request, exc)
             except QueueError as exc:
                 response = error_page(request, exc.status, exc.title, exc.detail)
             except Exception as exc:
@@ -145,6 +147,17 @@ class DashboardRoute(APIRoute):
             return response
 
         return guarded
+
+
+def _not_valid(request: Request, exc: RequestValidationError) -> Response:
+    """A path no page has is 404; a query or form value out of bounds is 422, naming
+    the value and why (never the value itself)."""
+    first = exc.errors()[0]
+    where = [str(part) for part in first.get("loc", ())]
+    if not where or where[0] == "path":
+        return error_page(request, 404, "Not found", "There is nothing here.")
+    detail = f"{'.'.join(where[1:]) or where[0]}: {first.get('msg', 'not valid')}"
+    return error_page(request, 422, "Not valid", detail.removeprefix("Value error, "))
 
 
 def current_session(request: Request) -> Session | None:
