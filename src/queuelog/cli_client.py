@@ -334,16 +334,12 @@ def enqueue(
     as_json: bool,
 ) -> None:
     """Enqueue one job of TYPE, or every job of a JSON-lines file (--from-file)."""
-    if (from_file is None) == (job_type is None):
-        raise click.UsageError("give TYPE [PAYLOAD_JSON] or --from-file FILE, not both")
-    if from_file is not None and (unique_key or on_duplicate or wait_seconds is not None):
-        raise click.UsageError("--unique-key, --on-duplicate and --wait are for one job")
-    if on_duplicate and not unique_key:
-        raise click.UsageError("--on-duplicate needs --unique-key")
+    one_job = (unique_key, on_duplicate, wait_seconds)
+    _check_usage(job_type is not None, from_file is not None, one_job)
     with Client(url, api_key) as client:
         if from_file is not None:
             created, existing = enqueue_file(client, read_jobs(from_file), batch_size)
-            click.echo(f"enqueued {created + existing} jobs ({created} new, {existing} existing)")
+            _say_enqueued(created, existing, as_json)
             return
         assert job_type is not None
         body = payload_argument(payload)
@@ -360,6 +356,25 @@ def enqueue(
         print_json(job)
     else:
         click.echo(one_line(f"job {job.id} {job.status.value} ({job.type}, {job.priority.label})"))
+
+
+def _check_usage(one: bool, from_file: bool, one_job: tuple[object, object, object]) -> None:
+    """Options that do not go together, refused before anything is sent."""
+    unique_key, on_duplicate, wait_seconds = one_job
+    if one == from_file:
+        raise click.UsageError("give TYPE [PAYLOAD_JSON] or --from-file FILE, not both")
+    if from_file and (unique_key or on_duplicate or wait_seconds is not None):
+        raise click.UsageError("--unique-key, --on-duplicate and --wait are for one job")
+    if on_duplicate and not unique_key:
+        raise click.UsageError("--on-duplicate needs --unique-key")
+
+
+def _say_enqueued(created: int, existing: int, as_json: bool) -> None:
+    total = created + existing
+    if as_json:
+        print_json({"enqueued": total, "new": created, "existing": existing})
+    else:
+        click.echo(f"enqueued {total} jobs ({created} new, {existing} existing)")
 
 
 def await_job(client: Client, job_id: int, timeout: float | None, as_json: bool) -> None:

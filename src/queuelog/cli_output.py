@@ -84,6 +84,8 @@ def reported(what: str) -> Iterator[None]:
         yield
     except QueueError as error:
         message = one_line(f"{what}: {error.detail}{_fields(error)} ({error.slug})")
+        if isinstance(error, Unauthenticated):
+            message += "; the key is read from --api-key or QUEUELOG_API_KEY"
         raise failure_for(error)(message) from error
 
 

@@ -63,6 +63,8 @@ def test_enqueue_from_file_sends_batches(real_server: RealServer, tmp_path: Path
     done = cli(real_server, "shop", "enqueue", "--from-file", str(path), "--batch-size", "100")
     assert done.returncode == 0, done.stderr
     assert "enqueued 250 jobs (250 new, 0 existing)" in done.stdout
+    again = cli(real_server, "shop", "enqueue", "--from-file", str(path), "--json")
+    assert json.loads(again.stdout) == {"enqueued": 250, "new": 250, "existing": 0}
     path.write_text("\n".join([*lines[:3], json.dumps({"type": "no_such_type"})]))
     bad = cli(real_server, "shop", "enqueue", "--from-file", str(path), "--batch-size", "2")
     said = bad.stderr.strip().splitlines()[-1]
@@ -134,6 +136,7 @@ def test_bad_key_exits_3(real_server: RealServer) -> None:
     assert bad.returncode == 3 and "unauthenticated" in one_line_error(bad)
     missing = cli(real_server, None, "enqueue", "noop")
     assert missing.returncode == 3
+    assert one_line_error(missing).endswith("; the key is read from --api-key or QUEUELOG_API_KEY")
 
 
 def test_server_down_exits_4(real_server: RealServer) -> None:
