@@ -17,9 +17,9 @@ from typing import Any, TextIO, TypeVar
 
 import click
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
+from queuelog.cli_batches import enqueue_file, read_jobs
 from queuelog.cli_output import (
     Refused,
     ShownFormatter,
@@ -31,9 +31,8 @@ from queuelog.cli_output import (
 )
 from queuelog.client import Client, Job, JobTimeout, Worker
 from queuelog.client.calls import EnqueueOptions
-from queuelog.errors import QueueError
 from queuelog.models import PRIORITY_LABELS, JobStatus
-from queuelog.plain_json import check_plain
+from queuelog.plain_json import strict_json
 
 EXIT_CODES = """\b
 Exit codes:
@@ -189,14 +188,6 @@ def worker(
 # -- enqueue ----------------------------------------------------------------------
 
 
-def strict_json(text: str) -> Any:
-    """``text`` as JSON, refusing (ValueError) what the server refuses and Python's reader
-    allows: NaN, Infinity, numbers beyond a float, lone surrogates, deep nesting."""
-    value = json.loads(text)
-    check_plain(value)
-    return value
-
-
 def finite_seconds(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     """An option's number of seconds: finite and 0 or more (a float option takes nan and
     inf)."""
@@ -215,81 +206,6 @@ def payload_argument(text: str | None) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise click.BadParameter("must be a JSON object", param_hint="PAYLOAD_JSON")
     return payload
-
-
-def read_jobs(stream: TextIO) -> list[tuple[int, dict[str, Any]]]:
-    """One enqueue body per line (blank lines skipped), with its line's number."""
-    jobs = []
-    try:
-        for number, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                item = strict_json(line)
-            except ValueError as exc:
-                raise click.BadParameter(f"line {number} is not JSON: {exc}") from exc
-            if not isinstance(item, dict) or "type" not in item:
-                raise click.BadParameter(f"line {number} is not an object with a 'type'")
-            jobs.append((number, item))
-    except UnicodeDecodeError as exc:
-        raise click.BadParameter(f"the input is not UTF-8 text: {exc.reason}") from exc
-    return jobs
-
-
-# A batch request stays well under the server's 1 MiB limit, whatever --batch-size says.
-BATCH_BYTES = 512 * 1024
-
-
-def batches(jobs: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
-    """``jobs`` in order, cut into batches of at most ``size`` jobs and BATCH_BYTES."""
-    out: list[list[dict[str, Any]]] = [[]]
-    weight = 0
-    for job in jobs:
-        cost = len(json.dumps(job, ensure_ascii=False).encode()) + 2
-        if out[-1] and (len(out[-1]) >= size or weight + cost > BATCH_BYTES):
-            out.append([])
-            weight = 0
-        out[-1].append(job)
-        weight += cost
-    return [b for b in out if b]
-
-
-def enqueue_file(
-    client: Client, lines: list[tuple[int, dict[str, Any]]], batch_size: int
-) -> tuple[int, int]:
-    """Enqueue in batches with a progress bar on standard error: (created, existing)."""
-    created = existing = 0
-    numbers = [number for number, _ in lines]
-    with Progress(console=Console(stderr=True), transient=False) as progress:
-        task = progress.add_task("enqueueing", total=len(lines))
-        start = 0
-        for batch in batches([job for _, job in lines], batch_size):
-            try:
-                answers = client.enqueue_many(batch)
-            except QueueError as refused:
-                with reported(_refused_line(refused, numbers, start, len(batch))):
-                    raise
-            start += len(batch)
-            created += sum(1 for a in answers if a.created)
-            existing += sum(1 for a in answers if not a.created)
-            progress.advance(task, len(batch))
-    return created, existing
-
-
-def _refused_line(refused: QueueError, numbers: list[int], start: int, size: int) -> str:
-    """Which line of the file the server refused (a batch names its item's index), and
-    what was enqueued: the batches before, not a job of this one."""
-    index = refused.extra.get("index")
-    errors = refused.extra.get("errors")
-    if index is None and isinstance(errors, list) and errors and isinstance(errors[0], dict):
-        loc = errors[0].get("loc", [])
-        index = loc[2] if loc[:2] == ["body", "jobs"] and len(loc) > 2 else None
-    if isinstance(index, int) and 0 <= index < size:
-        where = f"line {numbers[start + index]}"
-    else:
-        where = f"lines {numbers[start]}-{numbers[start + size - 1]}"
-    done = f"lines 1-{numbers[start] - 1} were enqueued, none after" if start else "none enqueued"
-    return f"{where} refused; {done}"
 
 
 @click.command(epilog=EXIT_CODES)
@@ -334,8 +250,9 @@ def enqueue(
     as_json: bool,
 ) -> None:
     """Enqueue one job of TYPE, or every job of a JSON-lines file (--from-file)."""
-    one_job = (unique_key, on_duplicate, wait_seconds)
-    _check_usage(job_type is not None, from_file is not None, one_job)
+    _check_usage(
+        job_type is not None, from_file is not None, unique_key, on_duplicate, wait_seconds
+    )
     with Client(url, api_key) as client:
         if from_file is not None:
             created, existing = enqueue_file(client, read_jobs(from_file), batch_size)
@@ -358,9 +275,14 @@ def enqueue(
         click.echo(one_line(f"job {job.id} {job.status.value} ({job.type}, {job.priority.label})"))
 
 
-def _check_usage(one: bool, from_file: bool, one_job: tuple[object, object, object]) -> None:
+def _check_usage(
+    one: bool,
+    from_file: bool,
+    unique_key: str | None,
+    on_duplicate: str | None,
+    wait_seconds: float | None,
+) -> None:
     """Options that do not go together, refused before anything is sent."""
-    unique_key, on_duplicate, wait_seconds = one_job
     if one == from_file:
         raise click.UsageError("give TYPE [PAYLOAD_JSON] or --from-file FILE, not both")
     if from_file and (unique_key or on_duplicate or wait_seconds is not None):

@@ -83,10 +83,15 @@ def reported(what: str) -> Iterator[None]:
     try:
         yield
     except QueueError as error:
-        message = one_line(f"{what}: {error.detail}{_fields(error)} ({error.slug})")
-        if isinstance(error, Unauthenticated):
-            message += "; the key is read from --api-key or QUEUELOG_API_KEY"
-        raise failure_for(error)(message) from error
+        raise refusal(what, error) from error
+
+
+def refusal(what: str, error: QueueError) -> click.ClickException:
+    """``error`` as one line that begins with ``what``, with its documented exit code."""
+    message = one_line(f"{what}: {error.detail}{_fields(error)} ({error.slug})")
+    if isinstance(error, Unauthenticated):
+        message += "; the key is read from --api-key or QUEUELOG_API_KEY"
+    return failure_for(error)(message)
 
 
 def _fields(error: QueueError) -> str:
@@ -100,6 +105,8 @@ def _fields(error: QueueError) -> str:
         if not isinstance(item, dict):
             continue
         loc = [str(part) for part in item.get("loc", []) if part != "body"]
+        if loc[:1] == ["jobs"] and len(loc) > 2:  # a batch's item: the caller names it
+            loc = loc[2:]
         part = f"{'.'.join(loc) or 'body'}: {item.get('msg', '')}"
         if part not in error.detail:  # a check that names its field says it in the detail
             parts.append(f"; {part}")

@@ -78,7 +78,7 @@ def _open(settings: Settings, existing: bool = False) -> Storage:
     path = settings.sqlite_path
     if existing and path is not None and not path.exists():
         raise click.ClickException(
-            f"cannot open the database: no file {str(path)!r} (migrate or serve makes it)"
+            f"cannot open the database: no file {str(path.resolve())!r} (migrate or serve makes it)"
         )
     if settings.database.startswith(("postgresql://", "postgres://")):
         require("postgres", "a PostgreSQL database")

@@ -205,6 +205,8 @@ def load_settings(
     for var, (section, key) in ENV_OVERRIDES.items():
         if var in env:
             target = data.setdefault(section, {}) if section else data
+            if not isinstance(target, dict):
+                raise ConfigError(f"{section}: must be a table ([{section}])")
             target[key] = env[var]
             overridden[f"{section}.{key}" if section else key] = var
     try:

@@ -4,12 +4,21 @@ refuse the same values by this one check."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 # Deeper JSON than any job needs; a limit keeps every later step (the fingerprint, the
 # encoders, the dashboard) far from the interpreter's recursion limit.
 MAX_JSON_DEPTH = 64
+
+
+def strict_json(text: str) -> Any:
+    """``text`` as JSON, refusing (ValueError) what the server refuses and Python's reader
+    allows: NaN, Infinity, numbers beyond a float, lone surrogates, deep nesting."""
+    value = json.loads(text)
+    check_plain(value)
+    return value
 
 
 def check_plain(value: Any) -> None:

@@ -1,4 +1,5 @@
-"""What a type's payload schema refused, said in JSON's words.
+"""What a type's payload schema refused, said in JSON's words; and what a request's
+own fields broke (pydantic's errors), said for the caller.
 
 jsonschema's messages show values as Python writes them (``{'k': True, 'n': None}``,
 ``['a', 'b']``); an answer shows them as JSON, as the caller sent them. The keywords a
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jsonschema
@@ -66,3 +67,14 @@ def _leading_value_as_json(problem: jsonschema.ValidationError) -> str:
     if not problem.message.startswith(python):
         return problem.message
     return shown(problem.instance) + problem.message[len(python) :]
+
+
+def field_message(error: Mapping[str, Any], patterns: Mapping[str, str]) -> str:
+    """pydantic's message for a refused field, said for a caller: a pattern in the words
+    ``patterns`` gives it (not the regular expression), a check's own words without
+    pydantic's "Value error, " before them."""
+    if error.get("type") == "string_pattern_mismatch":
+        says = patterns.get(str(error.get("ctx", {}).get("pattern")))
+        if says is not None:
+            return f"String should be {says}"
+    return str(error.get("msg", "")).removeprefix("Value error, ")

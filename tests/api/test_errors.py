@@ -272,7 +272,7 @@ def _bearer(key: str) -> dict[str, str]:
     ("who", "path", "body", "says"),
     [
         ("admin", "/schedules", {"name": "Nightly"}, "1-64 of a-z 0-9 _ . -, not . or .."),
-        ("admin", "/schedules", {"cron": "0 3 * *"}, "five fields: minute hour day month"),
+        ("admin", "/schedules", {"cron": "0 3 * *"}, "five fields of ASCII (minute hour day"),
         ("worker", "/jobs/claim", {"instance": "a b"}, "1-64 of A-Z a-z 0-9 . _ -"),
         ("producer", "/jobs", {"group": ""}, "1-128 printable ASCII characters"),
         ("producer", "/jobs", {"idempotency_key": "é"}, "1-255 printable ASCII characters"),

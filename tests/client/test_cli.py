@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from queuelog.cli_client import batches
+from queuelog.cli_batches import batches
 from queuelog.client import Client
 from tests.realserver import QUEUELOG, RealServer, clean_environ, free_port
 
@@ -85,7 +85,19 @@ def test_enqueue_from_file_names_the_line_refused(
     bad = cli(real_server, "shop", "enqueue", "--from-file", str(path))
     said = bad.stderr.strip().splitlines()[-1]
     assert bad.returncode == 1 and said.startswith("Error: line 4 refused; none enqueued: ")
+    assert "jobs." not in said  # the line is named: not the batch's own item number
     assert len(json.loads(cli(real_server, "root", "jobs", "list", "--json").stdout)) == before
+
+
+def test_enqueue_from_file_to_no_server_names_no_line_as_refused(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("\n".join(json.dumps({"type": "noop"}) for _ in range(3)) + "\n")
+    url = f"http://127.0.0.1:{free_port()}"
+    done = cli(real_server, "shop", "enqueue", "--from-file", str(path), "--url", url)
+    said = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 4 and said.startswith("Error: lines 1-3 not known to be enqueued: ")
 
 
 def test_on_duplicate_without_a_unique_key_is_bad_usage(real_server: RealServer) -> None:

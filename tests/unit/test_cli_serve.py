@@ -76,7 +76,6 @@ def test_keys_on_a_database_that_is_not_there_exit_1_and_make_none(
     result = CliRunner().invoke(main, [*command, "--config", str(config)])
     assert result.exit_code == 1
     (line,) = result.output.strip().splitlines()
-    assert (
-        line == f"Error: cannot open the database: no file '{database}' (migrate or serve makes it)"
-    )
+    said = f"no file '{database.resolve()}' (migrate or serve makes it)"
+    assert line == f"Error: cannot open the database: {said}"
     assert not (tmp_path / "data").exists()

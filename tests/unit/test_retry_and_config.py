@@ -61,6 +61,13 @@ def test_config_rejects_unknown_settings_and_bad_values(tmp_path: Path) -> None:
         load_settings(path, {})
 
 
+def test_an_override_of_a_section_the_file_gives_as_no_table_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "q.toml"
+    path.write_text("server = 1\n")
+    with pytest.raises(ConfigError, match=r"^server: must be a table \(\[server\]\)$"):
+        load_settings(path, environ={"QUEUELOG_OTEL": "true"})
+
+
 def test_ui_session_seconds_from_the_file_then_the_environment(tmp_path: Path) -> None:
     path = tmp_path / "q.toml"
     path.write_text("[server]\nui_session_seconds = 600\n")

@@ -13,6 +13,7 @@ from starlette.routing import Match
 
 from queuelog.api.schemas import PATTERNS_SAY
 from queuelog.errors import QueueError
+from queuelog.schema_messages import field_message
 
 log = logging.getLogger("queuelog.api")
 
@@ -56,18 +57,9 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     errors = []
     for error in exc.errors()[:50]:
         # Only the location and message: never the input, which may be large or secret.
-        errors.append({"loc": list(error.get("loc", ())), "msg": _message(error)})
+        message = field_message(error, PATTERNS_SAY)
+        errors.append({"loc": list(error.get("loc", ())), "msg": message})
     return errors
-
-
-def _message(error: dict[str, Any]) -> str:
-    """pydantic's message, said for a caller: a pattern in words, a check's own words
-    without pydantic's "Value error, " before them."""
-    if error.get("type") == "string_pattern_mismatch":
-        says = PATTERNS_SAY.get(str(error.get("ctx", {}).get("pattern")))
-        if says is not None:
-            return f"String should be {says}"
-    return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
 def install_handlers(app: FastAPI) -> None:

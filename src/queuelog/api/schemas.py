@@ -94,7 +94,7 @@ KEY_NAME_PATTERN = f"^{KEY_NAME.pattern}$"
 PATTERNS_SAY = {
     IDEMPOTENCY_KEY_PATTERN: "1-255 printable ASCII characters",
     GROUP_PATTERN: "1-128 printable ASCII characters",
-    CRON_FIVE_FIELDS: "five fields: minute hour day month weekday",
+    CRON_FIVE_FIELDS: "five fields of ASCII (minute hour day month weekday) between spaces",
     INSTANCE_PATTERN: "1-64 of A-Z a-z 0-9 . _ -",
     KEY_NAME_PATTERN: "1-64 of A-Z a-z 0-9 . _ : @ -",
     PUBLISHED_SCHEDULE_NAME: "1-64 of a-z 0-9 _ . -, not . or ..",

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from queuelog.app_state import IdPath, state_of
 from queuelog.dashboard import views
 from queuelog.dashboard.throughput import throughput
-from queuelog.dashboard.web import Admin, DashboardRoute, now_of, render
+from queuelog.dashboard.web import ID_FILTER, TYPE_FILTER, Admin, DashboardRoute, now_of, render
 from queuelog.errors import NotFound, ValidationFailed, quoted
 from queuelog.models import JobStatus
 
@@ -70,14 +70,12 @@ async def jobs(
     request: Request,
     admin: Admin,
     status: Annotated[str | None, Query(max_length=20)] = None,
-    job_type: Annotated[
-        str | None, Query(alias="type", pattern=r"^[^\x00-\x1f\x7f]{0,100}$")
-    ] = None,
+    job_type: Annotated[str | None, Query(alias="type", pattern=TYPE_FILTER)] = None,
     idempotency_key: Annotated[str | None, Query(max_length=255)] = None,
     cursor: Annotated[str | None, Query(max_length=100)] = None,
     notice: Annotated[str | None, Query(max_length=30)] = None,
     count: Annotated[int, Query(ge=0)] = 0,
-    depends_on: Annotated[str | None, Query(pattern=r"^[0-9]{0,18}$")] = None,
+    depends_on: Annotated[str | None, Query(pattern=ID_FILTER)] = None,
 ) -> Response:
     service = state_of(request).service
     found, next_cursor = await service.list_jobs(

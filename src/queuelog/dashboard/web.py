@@ -24,6 +24,7 @@ from queuelog.dashboard.sessions import Session, SessionStore
 from queuelog.errors import NotFound, QueueError
 from queuelog.failures import log_internal_error
 from queuelog.models import ApiKey, Role
+from queuelog.schema_messages import field_message
 
 log = logging.getLogger("queuelog.dashboard")
 
@@ -149,15 +150,24 @@ class DashboardRoute(APIRoute):
         return guarded
 
 
+# The filters' patterns (each may be empty: a form's blank field), and their words.
+TYPE_FILTER = r"^[^\x00-\x1f\x7f]{0,100}$"
+ID_FILTER = r"^[0-9]{0,18}$"
+_FILTERS_SAY = {
+    TYPE_FILTER: "at most 100 characters, none of them a control character",
+    ID_FILTER: "a job id",
+}
+
+
 def _not_valid(request: Request, exc: RequestValidationError) -> Response:
     """A path no page has is 404; a query or form value out of bounds is 422, naming
-    the value and why (never the value itself)."""
-    first = exc.errors()[0]
-    where = [str(part) for part in first.get("loc", ())]
+    the value's field and why (never the value itself)."""
+    errors = exc.errors()
+    where = [str(part) for part in errors[0].get("loc", ())] if errors else []
     if not where or where[0] == "path":
         return error_page(request, 404, "Not found", "There is nothing here.")
-    detail = f"{'.'.join(where[1:]) or where[0]}: {first.get('msg', 'not valid')}"
-    return error_page(request, 422, "Not valid", detail.removeprefix("Value error, "))
+    said = field_message(errors[0], _FILTERS_SAY)
+    return error_page(request, 422, "Not valid", f"{'.'.join(where[1:]) or where[0]}: {said}")
 
 
 def current_session(request: Request) -> Session | None:

@@ -31,6 +31,7 @@ PAUSED = "paused"
 CONCURRENCY = "concurrency"
 GROUP_CONCURRENCY = "group_concurrency"
 RATE_LIMIT = "rate_limit"
+_KEPT_PAST_WINDOW = 60_000_000  # microseconds: see _rate_used
 
 
 class FlowSql(Protocol):
@@ -122,13 +123,11 @@ def _rate_used(sql: FlowSql, params: ClaimParams, name: str, limits: FlowLimits)
     since = window_start(to_micros(params.now), limits.rate_per_seconds)
     # A claim takes its time before it waits for the type's lock, so the claim it waited
     # for may be stamped later, and its window may have left claims this one still
-    # counts: a claim is forgotten only once it is a minute older than any window.
+    # counts: a claim is forgotten only a minute after it left the window. The lock is
+    # held for one claim's transaction, milliseconds, far within that minute.
     sql.run("type_claims_forget", {"type": name, "since": since - _KEPT_PAST_WINDOW})
     (row,) = sql.rows("type_claims_used", {"type": name, "since": since})
     return int(row["n"])
-
-
-_KEPT_PAST_WINDOW = 60_000_000  # microseconds
 
 
 def window_start(now: int, per_seconds: float) -> int:

@@ -1,0 +1,92 @@
+"""``enqueue --from-file``: a JSON-lines file read, cut into batches and enqueued, with
+the line the server refused named."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TextIO
+
+import click
+from rich.console import Console
+from rich.progress import Progress
+
+from queuelog.cli_output import refusal
+from queuelog.client import Client
+from queuelog.errors import QueueError
+from queuelog.plain_json import strict_json
+
+
+def read_jobs(stream: TextIO) -> list[tuple[int, dict[str, Any]]]:
+    """One enqueue body per line (blank lines skipped), with its line's number."""
+    jobs = []
+    try:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = strict_json(line)
+            except ValueError as exc:
+                raise click.BadParameter(f"line {number} is not JSON: {exc}") from exc
+            if not isinstance(item, dict) or "type" not in item:
+                raise click.BadParameter(f"line {number} is not an object with a 'type'")
+            jobs.append((number, item))
+    except UnicodeDecodeError as exc:
+        raise click.BadParameter(f"the input is not UTF-8 text: {exc.reason}") from exc
+    return jobs
+
+
+# A batch request stays well under the server's 1 MiB limit, whatever --batch-size says.
+BATCH_BYTES = 512 * 1024
+
+
+def batches(jobs: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+    """``jobs`` in order, cut into batches of at most ``size`` jobs and BATCH_BYTES."""
+    out: list[list[dict[str, Any]]] = [[]]
+    weight = 0
+    for job in jobs:
+        cost = len(json.dumps(job, ensure_ascii=False).encode()) + 2
+        if out[-1] and (len(out[-1]) >= size or weight + cost > BATCH_BYTES):
+            out.append([])
+            weight = 0
+        out[-1].append(job)
+        weight += cost
+    return [b for b in out if b]
+
+
+def enqueue_file(
+    client: Client, lines: list[tuple[int, dict[str, Any]]], batch_size: int
+) -> tuple[int, int]:
+    """Enqueue in batches with a progress bar on standard error: (created, existing)."""
+    created = existing = 0
+    numbers = [number for number, _ in lines]
+    with Progress(console=Console(stderr=True), transient=False) as progress:
+        task = progress.add_task("enqueueing", total=len(lines))
+        start = 0
+        for batch in batches([job for _, job in lines], batch_size):
+            try:
+                answers = client.enqueue_many(batch)
+            except QueueError as refused:
+                what = _refused_line(refused, numbers, start, len(batch))
+                raise refusal(what, refused) from refused
+            start += len(batch)
+            created += sum(1 for a in answers if a.created)
+            existing += sum(1 for a in answers if not a.created)
+            progress.advance(task, len(batch))
+    return created, existing
+
+
+def _refused_line(refused: QueueError, numbers: list[int], start: int, size: int) -> str:
+    """The line of the file the server refused, when it names the batch's item; else the
+    batch's lines, not known to be enqueued (the server may be down, or failed after
+    storing them). The batches before were enqueued."""
+    index = refused.extra.get("index")
+    errors = refused.extra.get("errors")
+    if index is None and isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        loc = errors[0].get("loc", [])
+        index = loc[2] if loc[:2] == ["body", "jobs"] and len(loc) > 2 else None
+    before = f"lines 1-{numbers[start] - 1} were enqueued" if start else ""
+    if isinstance(index, int) and 0 <= index < size:
+        done = f"{before}, none after" if start else "none enqueued"
+        return f"line {numbers[start + index]} refused; {done}"
+    lines = f"lines {numbers[start]}-{numbers[start + size - 1]}"
+    return f"{lines} not known to be enqueued" + (f"; {before}" if start else "")
