@@ -22,19 +22,26 @@ from pydantic import (
 )
 
 from queuelog.models import JobStatus, Priority
+from queuelog.plain_json import check_plain
 from queuelog.schedules import Cadence, CadenceError, schedule_name_error
+from queuelog.schema_messages import payload_schema_problem
 
 DEFAULT_DATABASE = "sqlite:///./data/queuelog.db"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Every number finite: TOML and the environment can say inf and nan, and a sweep
+    # every inf seconds, or a rate window of inf, stops the queue instead.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+_MIB = 1024 * 1024
 
 
 class Limits(_Strict):
-    max_request_bytes: int = Field(1_048_576, ge=1024)
-    max_payload_bytes: int = Field(65_536, ge=2)
-    max_result_bytes: int = Field(65_536, ge=2)
+    max_request_bytes: int = Field(_MIB, ge=1024, le=64 * _MIB)
+    max_payload_bytes: int = Field(65_536, ge=2, le=64 * _MIB)
+    max_result_bytes: int = Field(65_536, ge=2, le=64 * _MIB)
     rate_per_second: float = Field(200, ge=0)
     rate_burst: int = Field(400, ge=1)
 
@@ -48,7 +55,8 @@ class Server(_Strict):
     lasts ``ui_session_seconds``: at least a minute, so that a login can be used at all."""
 
     limit_concurrency: int = Field(1000, ge=1)
-    claim_recheck_seconds: float = Field(1.0, gt=0, le=30)
+    # Not below 10 ms: a waiting claim looks again this often, each look a query.
+    claim_recheck_seconds: float = Field(1.0, ge=0.01, le=30)
     otel: bool = False
     ui_session_seconds: int = Field(8 * 3600, ge=60, le=30 * 86_400)
 
@@ -75,20 +83,28 @@ class RateLimit(_Strict):
     """At most ``jobs`` claims of a type in any window of ``per_seconds``."""
 
     jobs: StrictInt = Field(ge=1)
-    per_seconds: float = Field(gt=0)
+    # From a millisecond (windows are counted in microseconds) to a year.
+    per_seconds: float = Field(ge=0.001, le=366 * 86_400)
 
 
 class JobTypeConfig(_Strict):
     max_retries: int = Field(3, ge=0, le=25)
     lease_seconds: int = Field(30, ge=1, le=3600)
     # 0: a failed attempt is claimable again at once.
-    backoff_base_seconds: float = Field(2, ge=0)
-    backoff_cap_seconds: float = Field(3600, gt=0)
+    backoff_base_seconds: float = Field(2, ge=0, le=86_400)
+    backoff_cap_seconds: float = Field(3600, gt=0, le=366 * 86_400)
     payload_schema: dict[str, Any] | None = None
     # Flow control, across every worker and node (absent: no limit).
     concurrency: StrictInt | None = Field(None, ge=1)
     group_concurrency: StrictInt | None = Field(None, ge=1)
     rate_limit: RateLimit | None = None
+
+    @field_validator("payload_schema")
+    @classmethod
+    def _payload_schema(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        if schema is not None and (problem := payload_schema_problem(schema)):
+            raise ValueError(problem)
+        return schema
 
     @property
     def limited(self) -> bool:
@@ -118,6 +134,12 @@ class ScheduleConfig(_Strict):
     def _priority(cls, label: str) -> str:
         return Priority.from_label(label).label
 
+    @field_validator("payload")
+    @classmethod
+    def _plain(cls, payload: dict[str, Any]) -> dict[str, Any]:
+        check_plain(payload)  # TOML's nan and inf: JSON cannot carry them
+        return payload
+
     def cadence(self) -> Cadence:
         return Cadence.parse(self.cron, self.every_seconds, self.timezone)
 
@@ -129,10 +151,10 @@ class Settings(_Strict):
     server: Server = Server()
     retention: Retention = Retention()
     types: dict[str, JobTypeConfig] = Field(default_factory=dict)
-    sweep_interval_seconds: float = Field(1.0, gt=0)
+    sweep_interval_seconds: float = Field(1.0, gt=0, le=3600)
     # PostgreSQL: how long a request waits for a pooled connection before it is
     # answered 503 `unavailable`.
-    connection_wait_seconds: float = Field(2.0, gt=0)
+    connection_wait_seconds: float = Field(2.0, gt=0, le=600)
     schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
 
     @field_validator("types")

@@ -15,6 +15,7 @@ EXTRA_MODULES = {
         "uvicorn",
         "pydantic",
         "jsonschema",
+        "referencing",
         "orjson",
         "prometheus_client",
         "jinja2",

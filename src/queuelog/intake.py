@@ -9,8 +9,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-import jsonschema
-
 from queuelog.config import Settings
 from queuelog.errors import (
     Forbidden,
@@ -20,7 +18,7 @@ from queuelog.errors import (
     quoted,
 )
 from queuelog.models import ApiKey
-from queuelog.schema_messages import schema_message
+from queuelog.schema_messages import payload_validator, schema_message
 from queuelog.specs import EnqueueSpec, stored_json
 from queuelog.storage.protocol import NewJob
 
@@ -29,7 +27,7 @@ class Intake:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._schemas = {
-            name: jsonschema.Draft202012Validator(cfg.payload_schema)
+            name: payload_validator(cfg.payload_schema)
             for name, cfg in settings.types.items()
             if cfg.payload_schema is not None
         }

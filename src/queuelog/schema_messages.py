@@ -16,6 +16,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jsonschema
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
+
+from queuelog.plain_json import check_plain
 
 SHOWN_CHARACTERS = 200
 
@@ -78,3 +83,45 @@ def field_message(error: Mapping[str, Any], patterns: Mapping[str, str]) -> str:
         if says is not None:
             return f"String should be {says}"
     return str(error.get("msg", "")).removeprefix("Value error, ")
+
+
+def payload_validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
+    """The validator of a type's payload schema. Its registry is empty, so a ``$ref``
+    resolves only inside the schema: the server never fetches a schema from elsewhere."""
+    return jsonschema.Draft202012Validator(schema, registry=referencing.Registry())
+
+
+def payload_schema_problem(schema: dict[str, Any]) -> str | None:
+    """Why ``schema`` cannot be a type's payload schema (not a valid JSON Schema, a
+    value JSON cannot carry, or a reference to another document); None when it can."""
+    try:
+        check_plain(schema)
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except ValueError as exc:
+        return str(exc)
+    except jsonschema.SchemaError as exc:
+        return f"not a valid JSON Schema: {exc.message[:200]}"
+    root = referencing.jsonschema.DRAFT202012.create_resource(schema)
+    inside = referencing.Registry().resolver_with_root(root)
+    for ref in _references(schema):
+        if not ref.startswith("#"):
+            return f"$ref {shown(ref)} is not inside the schema (only #... references are)"
+        try:
+            inside.lookup(ref)
+        except referencing.exceptions.Unresolvable:
+            return f"$ref {shown(ref)} points at nothing in the schema"
+    return None
+
+
+def _references(value: Any) -> list[str]:
+    """Every ``$ref`` and ``$dynamicRef`` in ``value``, at any depth."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            found += [str(item[k]) for k in ("$ref", "$dynamicRef") if k in item]
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found

@@ -6,6 +6,7 @@ import html
 import json
 import re
 
+import pytest
 from fastapi.testclient import TestClient
 
 from queuelog.clock import FakeClock
@@ -235,3 +236,14 @@ def test_a_query_value_out_of_bounds_is_a_422_page_naming_it(browser: Browser) -
         assert page.status_code == 422, query
         assert said in page.text and "pattern" not in page.text, page.text
     assert browser.get("/ui/jobs/abc").status_code == 404  # no page has that path
+
+
+@pytest.mark.parametrize("job_type", ["x" * 300_000, "a\x00b", "a\r\nLocation: /evil", ""])
+def test_hardening_21_retry_failed_takes_a_type_name_as_bounded_as_its_page(
+    browser: Browser, job_type: str
+) -> None:
+    done = browser.post("/ui/retry-failed", type=job_type)
+    assert done.status_code == 422 and "location" not in done.headers
+    assert "1-100 characters" in done.text
+    if len(job_type) < 1000:  # (a longer query is refused by the test's own client)
+        assert browser.get("/ui/retry-failed", params={"type": job_type}).status_code == 422

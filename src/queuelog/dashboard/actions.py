@@ -11,7 +11,7 @@ from fastapi.responses import RedirectResponse
 
 from queuelog.app_state import IdPath, state_of
 from queuelog.dashboard.pages import key_page
-from queuelog.dashboard.web import DashboardRoute, Posted, field_of, render
+from queuelog.dashboard.web import TYPE_FILTER, DashboardRoute, Posted, field_of, render
 from queuelog.errors import QueueError, ValidationFailed, quoted
 from queuelog.models import JobStatus, Priority, Role
 
@@ -40,8 +40,9 @@ async def cancel_job(request: Request, job_id: IdPath, posted: Posted) -> Respon
 @router.post("/retry-failed")
 async def retry_failed(request: Request, posted: Posted) -> Response:
     job_type = field_of(posted.form, "type")
-    if not job_type:
-        raise ValidationFailed("Name the job type whose failed jobs to retry")
+    # As the confirmation page bounds it: the name goes back into the redirect's URL.
+    if not job_type or not re.fullmatch(TYPE_FILTER, job_type):
+        raise ValidationFailed("Name the job type whose failed jobs to retry (1-100 characters)")
     count = await state_of(request).service.retry_failed(posted.admin, job_type)
     query = urlencode({"type": job_type, "notice": "requeued", "count": count})
     return _see(f"/ui/jobs?{query}")

@@ -132,7 +132,7 @@ async def job(
 async def confirm_retry_failed(
     request: Request,
     admin: Admin,
-    job_type: Annotated[str, Query(alias="type", min_length=1, max_length=100)],
+    job_type: Annotated[str, Query(alias="type", min_length=1, pattern=TYPE_FILTER)],
 ) -> Response:
     counts = (await state_of(request).service.stats()).counts
     count = counts.get(("failed", job_type), 0)
