@@ -79,3 +79,16 @@ def test_keys_on_a_database_that_is_not_there_exit_1_and_make_none(
     said = f"no file '{database.resolve()}' (migrate or serve makes it)"
     assert line == f"Error: cannot open the database: {said}"
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("password", ["s3cr%et", "top secret"])
+def test_hardening_22_a_postgresql_url_libpq_cannot_read_is_one_line_without_its_password(
+    tmp_path: Path, password: str
+) -> None:
+    config = tmp_path / "q.toml"
+    config.write_text(f'database = "postgresql://u:{password}@127.0.0.1:5432/test"\n')
+    result = CliRunner().invoke(main, ["migrate", "--config", str(config)])
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("Error: cannot open the database: not a valid PostgreSQL URL")
+    assert password not in result.output and "s3cr" not in result.output

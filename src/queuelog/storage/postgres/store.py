@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -80,6 +81,18 @@ def _readable(fd: int) -> bool:
     return bool(poller.poll(0))
 
 
+def _check_url(url: str) -> None:
+    """Refuse a URL libpq cannot read, before a pool retries it (and logs its text,
+    which may hold the password) until its timeout. The message quotes none of it."""
+    try:
+        conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        raise ValueError(
+            "not a valid PostgreSQL URL: percent-encode its user, password and database "
+            "name (a space is %20, % is %25)"
+        ) from None
+
+
 class PostgresStorage(SqlReads):
     def __init__(
         self,
@@ -99,6 +112,7 @@ class PostgresStorage(SqlReads):
         connection_wait: how long a request waits for a connection before it is
             refused (503) as the database being unreachable.
         """
+        _check_url(url)
         self._url = url
         self._synchronous_commit = "on" if durability == "full" else "off"
         self._connection_wait = connection_wait
