@@ -13,6 +13,7 @@ from rich.text import Text
 
 from queuelog.client.errors import ServerError, ServerUnavailable
 from queuelog.errors import Forbidden, QueueError, Unauthenticated
+from queuelog.plain_json import HIDDEN_CHARACTERS
 
 _FIELDS_SHOWN = 3  # of a refusal's field errors, in the one line the CLI prints
 
@@ -52,7 +53,7 @@ def failure_for(error: QueueError) -> type[click.ClickException]:
 # What a terminal would act on rather than show: C0 controls but newline (ESC starts
 # colours, cursor moves and hyperlinks), DEL, C1 controls (a lone CSI), and the format
 # characters that reorder or hide text (bidirectional overrides, zero-width characters).
-_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+_CONTROL = re.compile(f"[\x00-\x09\x0b-\x1f{HIDDEN_CHARACTERS}]")
 
 
 def shown(value: object) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from queuelog.plain_json import HIDDEN_CHARACTERS
+
 MAX_ERROR_CHARS = 2000
 REDACTED = "[redacted]"
 PATH = "[path]"
@@ -66,9 +68,7 @@ _PATHS = (
 )
 # C0/C1 controls other than tab and newline, and invisible format characters
 # (bidirectional overrides, zero-width characters) that can disguise text.
-_CONTROL = re.compile(
-    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]"
-)
+_CONTROL = re.compile(f"[\x00-\x08\x0b-\x1f{HIDDEN_CHARACTERS}]")
 # A str holds a surrogate only unpaired (JSON's escaped pairs decode to one character):
 # no database stores it and no encoder writes it out.
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -247,3 +247,12 @@ def test_hardening_21_retry_failed_takes_a_type_name_as_bounded_as_its_page(
     assert "1-100 characters" in done.text
     if len(job_type) < 1000:  # (a longer query is refused by the test's own client)
         assert browser.get("/ui/retry-failed", params={"type": job_type}).status_code == 422
+
+
+def test_hardening_23_a_payloads_hidden_characters_are_shown_escaped(
+    browser: Browser, producer: Api
+) -> None:
+    job = enqueue(producer, payload={"name": "invoice\u202egnp.exe", "tag": "a\u200bb"})
+    page = browser.get(f"/ui/jobs/{job['id']}").text
+    assert "\u202e" not in page and "\u200b" not in page
+    assert "invoice\\u202egnp.exe" in page and "a\\u200bb" in page

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -10,6 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 from queuelog.models import JobStatus, MinuteCounts
+from queuelog.plain_json import HIDDEN_CHARACTERS
 
 STATUSES = [s.value for s in JobStatus]
 
@@ -45,6 +47,15 @@ CUT_NOTE = "\n… cut here: only the first 64 KiB of the indented JSON are shown
 _PRETTY = json.JSONEncoder(indent=2, sort_keys=True, ensure_ascii=False)
 
 
+_HIDDEN = re.compile(f"[{HIDDEN_CHARACTERS}]")
+
+
+def _shown(text: str) -> str:
+    """JSON text with the characters a reader would not see written as their escapes
+    (``\\u202e``): still the same JSON, and nothing in it reorders or hides the rest."""
+    return _HIDDEN.sub(lambda found: f"\\u{ord(found[0]):04x}", text)
+
+
 def pretty_json(value: Any) -> str:
     """Indented JSON, at most ``PRETTY_CHARS`` of it, then a note that it was cut.
 
@@ -57,8 +68,8 @@ def pretty_json(value: Any) -> str:
         parts.append(part)
         size += len(part)
         if size > PRETTY_CHARS:
-            return "".join(parts)[:PRETTY_CHARS] + CUT_NOTE
-    return "".join(parts)
+            return _shown("".join(parts)[:PRETTY_CHARS]) + CUT_NOTE
+    return _shown("".join(parts))
 
 
 # A table cell shows this much of a job's progress; the job's page shows all of it.
@@ -70,7 +81,7 @@ def progress_cell(value: Any) -> str:
     """A job's progress on one line for a table cell (cut, with an ellipsis); '' for none."""
     if value is None:
         return ""
-    text = _COMPACT.encode(value)
+    text = _shown(_COMPACT.encode(value))
     return text if len(text) <= PROGRESS_CELL_CHARS else text[: PROGRESS_CELL_CHARS - 1] + "…"
 
 
