@@ -96,6 +96,26 @@ def test_malformed_or_unknown_keys_are_401(client: TestClient, header: str) -> N
     assert response.status_code == 401 and response.json()["type"] == "unauthenticated"
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [("GET", "/jobs", None), ("POST", "/jobs", {"type": "noop"}), ("POST", "/jobs/claim", {})],
+)
+def test_hardening_24_two_authorization_headers_are_401(
+    admin: Api, client: TestClient, method: str, path: str, body: dict[str, object] | None
+) -> None:
+    # Two keys that would each be let in: neither is, whichever a proxy would have read.
+    keys = [
+        admin.post("/keys", json={"name": f"k{n}", "roles": ["producer", "worker"]}).json()
+        for n in range(2)
+    ]
+    headers = [("Authorization", f"Bearer {k['key']}") for k in keys]
+    response = client.request(method, path, headers=headers, json=body)
+    assert response.status_code == 401, response.text
+    assert response.json()["detail"] == "Send one Authorization header, not several"
+    one = client.request(method, path, headers=headers[:1], json=body)
+    assert one.status_code in {200, 201}, one.text
+
+
 def test_revoked_key_is_401_at_once(admin: Api, client: TestClient) -> None:
     created = admin.post("/keys", json={"name": "temp", "roles": ["producer"]}).json()
     key = Api(client, created["key"])

@@ -10,7 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from queuelog.app_state import state_of
 from queuelog.auth import KeyRing
-from queuelog.errors import Forbidden
+from queuelog.errors import Forbidden, Unauthenticated
 from queuelog.models import ApiKey, Role
 from queuelog.service import JobService
 
@@ -33,6 +33,10 @@ _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: 
 async def authenticate(request: Request, presented: str | None) -> ApiKey:
     """The active key for the presented secret (401 otherwise), with a rate-limit token
     taken for it (429 when none is left)."""
+    # One credential per request: with two Authorization headers a proxy and this
+    # server could each read a different one.
+    if len(request.headers.getlist("authorization")) > 1:
+        raise Unauthenticated("Send one Authorization header, not several")
     state = state_of(request)
     key = await state.keys.authenticate(presented)
     state.limiter.check(key.id)

@@ -21,7 +21,8 @@ from queuelog.api.problems import PROBLEM_JSON
 _PROBLEM_REF = "#/components/schemas/ProblemOut"
 
 _DESCRIPTIONS = {
-    401: "`unauthenticated`: missing, malformed, unknown or revoked API key.",
+    401: "`unauthenticated`: missing, malformed, unknown or revoked API key, or more than one "
+    "`Authorization` header.",
     403: "`forbidden`: the key lacks the role, the job type, or the priority.",
     404: "`not-found`: no such job, or one this key may not see.",
     409: "`invalid-state` (the job's status does not allow this) or "
