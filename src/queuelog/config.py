@@ -52,10 +52,10 @@ class Server(_Strict):
     job is made ready; it also looks again every ``claim_recheck_seconds``, for jobs made
     ready where no notification reaches it. With ``otel``, every request is traced
     through OpenTelemetry's ASGI instrumentation (the ``otel`` extra). A dashboard login
-    lasts ``ui_session_seconds``: at least a minute, so that a login can be used at all."""
+    lasts ``ui_session_seconds``, bounded below so that a login can be used at all."""
 
     limit_concurrency: int = Field(1000, ge=1)
-    # Not below 10 ms: a waiting claim looks again this often, each look a query.
+    # Bounded below: a waiting claim looks again this often, each look a query.
     claim_recheck_seconds: float = Field(1.0, ge=0.01, le=30)
     otel: bool = False
     ui_session_seconds: int = Field(8 * 3600, ge=60, le=30 * 86_400)
@@ -83,7 +83,8 @@ class RateLimit(_Strict):
     """At most ``jobs`` claims of a type in any window of ``per_seconds``."""
 
     jobs: StrictInt = Field(ge=1)
-    # From a millisecond (windows are counted in microseconds) to a year.
+    # Bounded below: windows are counted in microseconds, and a window too short to
+    # count limits nothing.
     per_seconds: float = Field(ge=0.001, le=366 * 86_400)
 
 

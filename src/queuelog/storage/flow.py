@@ -123,8 +123,8 @@ def _rate_used(sql: FlowSql, params: ClaimParams, name: str, limits: FlowLimits)
     since = window_start(to_micros(params.now), limits.rate_per_seconds)
     # A claim takes its time before it waits for the type's lock, so the claim it waited
     # for may be stamped later, and its window may have left claims this one still
-    # counts: a claim is forgotten only a minute after it left the window. The lock is
-    # held for one claim's transaction, milliseconds, far within that minute.
+    # counts: a claim is forgotten only _KEPT_PAST_WINDOW after it left the window, far
+    # longer than the lock is held (one claim's transaction).
     sql.run("type_claims_forget", {"type": name, "since": since - _KEPT_PAST_WINDOW})
     (row,) = sql.rows("type_claims_used", {"type": name, "since": since})
     return int(row["n"])
