@@ -84,9 +84,13 @@ def _refused_line(refused: QueueError, numbers: list[int], start: int, size: int
     if index is None and isinstance(errors, list) and errors and isinstance(errors[0], dict):
         loc = errors[0].get("loc", [])
         index = loc[2] if loc[:2] == ["body", "jobs"] and len(loc) > 2 else None
-    before = f"lines 1-{numbers[start] - 1} were enqueued" if start else ""
     if isinstance(index, int) and 0 <= index < size:
-        done = f"{before}, none after" if start else "none enqueued"
-        return f"line {numbers[start + index]} refused; {done}"
-    lines = f"lines {numbers[start]}-{numbers[start + size - 1]}"
-    return f"{lines} not known to be enqueued" + (f"; {before}" if start else "")
+        what, after = f"line {numbers[start + index]} refused", ", none after"
+    else:  # the server named no item: the batch may or may not be stored
+        what, after = (
+            f"lines {numbers[start]}-{numbers[start + size - 1]} not known to be enqueued",
+            "",
+        )
+    if not start:
+        return f"{what}; none enqueued" if after else what
+    return f"{what}; lines 1-{numbers[start] - 1} were enqueued{after}"

@@ -24,7 +24,7 @@ from pydantic import (
 from queuelog.models import JobStatus, Priority
 from queuelog.plain_json import check_plain
 from queuelog.schedules import Cadence, CadenceError, schedule_name_error
-from queuelog.schema_messages import payload_schema_problem
+from queuelog.schema_messages import field_message, payload_schema_problem
 
 DEFAULT_DATABASE = "sqlite:///./data/queuelog.db"
 
@@ -249,7 +249,7 @@ def _first_problem(exc: ValidationError, overridden: Mapping[str, str]) -> str:
     name = ".".join(str(part) for part in error["loc"])
     if name in overridden:
         name = f"{overridden[name]} ({name})"
-    message = str(error["msg"]).removeprefix("Value error, ")
+    message = field_message(error, {})
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     # A check of the whole file names the setting in its message.
     return f"{name}: {message}{more}" if name else f"{message}{more}"

@@ -11,9 +11,10 @@ from fastapi.responses import RedirectResponse
 
 from queuelog.app_state import IdPath, state_of
 from queuelog.dashboard.pages import key_page
-from queuelog.dashboard.web import TYPE_FILTER, DashboardRoute, Posted, field_of, render
+from queuelog.dashboard.web import DashboardRoute, Posted, field_of, render
 from queuelog.errors import QueueError, ValidationFailed, quoted
 from queuelog.models import JobStatus, Priority, Role
+from queuelog.specs import TYPE_FILTER_PATTERN
 
 router = APIRouter(prefix="/ui", route_class=DashboardRoute)
 
@@ -41,7 +42,7 @@ async def cancel_job(request: Request, job_id: IdPath, posted: Posted) -> Respon
 async def retry_failed(request: Request, posted: Posted) -> Response:
     job_type = field_of(posted.form, "type")
     # As the confirmation page bounds it: the name goes back into the redirect's URL.
-    if not job_type or not re.fullmatch(TYPE_FILTER, job_type):
+    if not re.fullmatch(TYPE_FILTER_PATTERN, job_type):
         raise ValidationFailed("Name the job type whose failed jobs to retry (1-100 characters)")
     count = await state_of(request).service.retry_failed(posted.admin, job_type)
     query = urlencode({"type": job_type, "notice": "requeued", "count": count})

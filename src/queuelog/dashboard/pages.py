@@ -12,6 +12,7 @@ from queuelog.dashboard.throughput import throughput
 from queuelog.dashboard.web import ID_FILTER, TYPE_FILTER, Admin, DashboardRoute, now_of, render
 from queuelog.errors import NotFound, ValidationFailed, quoted
 from queuelog.models import JobStatus
+from queuelog.specs import TYPE_FILTER_PATTERN
 
 router = APIRouter(prefix="/ui", route_class=DashboardRoute)
 
@@ -132,7 +133,7 @@ async def job(
 async def confirm_retry_failed(
     request: Request,
     admin: Admin,
-    job_type: Annotated[str, Query(alias="type", min_length=1, pattern=TYPE_FILTER)],
+    job_type: Annotated[str, Query(alias="type", pattern=TYPE_FILTER_PATTERN)],
 ) -> Response:
     counts = (await state_of(request).service.stats()).counts
     count = counts.get(("failed", job_type), 0)

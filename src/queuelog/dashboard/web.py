@@ -25,6 +25,7 @@ from queuelog.errors import NotFound, QueueError
 from queuelog.failures import log_internal_error
 from queuelog.models import ApiKey, Role
 from queuelog.schema_messages import field_message
+from queuelog.specs import TYPE_FILTER_PATTERN
 
 log = logging.getLogger("queuelog.dashboard")
 
@@ -155,6 +156,7 @@ TYPE_FILTER = r"^[^\x00-\x1f\x7f]{0,100}$"
 ID_FILTER = r"^[0-9]{0,18}$"
 _FILTERS_SAY = {
     TYPE_FILTER: "at most 100 characters, none of them a control character",
+    TYPE_FILTER_PATTERN: "1-100 characters, none of them a control character",
     ID_FILTER: "a job id",
 }
 
