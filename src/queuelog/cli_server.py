@@ -80,7 +80,7 @@ def _open(settings: Settings, existing: bool = False) -> Storage:
         raise click.ClickException(
             f"cannot open the database: no file {str(path.resolve())!r} (migrate or serve makes it)"
         )
-    if settings.database.startswith(("postgresql://", "postgres://")):
+    if path is None:  # the settings admit a SQLite file or PostgreSQL
         require("postgres", "a PostgreSQL database")
     try:
         return open_storage(settings)

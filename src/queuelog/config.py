@@ -27,6 +27,8 @@ from queuelog.schedules import Cadence, CadenceError, schedule_name_error
 from queuelog.schema_messages import field_message, payload_schema_problem
 
 DEFAULT_DATABASE = "sqlite:///./data/queuelog.db"
+SQLITE_PREFIX = "sqlite:///"
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 
 
 class _Strict(BaseModel):
@@ -158,6 +160,21 @@ class Settings(_Strict):
     connection_wait_seconds: float = Field(2.0, gt=0, le=600)
     schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
 
+    @field_validator("database")
+    @classmethod
+    def _database_url(cls, url: str) -> str:
+        # The URL itself is not repeated: a PostgreSQL one may carry a password.
+        if url.startswith(POSTGRES_PREFIXES):
+            return url
+        if not url.startswith(SQLITE_PREFIX):
+            raise ValueError("must be a sqlite:///PATH or postgresql:// URL")
+        path = url[len(SQLITE_PREFIX) :]
+        if not path or "?" in path or "#" in path:
+            # SQLite's own options are the queue's to set (durability, WAL): a query
+            # would otherwise become part of the file's name.
+            raise ValueError("a sqlite:/// URL is the path of a file, without ?query or #")
+        return url
+
     @field_validator("types")
     @classmethod
     def _type_names(cls, types: dict[str, JobTypeConfig]) -> dict[str, JobTypeConfig]:
@@ -190,10 +207,9 @@ class Settings(_Strict):
     @property
     def sqlite_path(self) -> Path | None:
         """The file of a ``sqlite:///`` database URL, or None for another backend."""
-        prefix = "sqlite:///"
-        if not self.database.startswith(prefix):
+        if not self.database.startswith(SQLITE_PREFIX):
             return None
-        return Path(self.database[len(prefix) :])
+        return Path(self.database[len(SQLITE_PREFIX) :])
 
 
 # Environment variable -> (section, setting). Only single settings can be overridden.

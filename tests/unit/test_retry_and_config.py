@@ -61,6 +61,34 @@ def test_config_rejects_unknown_settings_and_bad_values(tmp_path: Path) -> None:
         load_settings(path, {})
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("sqlite:///./q.db?mode=ro", "without ?query or #"),
+        ("sqlite:///./q.db#main", "without ?query or #"),
+        ("sqlite:///", "without ?query or #"),
+        ("mysql://u:secret@db/q", "must be a sqlite:///PATH or postgresql:// URL"),
+        ("./q.db", "must be a sqlite:///PATH or postgresql:// URL"),
+    ],
+)
+def test_a_database_url_the_queue_cannot_open_as_written_is_refused(
+    tmp_path: Path, url: str, said: str
+) -> None:
+    # A query once became part of the SQLite file's name: `q.db?mode=ro`, written to.
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, {"QUEUELOG_DATABASE_URL": url})
+    line = str(caught.value)
+    assert line.startswith("QUEUELOG_DATABASE_URL (database): ") and said in line, line
+    assert "secret" not in line and "q.db" not in line
+
+
+def test_the_database_urls_the_queue_opens_are_kept(tmp_path: Path) -> None:
+    for url in ("sqlite:///./data/q.db", "postgresql://u@h/db?sslmode=require", "postgres://h/db"):
+        assert load_settings(None, {"QUEUELOG_DATABASE_URL": url}).database == url
+    settings = load_settings(None, {"QUEUELOG_DATABASE_URL": "sqlite:////var/lib/q.db"})
+    assert settings.sqlite_path == Path("/var/lib/q.db")
+
+
 def test_an_override_of_a_section_the_file_gives_as_no_table_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "q.toml"
     path.write_text("server = 1\n")

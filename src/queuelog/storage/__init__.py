@@ -7,20 +7,17 @@ from queuelog.storage.protocol import Storage
 
 
 def open_storage(settings: Settings) -> Storage:
-    """Open the backend that ``settings.database`` names."""
-    url = settings.database
-    if url.startswith("sqlite:///"):
+    """Open the backend that ``settings.database`` names (a SQLite file, else PostgreSQL:
+    the settings admit no other URL)."""
+    path = settings.sqlite_path
+    if path is not None:
         from queuelog.storage.sqlite.store import SqliteStorage
 
-        path = settings.sqlite_path
-        assert path is not None
         return SqliteStorage(path, durability=settings.durability)
-    if url.startswith(("postgresql://", "postgres://")):
-        from queuelog.storage.postgres.store import PostgresStorage
+    from queuelog.storage.postgres.store import PostgresStorage
 
-        return PostgresStorage(
-            url,
-            durability=settings.durability,
-            connection_wait=settings.connection_wait_seconds,
-        )
-    raise ValueError("database must be a sqlite:/// or postgresql:// URL")
+    return PostgresStorage(
+        settings.database,
+        durability=settings.durability,
+        connection_wait=settings.connection_wait_seconds,
+    )
