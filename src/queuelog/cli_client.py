@@ -31,6 +31,7 @@ from queuelog.cli_output import (
 )
 from queuelog.client import Client, Job, JobTimeout, Worker
 from queuelog.client.calls import EnqueueOptions
+from queuelog.clock import rfc3339
 from queuelog.models import PRIORITY_LABELS, JobStatus
 from queuelog.plain_json import strict_json
 
@@ -84,8 +85,8 @@ def to_json(value: Any) -> Any:
         return {f.name: to_json(getattr(value, f.name)) for f in fields}
     if isinstance(value, enum.Enum):
         return value.name.lower() if isinstance(value.value, int) else value.value
-    if isinstance(value, datetime):
-        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, datetime):  # as the server writes times: always microseconds
+        return rfc3339(value)
     if isinstance(value, list | tuple | frozenset):
         return [to_json(v) for v in value]
     if isinstance(value, dict):

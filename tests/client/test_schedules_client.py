@@ -85,6 +85,8 @@ def test_the_schedules_command(real_server: RealServer) -> None:
     assert listed.returncode == 0, listed.stderr
     found = {s["name"]: s for s in json.loads(listed.stdout)}
     assert found["cli-hourly"]["payload"] == {"n": 1}
+    # On the hour, written as the server writes every time: with its microseconds.
+    assert found["cli-hourly"]["next_run_at"].endswith(":00:00.000000Z")
     table = cli(real_server, "list")
     assert "cli-hourly" in table.stdout and "0 * * * * (UTC)" in table.stdout
     paused = cli(real_server, "pause", "cli-hourly")
