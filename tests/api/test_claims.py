@@ -156,3 +156,8 @@ def test_long_poll_answers_empty_when_time_is_up(worker: Api) -> None:
 
 def test_wait_seconds_above_30_is_422(worker: Api) -> None:
     assert worker.post("/jobs/claim", json={"wait_seconds": 31}).status_code == 422
+
+
+def test_wait_seconds_below_0_is_422(worker: Api) -> None:
+    response = worker.post("/jobs/claim", json={"wait_seconds": -1})
+    assert response.status_code == 422 and response.json()["type"] == "validation"

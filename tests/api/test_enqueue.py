@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 from queuelog.clock import FakeClock, rfc3339
@@ -128,6 +129,22 @@ def test_batch_shape_errors_name_the_item(producer: Api) -> None:
     response = producer.post("/jobs/batch", json=body)
     assert response.status_code == 422
     assert response.json()["errors"][0]["loc"][:3] == ["body", "jobs", 1]
+    assert response.json()["index"] == 1
+    # A refusal of the whole batch names no item.
+    assert "index" not in producer.post("/jobs/batch", json={"jobs": []}).json()
+    assert "index" not in producer.post("/jobs", json={"type": "noop", "x": 1}).json()
+
+
+def test_a_job_type_the_key_may_not_enqueue_is_403(as_key: Callable[..., Api]) -> None:
+    mailer = as_key("mailer", "producer", types=("send_email",))
+    response = mailer.post("/jobs", json={"type": "noop"})
+    assert response.status_code == 403 and response.json()["type"] == "forbidden"
+    assert "index" not in response.json()
+    mail = {"type": "send_email", "payload": {"to": "a@b.c"}}
+    batch = mailer.post("/jobs/batch", json={"jobs": [mail, {"type": "noop"}]})
+    assert batch.status_code == 403 and batch.json()["index"] == 1
+    assert mailer.get("/jobs").json()["jobs"] == []  # nothing of the batch was stored
+    assert mailer.post("/jobs", json=mail).status_code == 201
 
 
 def test_batch_of_0_or_501_jobs_is_422(producer: Api) -> None:

@@ -30,6 +30,21 @@ def test_non_json_body_is_415(producer: Api) -> None:
     assert form.status_code == 415
 
 
+def test_a_route_that_takes_no_body_ignores_a_json_one_but_not_the_checks_before_it(
+    producer: Api,
+) -> None:
+    job = enqueue(producer)
+    cancel = f"/jobs/{job['id']}/cancel"
+    text = producer.post(cancel, content=b"hello", headers={"Content-Type": "text/plain"})
+    assert text.status_code == 415 and text.json()["type"] == "unsupported-media-type"
+    big = producer.post(cancel, content=b"[" + b"0," * 600_000 + b"0]")
+    assert big.status_code == 413 and big.json()["type"] == "body-too-large"
+    assert producer.get(f"/jobs/{job['id']}").json()["status"] == "pending"
+    json_type = {"Content-Type": "application/json"}
+    ignored = producer.post(cancel, content=b"{not json", headers=json_type)
+    assert ignored.status_code == 200 and ignored.json()["status"] == "cancelled"
+
+
 def test_json_with_charset_is_accepted(producer: Api) -> None:
     response = producer.post(
         "/jobs",

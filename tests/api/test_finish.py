@@ -221,6 +221,31 @@ def test_batch_complete_answers_each_item_in_order(
     assert "preference-applied" not in response.headers
 
 
+def test_batch_complete_answers_409_invalid_state_for_an_item_not_running(
+    producer: Api, worker: Api
+) -> None:
+    waiting = enqueue(producer)
+    held = claim_one(worker)
+    done = _post(worker, held, "complete")
+    assert done.status_code == 200
+    items = [
+        {"id": held["id"], "lease_token": held["lease_token"]},  # completed already
+        {"id": enqueue(producer)["id"], "lease_token": "t"},  # pending, never claimed
+    ]
+    assert held["id"] == waiting["id"]
+    results = worker.post("/jobs/batch/complete", json={"items": items}).json()["results"]
+    assert [(r["status"], r["type"]) for r in results] == [(409, "invalid-state")] * 2
+
+
+def test_heartbeat_lease_seconds_outside_1_to_3600_is_422(producer: Api, worker: Api) -> None:
+    enqueue(producer)
+    job = claim_one(worker)
+    for bad in (0, 3601, -1, 1.5):
+        response = _post(worker, job, "heartbeat", lease_seconds=bad)
+        assert response.status_code == 422 and response.json()["type"] == "validation", bad
+    assert _post(worker, job, "heartbeat", lease_seconds=3600).status_code == 200
+
+
 def test_batch_complete_with_prefer_return_minimal_answers_without_the_jobs(
     producer: Api, worker: Api, admin: Api
 ) -> None:

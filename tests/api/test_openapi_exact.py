@@ -116,6 +116,11 @@ def test_every_kind_of_refusal_is_documented_problem_json(
         (producer.post("/jobs", json={"type": "unconfigured"}), 422),
         (producer.post("/jobs", content=b"{}", headers={"Content-Type": "text/plain"}), 415),
         (producer.post("/jobs", content=b"x" * 2_000_000), 413),
+        # A route that takes no body still checks one's media type.
+        (
+            producer.post("/jobs/1/cancel", content=b"x", headers={"Content-Type": "text/plain"}),
+            415,
+        ),
         (worker.post("/jobs/1/complete", json={"lease_token": "t"}), 404),
     ]
     for answer, status in refusals:

@@ -20,6 +20,7 @@ ROUTES: list[tuple[str, str, dict[str, object] | None, set[str]]] = [
     ("GET", "/jobs", None, {"producer", "worker", "admin"}),
     ("GET", "/jobs/1", None, {"producer", "worker", "admin"}),
     ("GET", "/jobs/1/events", None, {"producer", "worker", "admin"}),
+    ("GET", "/jobs/1/dependencies", None, {"producer", "worker", "admin"}),
     ("POST", "/jobs/claim", {}, {"worker"}),
     ("POST", "/jobs/1/heartbeat", {"lease_token": "t"}, {"worker"}),
     ("POST", "/jobs/1/release", {"lease_token": "t"}, {"worker"}),

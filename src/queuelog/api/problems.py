@@ -62,6 +62,20 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     return errors
 
 
+# The batch routes' lists of items: a refusal of one item names its ``index``, as the
+# service's refusals of a batch item do.
+_ITEM_LISTS = ("jobs", "items")
+
+
+def _item_index(exc: RequestValidationError) -> dict[str, int]:
+    """``{"index": n}`` when the first refused field is inside item ``n`` of a batch."""
+    errors = exc.errors()
+    loc = tuple(errors[0].get("loc", ())) if errors else ()
+    if len(loc) >= 3 and loc[0] == "body" and loc[1] in _ITEM_LISTS and isinstance(loc[2], int):
+        return {"index": loc[2]}
+    return {}
+
+
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(QueueError)
     async def queue_error(_: Request, exc: QueueError) -> JSONResponse:
@@ -75,6 +89,7 @@ def install_handlers(app: FastAPI) -> None:
             "Request is not valid",
             "The request did not pass validation",
             errors=_validation_errors(exc),
+            **_item_index(exc),
         )
 
     @app.exception_handler(StarletteHTTPException)

@@ -19,7 +19,7 @@ from queuelog.api.answers import (
 )
 from queuelog.api.deps import Admin, Canceller, Producer, Reader, ServiceDep
 from queuelog.api.lean import LeanRoute, header_parameters, lean_openapi, read_request
-from queuelog.api.openapi import AUTHED, problems
+from queuelog.api.openapi import AUTHED, NO_BODY, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.api.results import job_or_wait
 from queuelog.api.schemas import (
@@ -270,7 +270,7 @@ async def job_dependencies(job_id: IdPath, caller: Reader, service: ServiceDep) 
     "/{job_id:int}/cancel",
     response_model=JobOut,
     summary="Cancel a waiting or pending job (owning producer or admin)",
-    responses=problems(*AUTHED, 404, 409),
+    responses=problems(*AUTHED, 404, 409, *NO_BODY),
 )
 async def cancel_job(job_id: IdPath, caller: Canceller, service: ServiceDep) -> Response:
     job = await service.cancel(caller, job_id)
@@ -289,7 +289,7 @@ async def cancel_job(job_id: IdPath, caller: Canceller, service: ServiceDep) -> 
         "`run`-mode dependents of these jobs that their end made `pending` and that no "
         "worker has held yet; one a worker held (even if it snoozed) is left alone."
     ),
-    responses=problems(*AUTHED, 404, 409),
+    responses=problems(*AUTHED, 404, 409, *NO_BODY),
 )
 async def retry_job(job_id: IdPath, caller: Admin, service: ServiceDep) -> Response:
     job = await service.retry(caller, job_id)

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from queuelog.api.answers import JobOut, job_json
 from queuelog.api.deps import Admin
-from queuelog.api.openapi import AUTHED, problems
+from queuelog.api.openapi import AUTHED, NO_BODY, problems
 from queuelog.api.schemas import CRON_FIVE_FIELDS, EverySeconds, JsonObject, Label, PriorityLabel
 from queuelog.app_state import state_of
 from queuelog.clock import rfc3339
@@ -187,7 +187,7 @@ async def delete_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respo
     response_model=ScheduleOut,
     summary="Pause a schedule (admin)",
     description="Stored: it holds across restarts and on every node.",
-    responses=_problems(*AUTHED, 404),
+    responses=_problems(*AUTHED, 404, *NO_BODY),
 )
 async def pause_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response:
     return JSONResponse(schedule_json(await scheduler.pause(name)))
@@ -199,7 +199,7 @@ async def pause_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respon
     summary="Resume a schedule (admin)",
     description="It fires next at its next time after now; fires missed while paused are "
     "not made up.",
-    responses=_problems(*AUTHED, 404),
+    responses=_problems(*AUTHED, 404, *NO_BODY),
 )
 async def resume_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response:
     return JSONResponse(schedule_json(await scheduler.resume(name)))
@@ -215,6 +215,7 @@ async def resume_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respo
         *AUTHED,
         404,
         422,
+        *NO_BODY,
         described={422: "`unknown-job-type`: the schedule's type left the config."},
     ),
 )

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, Field
 
 from queuelog.api.deps import Admin, ServiceDep
-from queuelog.api.openapi import AUTHED, problems
+from queuelog.api.openapi import AUTHED, NO_BODY, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.clock import rfc3339
 from queuelog.flow import TypeState
@@ -100,7 +100,7 @@ async def list_types(_: Admin, service: ServiceDep) -> Response:
         "holds across restarts. Pausing a paused type changes nothing. The change is "
         "recorded with the admin key's name. 200 with the type's entry."
     ),
-    responses=problems(*AUTHED, 404, 422, described={404: _NO_TYPE, 422: _BAD_NAME}),
+    responses=problems(*AUTHED, 404, 422, *NO_BODY, described={404: _NO_TYPE, 422: _BAD_NAME}),
 )
 async def pause_type(job_type: TypeName, caller: Admin, service: ServiceDep) -> Response:
     state = await service.flow.set_paused(caller, job_type, True)
@@ -116,7 +116,7 @@ async def pause_type(job_type: TypeName, caller: Admin, service: ServiceDep) -> 
         "a type that is not paused changes nothing. The change is recorded with the admin "
         "key's name. 200 with the type's entry."
     ),
-    responses=problems(*AUTHED, 404, 422, described={404: _NO_TYPE, 422: _BAD_NAME}),
+    responses=problems(*AUTHED, 404, 422, *NO_BODY, described={404: _NO_TYPE, 422: _BAD_NAME}),
 )
 async def resume_type(job_type: TypeName, caller: Admin, service: ServiceDep) -> Response:
     state = await service.flow.set_paused(caller, job_type, False)
