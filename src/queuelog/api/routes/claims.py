@@ -380,8 +380,10 @@ async def complete(
         "`retry_count + 1` and `run_at = now + backoff` (or `retry_in_seconds`). Else failed; "
         "`retry_count` stays as it was. The error text is sanitised before it is stored: "
         "credentials, tokens, keys and absolute paths are redacted, control characters "
-        "removed, and the text cut to 2,000 characters. A text over 16 KiB is refused (422)."
-        + _HELD
+        "removed, and the text cut to 2,000 characters; a word the cut runs through becomes "
+        "`[cut]`, since what is left of a secret may no longer look like one (a text that "
+        "is one unbroken word past the limit is stored as `[cut]` alone). A text over "
+        "16 KiB is refused (422)." + _HELD
     ),
     responses=problems(*AUTHED, 404, 409, 413, 415, 422),
 )
