@@ -52,6 +52,13 @@ def test_json_with_charset_is_accepted(producer: Api) -> None:
         headers={"Content-Type": "application/json; charset=utf-8"},
     )
     assert response.status_code == 201
+    for media in ("application/vnd.shop+json", "Application/JSON"):
+        body = b'{"type": "noop"}'
+        answer = producer.post("/jobs", content=body, headers={"Content-Type": media})
+        assert answer.status_code == 201, media
+    for media in ("text/json", "application/jsonx", "application/x-www-form-urlencoded"):
+        answer = producer.post("/jobs", content=b"{}", headers={"Content-Type": media})
+        assert answer.status_code == 415, media
 
 
 def test_malformed_json_is_422_validation(producer: Api) -> None:

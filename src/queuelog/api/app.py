@@ -50,6 +50,8 @@ Choices where the contract is silent:
   as a wrong token: 409 `not-lease-holder` (or 404/409 `invalid-state` by the
   job's state).
 * A key with several roles sees the union of what each role sees.
+* A JSON body may be sent as `application/json` or as any `application/*+json` media
+  type (RFC 6839's JSON suffix), parameters such as `charset` aside; any other is 415.
 * The `detail` of `failed`, `retry_scheduled` and `lease_expired` events is the
   sanitised error text, shown to admins only, like the job's `error`.
 * `POST /jobs/batch/complete` answers 422 `payload-too-large` for an item whose
