@@ -1,6 +1,12 @@
 """The acknowledger: reports every outcome to the server. Completions go in batches from a
 thread of its own, failures at once from the handler's thread, and at the shutdown
-deadline the jobs still running are handed back."""
+deadline the jobs still running are handed back.
+
+An outcome the server could not be reached for (down, restarting, answering 503) is sent
+again from the acknowledger's thread, after a pause that grows, until the server has it,
+answers that the lease is gone, or the run ends: its job stays held meanwhile, so its
+lease is renewed as soon as the server answers again, and a finished job is not run a
+second time because the server was away for longer than one send's own retries."""
 
 from __future__ import annotations
 
@@ -10,20 +16,23 @@ import queue
 import threading
 import time
 
-from queuelog.client.errors import BodyTooLarge
+from queuelog.client.errors import BodyTooLarge, ServerError, ServerUnavailable
 from queuelog.client.heartbeater import Heartbeater
 from queuelog.client.outcome import Outcome
-from queuelog.client.policy import RetryPolicy
+from queuelog.client.policy import TRANSIENT_STATUS, RetryPolicy
 from queuelog.client.running import LATE_SECONDS, LOST, Running, log, log_outcome
 from queuelog.client.sync import Client
 from queuelog.client.types import Acknowledged
-from queuelog.errors import QueueError
+from queuelog.errors import QueueError, RateLimited
 
 ACK_BATCH = 100
 # Results in one acknowledgement stay well under the server's 1 MiB request limit; a
 # batch refused as too large anyway (a server configured lower) is split and sent again.
 ACK_BYTES = 512 * 1024
 Done = tuple[Running, Outcome]
+# Pauses before outcomes the server could not be reached for are sent again: doubling
+# from the first to the last (each send has tried a few times already).
+RESEND_PAUSES = (0.5, 5.0)
 
 
 class Acknowledger:
@@ -44,10 +53,13 @@ class Acknowledger:
         self._thread.join(timeout=timeout)
 
     def report(self, running: Running, outcome: Outcome) -> None:
-        """A completion joins the next batch; a failure or a snooze is sent now."""
-        if outcome.completed:
+        """A completion joins the next batch; a failure or a snooze is sent now (and, if
+        the server cannot be reached, again from the acknowledger's thread)."""
+        if outcome.completed or not self._report_one(running, outcome):
             self._acks.put((running, outcome))
-            return
+
+    def _report_one(self, running: Running, outcome: Outcome) -> bool:
+        """Send a failure or a snooze; False when the server could not be reached."""
         try:
             if outcome.snooze_seconds is not None:
                 self._client.release(running.job, delay_seconds=outcome.snooze_seconds)
@@ -62,27 +74,40 @@ class Acknowledger:
         except LOST as error:
             log_outcome(running, f"lost ({error.slug})", logging.WARNING)
         except QueueError as error:
+            if unreachable(error):
+                return False
             log_outcome(running, f"unreported ({error.detail})", logging.ERROR)
         self._leases.release(running)
+        return True
 
     # -- completions ------------------------------------------------------------
 
     def _acknowledge(self) -> None:
+        unsent: list[Done] = []
+        pause = RESEND_PAUSES[0]
         done = False
         while not done:
-            batch, done = self._next_batch()
+            batch, done = self._next_batch(pause if unsent else None)
+            batch = unsent + batch
             try:
-                for part in _by_size(batch):
-                    self._complete(part)
+                unsent = self._send(batch)
             except Exception:  # keep acknowledging; these jobs run again when their leases end
                 log.exception("completions could not be reported")
                 for running, _ in batch:
                     self._leases.release(running)
+                unsent = []
+            pause = min(pause * 2, RESEND_PAUSES[1]) if unsent else RESEND_PAUSES[0]
+        for running, _ in unsent:  # the run is over: left to their leases
+            log_outcome(running, "unreported (the server could not be reached)", logging.ERROR)
+            self._leases.release(running)
 
-    def _next_batch(self) -> tuple[list[Done], bool]:
-        """The next completion (waited for) and whatever else is already waiting; and
-        whether the run is over."""
-        first = self._acks.get()
+    def _next_batch(self, timeout: float | None) -> tuple[list[Done], bool]:
+        """The next outcome (waited for, up to ``timeout``) and whatever else is already
+        waiting; and whether the run is over."""
+        try:
+            first = self._acks.get(timeout=timeout)
+        except queue.Empty:
+            return [], False
         if first is None:
             return [], True
         batch = [first]
@@ -96,25 +121,34 @@ class Acknowledger:
             batch.append(item)
         return batch, False
 
-    def _complete(self, batch: list[Done]) -> None:
+    def _send(self, batch: list[Done]) -> list[Done]:
+        """Report ``batch``: what the server could not be reached for, to send again."""
+        again = [done for done in batch if not done[1].completed and not self._report_one(*done)]
+        for part in _by_size([done for done in batch if done[1].completed]):
+            again += self._complete(part)
+        return again
+
+    def _complete(self, batch: list[Done]) -> list[Done]:
+        """Complete ``batch``; what the server could not be reached for, to send again."""
         try:
             items = [(r.job, o.result) for r, o in batch]
             answers = self._client.complete_many(items, return_jobs=False)
         except BodyTooLarge:
             if len(batch) > 1:  # completing is guarded by the lease token: safe to resend
                 half = len(batch) // 2
-                self._complete(batch[:half])
-                self._complete(batch[half:])
-            else:
-                self._too_large(batch[0][0])
-            return
+                return self._complete(batch[:half]) + self._complete(batch[half:])
+            self._too_large(batch[0][0])
+            return []
         except QueueError as error:
+            if unreachable(error):
+                return batch
             for running, _ in batch:
                 log_outcome(running, f"unreported ({error.detail})", logging.ERROR)
                 self._leases.release(running)
-            return
+            return []
         for (running, _), ack in zip(batch, answers, strict=True):
             self._settle(running, ack)
+        return []
 
     def _settle(self, running: Running, ack: Acknowledged) -> None:
         if ack.ok:
@@ -168,6 +202,14 @@ class Acknowledger:
         except Exception as error:  # left to its lease, which expires as an attempt
             log_outcome(running, f"abandoned, unreported ({error})", logging.WARNING)
         self._leases.release(running)
+
+
+def unreachable(error: QueueError) -> bool:
+    """Whether ``error`` says the server could not take the request for now (down, busy,
+    restarting, its database away), so the same request may be sent again later."""
+    if isinstance(error, ServerError):
+        return error.status in TRANSIENT_STATUS
+    return isinstance(error, ServerUnavailable | RateLimited)
 
 
 def _by_size(batch: list[Done]) -> list[list[Done]]:

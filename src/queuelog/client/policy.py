@@ -21,7 +21,7 @@ from queuelog.errors import QueueError, RateLimited
 DEFAULT_URL = "http://127.0.0.1:8000"
 # Answers that mean "not now": from a proxy, a server that is starting or stopping, or
 # one whose database cannot take the request for now (503, or 507 for lack of space).
-_TRANSIENT_STATUS = frozenset({502, 503, 504, 507})
+TRANSIENT_STATUS = frozenset({502, 503, 504, 507})
 # The failures of either client's HTTP library (libcurl's for ``Client``, httpx for
 # ``AsyncClient``) where the request never reached the server...
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, NotSent)
@@ -105,7 +105,7 @@ class RetryPolicy:
             return True  # the request never reached the server
         if isinstance(error, BROKEN):
             return call.resend  # it may have reached the server and been acted on
-        return isinstance(error, ServerError) and error.status in _TRANSIENT_STATUS and call.resend
+        return isinstance(error, ServerError) and error.status in TRANSIENT_STATUS and call.resend
 
     def retry_or_raise(
         self, call: Call[Any], error: Exception, attempt: int, conn: Connection
