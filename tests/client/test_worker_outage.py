@@ -1,18 +1,20 @@
-"""A worker whose server is away for longer than one send's retries: the outcomes of the
-jobs it finished meanwhile reach the server once it is back, and no job runs twice."""
+"""A worker's outcomes against a server that is away for longer than one send's retries
+(they reach it once it is back, and no job runs twice), or that has them already."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
 
 from queuelog.client import Client, Fail, Job, Snooze, Worker
 from queuelog.client.policy import RetryPolicy
+from queuelog.client.transport import Answer
 from queuelog.models import JobStatus
+from tests.client.pools import Noting, Sent
 from tests.client.test_worker import DEADLINE, admin
 from tests.realserver import RealServer, wait_until
 from tests.tcpproxy import TcpProxy
@@ -103,3 +105,47 @@ def test_a_worker_stopped_while_its_server_is_away_stops_and_leaves_the_job_to_i
     assert any("outcome=unreported" in r.getMessage() for r in caplog.records), caplog.text
     with admin(server) as root:
         assert root.get(job.id).status is JobStatus.RUNNING  # until its lease runs out
+
+
+class HeartbeatAfterCompletion(Noting):
+    """Holds the answer to a completion until a heartbeat has gone out after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.completing = threading.Event()
+        self.beaten = threading.Event()
+
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
+        if sent.path == "/jobs/batch/complete":
+            self.completing.set()
+            answer = send()
+            self.beaten.wait(DEADLINE)
+            return answer
+        answer = send()
+        if sent.path.endswith("/heartbeat") and self.completing.is_set():
+            self.beaten.set()
+        return answer
+
+
+def test_a_heartbeat_that_meets_its_jobs_own_completion_warns_of_no_lost_lease(
+    server: RealServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1, linger_ms=0)
+    worker.handler("slow")(lambda job: None)  # a 2 s lease: a heartbeat every 0.67 s
+    transport = HeartbeatAfterCompletion()
+    with Client(server.url, server.keys["shop"]) as shop:
+        job = shop.enqueue("slow")
+    client = Client(server.url, server.keys["mailer"], transport=transport)
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    with caplog.at_level("INFO", logger="queuelog.worker"):
+        thread.start()
+        try:
+            assert transport.beaten.wait(DEADLINE), "no heartbeat met the completion"
+            with admin(server) as root:
+                wait_until(lambda: root.get(job.id).status is JobStatus.COMPLETED, "completed")
+            wait_until(lambda: "outcome=completed" in caplog.text, "the completion's line")
+        finally:
+            worker.stop()
+            thread.join(timeout=DEADLINE)
+            client.close()
+    assert "lost its lease" not in caplog.text, caplog.text

@@ -65,7 +65,10 @@ class Heartbeater:
             self._client.heartbeat(running.job, lease_seconds=lease, progress=progress)
             running.next_beat = time.monotonic() + running.lease / 3
         except LOST as error:
-            log.warning("job_id=%s lost its lease (%s)", running.job.id, error.slug)
+            # Once its outcome is on its way the lease ends with it: the acknowledger says
+            # what became of the outcome.
+            if not running.reported:
+                log.warning("job_id=%s lost its lease (%s)", running.job.id, error.slug)
             self.release(running)
         except QueueError as error:
             log.warning("job_id=%s heartbeat failed: %s", running.job.id, error.detail)
