@@ -51,7 +51,7 @@ def through(proxy: TcpProxy, worker: Worker, server: RealServer) -> Iterator[Non
 def test_an_outcome_the_server_was_away_for_reaches_it_once_it_is_back(
     server: RealServer, outcome: str, status: JobStatus
 ) -> None:
-    worker = Worker(concurrency=1, wait_seconds=1, linger_ms=0)
+    worker = Worker(concurrency=3, wait_seconds=1, linger_ms=0)
     finish = threading.Event()
     runs: list[int] = []
 
@@ -66,19 +66,24 @@ def test_an_outcome_the_server_was_away_for_reaches_it_once_it_is_back(
         return {"sent": True}
 
     with Client(server.url, server.keys["shop"]) as shop:
-        job = shop.enqueue("send_email", {"to": "a@example.com"})
+        ids = [shop.enqueue("send_email", {"to": f"{n}@example.com"}).id for n in range(3)]
     proxy = TcpProxy(("127.0.0.1", server.port))
     with through(proxy, worker, server):
-        wait_until(lambda: runs == [job.id], "the job to start")
+        wait_until(lambda: sorted(runs) == ids, "the jobs to start")
         proxy.cut()
-        finish.set()  # it finishes while the server cannot be reached
+        finish.set()  # they finish while the server cannot be reached
         time.sleep(AWAY_SECONDS)
         proxy.restore()
         with admin(server) as root:
-            wait_until(lambda: root.get(job.id).status is status, f"the job to be {status}")
-            events = [e.event for e in root.events(job.id)]
-    assert runs == [job.id]
-    assert "lease_expired" not in events and events.count("claimed") == 1, events
+
+            def ended() -> bool:
+                return all(root.get(i).status is status for i in ids)
+
+            wait_until(ended, f"the jobs to be {status}")
+            histories = [[e.event for e in root.events(i)] for i in ids]
+    assert sorted(runs) == ids  # each ran once
+    for events in histories:
+        assert "lease_expired" not in events and events.count("claimed") == 1, events
 
 
 def test_a_worker_stopped_while_its_server_is_away_stops_and_leaves_the_job_to_its_lease(

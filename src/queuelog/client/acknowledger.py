@@ -122,10 +122,14 @@ class Acknowledger:
         return batch, False
 
     def _send(self, batch: list[Done]) -> list[Done]:
-        """Report ``batch``: what the server could not be reached for, to send again."""
-        again = [done for done in batch if not done[1].completed and not self._report_one(*done)]
+        """Report ``batch``: what the server could not be reached for, to send again. Once
+        one send finds it away, the rest waits for the next try instead of each trying."""
+        again: list[Done] = []
+        for done in [done for done in batch if not done[1].completed]:
+            if again or not self._report_one(*done):
+                again.append(done)
         for part in _by_size([done for done in batch if done[1].completed]):
-            again += self._complete(part)
+            again += part if again else self._complete(part)
         return again
 
     def _complete(self, batch: list[Done]) -> list[Done]:
