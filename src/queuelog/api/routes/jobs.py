@@ -151,7 +151,9 @@ async def enqueue(request: Request) -> Response:
         "`unique_key` and `on_duplicate` as a single enqueue does, in order: a later item "
         "meets an earlier one's key. `created` is false for an item that made no job. An "
         "item may wait for earlier items with `depends_on_items` (their indices), beside "
-        "`depends_on`: a whole graph in one request."
+        "`depends_on`: a whole graph in one request. An `Idempotency-Key` header is not "
+        "read here: a batch is made safe to resend by each item's own `idempotency_key` "
+        "(as the SDK's `enqueue_many` gives every job one)."
     ),
     responses=problems(*AUTHED, 413, 415, 422),
     openapi_extra={"parameters": header_parameters(TRACE_HEADERS)},
