@@ -169,10 +169,14 @@ class Settings(_Strict):
         if not url.startswith(SQLITE_PREFIX):
             raise ValueError("must be a sqlite:///PATH or postgresql:// URL")
         path = url[len(SQLITE_PREFIX) :]
-        if not path or "?" in path or "#" in path:
+        if not path or "?" in path or path == ":memory:":
             # SQLite's own options are the queue's to set (durability, WAL): a query
-            # would otherwise become part of the file's name.
-            raise ValueError("a sqlite:/// URL is the path of a file, without ?query or #")
+            # would otherwise become part of the file's name. Each connection would have
+            # an in-memory database of its own.
+            raise ValueError(
+                "a sqlite:/// URL is the path of a file, without ?query "
+                "(a file whose name holds a ? must be renamed)"
+            )
         return url
 
     @field_validator("types")
