@@ -12,22 +12,29 @@ import pytest
 
 from queuelog.client import Client, Fail, Job, Snooze, Worker
 from queuelog.client.policy import RetryPolicy
-from queuelog.client.transport import Answer
+from queuelog.client.transport import Answer, NotSent
 from queuelog.models import JobStatus
-from tests.client.pools import Noting, Sent
+from tests.client.pools import Noting, Sent, answer
 from tests.client.test_worker import DEADLINE, admin
 from tests.realserver import RealServer, wait_until
 from tests.tcpproxy import TcpProxy
 
 # Longer than the worker's client tries one send for (its retry policy's pauses).
 AWAY_SECONDS = 2.0
+OUTCOME_PATHS = ("/jobs/batch/complete", "/fail", "/release")
+
+
+def outcome_sends(transport: Noting) -> int:
+    """How many requests carrying an outcome ``transport`` has sent (or tried to)."""
+    return sum(1 for s in transport.sent if s.path.endswith(OUTCOME_PATHS))
 
 
 @contextmanager
-def through(proxy: TcpProxy, worker: Worker, server: RealServer) -> Iterator[None]:
-    """``worker`` running with a client that reaches ``server`` only through ``proxy``."""
+def running(worker: Worker, server: RealServer, transport: Noting, url: str) -> Iterator[None]:
+    """``worker`` running with a client that reaches ``server`` at ``url``."""
     policy = RetryPolicy(attempts=3, base_delay=0.1, max_delay=0.3)
-    client = Client(f"http://127.0.0.1:{proxy.port}", server.keys["mailer"], retry_policy=policy)
+    key = server.keys["mailer"]
+    client = Client(url, key, retry_policy=policy, transport=transport)
     thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
     thread.start()
     try:
@@ -36,8 +43,27 @@ def through(proxy: TcpProxy, worker: Worker, server: RealServer) -> Iterator[Non
         worker.stop()
         thread.join(timeout=DEADLINE)
         client.close()
-        proxy.close()
     assert not thread.is_alive(), "the worker did not stop"
+
+
+def enqueued(server: RealServer, job_type: str, count: int) -> list[int]:
+    with Client(server.url, server.keys["shop"]) as shop:
+        payload = {"to": "a@example.com"}
+        return [shop.enqueue(job_type, payload).id for _ in range(count)]
+
+
+def histories(server: RealServer, ids: list[int]) -> list[list[str]]:
+    with admin(server) as root:
+        return [[e.event for e in root.events(i)] for i in ids]
+
+
+def settle(server: RealServer, ids: list[int], status: JobStatus) -> None:
+    with admin(server) as root:
+
+        def ended() -> bool:
+            return all(root.get(i).status is status for i in ids)
+
+        wait_until(ended, f"the jobs to be {status}")
 
 
 @pytest.mark.parametrize(
@@ -65,28 +91,129 @@ def test_an_outcome_the_server_was_away_for_reaches_it_once_it_is_back(
             raise Snooze(3600)
         return {"sent": True}
 
-    with Client(server.url, server.keys["shop"]) as shop:
-        ids = [shop.enqueue("send_email", {"to": f"{n}@example.com"}).id for n in range(3)]
-    proxy = TcpProxy(("127.0.0.1", server.port))
-    with through(proxy, worker, server):
+    ids = enqueued(server, "send_email", 3)
+    proxy, transport = TcpProxy(("127.0.0.1", server.port)), Noting()
+    with running(worker, server, transport, f"http://127.0.0.1:{proxy.port}"):
         wait_until(lambda: sorted(runs) == ids, "the jobs to start")
         proxy.cut()
         finish.set()  # they finish while the server cannot be reached
         time.sleep(AWAY_SECONDS)
+        refused = outcome_sends(transport)
         proxy.restore()
-        with admin(server) as root:
-
-            def ended() -> bool:
-                return all(root.get(i).status is status for i in ids)
-
-            wait_until(ended, f"the jobs to be {status}")
-            histories = [[e.event for e in root.events(i)] for i in ids]
+        settle(server, ids, status)
+    proxy.close()
+    assert refused > 3, "no outcome was sent again while the server was away"
     assert sorted(runs) == ids  # each ran once
-    for events in histories:
+    for events in histories(server, ids):
         assert "lease_expired" not in events and events.count("claimed") == 1, events
 
 
-def test_a_worker_stopped_while_its_server_is_away_stops_and_leaves_the_job_to_its_lease(
+class Refusing(Noting):
+    """Answers every request carrying an outcome ``status`` (503, 429) ``times`` times."""
+
+    def __init__(self, status: int, times: int) -> None:
+        super().__init__()
+        self.status, self.left = status, times
+
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
+        if sent.path.endswith(OUTCOME_PATHS) and self.left > 0:
+            self.left -= 1
+            problem = {"type": "unavailable", "status": self.status, "detail": "not now"}
+            return answer(self.status, problem, {"Retry-After": "0"})
+        return send()
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_an_outcome_refused_for_now_more_often_than_one_send_retries_is_sent_again(
+    server: RealServer, status: int
+) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1, linger_ms=0, lease_seconds=3)
+    runs: list[int] = []
+    worker.handler("noop")(lambda job: runs.append(job.id))
+    (job_id,) = enqueued(server, "noop", 1)
+    transport = Refusing(status, times=6)  # two sends' worth of the policy's 3 tries
+    with running(worker, server, transport, server.url):
+        settle(server, [job_id], JobStatus.COMPLETED)
+    assert transport.left == 0 and runs == [job_id]
+    (events,) = histories(server, [job_id])
+    assert "lease_expired" not in events, events
+
+
+class AwayThenHeld(Noting):
+    """Refuses every request while ``away``; then holds an outcome's request for ``job``
+    until a claim has handed the job out again (its lease ran out meanwhile)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.away = threading.Event()
+        self.reclaimed = threading.Event()
+        self.job = 0
+
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
+        if self.away.is_set():
+            raise NotSent("the server is away")
+        if sent.path.endswith(OUTCOME_PATHS) and not self.reclaimed.is_set():
+            self.reclaimed.wait(DEADLINE)
+        got = send()
+        if sent.path == "/jobs/claim" and f'"id":{self.job},' in got.body.decode():
+            self.reclaimed.set()
+        return got
+
+
+def test_an_outcome_sent_after_its_job_was_claimed_again_leaves_the_new_claim_its_lease(
+    server: RealServer,
+) -> None:
+    # A 2 s lease, renewed every 0.67 s: the second run needs its heartbeats.
+    worker = Worker(concurrency=2, wait_seconds=1, linger_ms=0, lease_seconds=2)
+    runs: list[int] = []
+    transport = AwayThenHeld()
+
+    @worker.handler("noop")  # 2 retries, a short backoff
+    def handle(job: Job) -> None:
+        runs.append(job.id)
+        if len(runs) == 1:
+            transport.away.set()  # its outcome cannot be sent; its lease runs out
+        else:
+            time.sleep(4)
+
+    (transport.job,) = enqueued(server, "noop", 1)
+    with running(worker, server, transport, server.url):
+        wait_until(lambda: bool(runs), "the first run")
+        with admin(server) as root:
+            wait_until(lambda: root.get(transport.job).status is JobStatus.PENDING, "expiry")
+        transport.away.clear()
+        settle(server, [transport.job], JobStatus.COMPLETED)
+    (events,) = histories(server, [transport.job])
+    assert events.count("lease_expired") == 1 and events.count("claimed") == 2, events
+
+
+def test_a_worker_stopped_while_its_server_is_away_sends_its_outcomes_until_its_deadline(
+    server: RealServer,
+) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1, linger_ms=0, shutdown_seconds=DEADLINE)
+    started, away = threading.Event(), threading.Event()
+
+    @worker.handler("send_email")
+    def handle(job: Job) -> None:
+        started.set()
+        away.wait(DEADLINE)
+
+    ids = enqueued(server, "send_email", 1)
+    proxy = TcpProxy(("127.0.0.1", server.port))
+    with running(worker, server, Noting(), f"http://127.0.0.1:{proxy.port}"):
+        assert started.wait(DEADLINE)
+        proxy.cut()
+        away.set()
+        stopping = threading.Timer(AWAY_SECONDS, proxy.restore)
+        stopping.start()
+        worker.stop()  # the outcome is still to be sent: the run waits for it
+    stopping.join()
+    proxy.close()
+    with admin(server) as root:
+        assert root.get(ids[0]).status is JobStatus.COMPLETED
+
+
+def test_a_worker_whose_server_stays_away_stops_at_its_deadline(
     server: RealServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     worker = Worker(concurrency=1, wait_seconds=1, linger_ms=0, shutdown_seconds=1)
@@ -97,19 +224,20 @@ def test_a_worker_stopped_while_its_server_is_away_stops_and_leaves_the_job_to_i
         started.set()
         away.wait(DEADLINE)
 
-    with Client(server.url, server.keys["shop"]) as shop:
-        job = shop.enqueue("send_email", {"to": "a@example.com"})
+    ids = enqueued(server, "send_email", 1)
     proxy = TcpProxy(("127.0.0.1", server.port))
-    with caplog.at_level("ERROR", logger="queuelog.worker"), through(proxy, worker, server):
+    url = f"http://127.0.0.1:{proxy.port}"
+    with caplog.at_level("ERROR", logger="queuelog.worker"), running(worker, server, Noting(), url):
         assert started.wait(DEADLINE)
         proxy.cut()
         away.set()
         time.sleep(AWAY_SECONDS)
-    # ``through`` stopped the worker (it did not wait for the server for ever), which
+    proxy.close()
+    # ``running`` stopped the worker (it did not wait for the server for ever), which
     # said what it could not report.
     assert any("outcome=unreported" in r.getMessage() for r in caplog.records), caplog.text
     with admin(server) as root:
-        assert root.get(job.id).status is JobStatus.RUNNING  # until its lease runs out
+        assert root.get(ids[0]).status is JobStatus.RUNNING  # until its lease runs out
 
 
 class HeartbeatAfterCompletion(Noting):
@@ -117,19 +245,20 @@ class HeartbeatAfterCompletion(Noting):
 
     def __init__(self) -> None:
         super().__init__()
-        self.completing = threading.Event()
+        self.completed = threading.Event()
         self.beaten = threading.Event()
 
     def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
         if sent.path == "/jobs/batch/complete":
-            self.completing.set()
-            answer = send()
+            got = send()
+            self.completed.set()  # the server has it
             self.beaten.wait(DEADLINE)
-            return answer
-        answer = send()
-        if sent.path.endswith("/heartbeat") and self.completing.is_set():
+            return got
+        was_completed = self.completed.is_set()
+        got = send()
+        if sent.path.endswith("/heartbeat") and was_completed:
             self.beaten.set()
-        return answer
+        return got
 
 
 def test_a_heartbeat_that_meets_its_jobs_own_completion_warns_of_no_lost_lease(
@@ -138,19 +267,12 @@ def test_a_heartbeat_that_meets_its_jobs_own_completion_warns_of_no_lost_lease(
     worker = Worker(concurrency=1, wait_seconds=1, linger_ms=0)
     worker.handler("slow")(lambda job: None)  # a 2 s lease: a heartbeat every 0.67 s
     transport = HeartbeatAfterCompletion()
-    with Client(server.url, server.keys["shop"]) as shop:
-        job = shop.enqueue("slow")
-    client = Client(server.url, server.keys["mailer"], transport=transport)
-    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    ids = enqueued(server, "slow", 1)
     with caplog.at_level("INFO", logger="queuelog.worker"):
-        thread.start()
-        try:
+        with running(worker, server, transport, server.url):
             assert transport.beaten.wait(DEADLINE), "no heartbeat met the completion"
-            with admin(server) as root:
-                wait_until(lambda: root.get(job.id).status is JobStatus.COMPLETED, "completed")
+            settle(server, ids, JobStatus.COMPLETED)
             wait_until(lambda: "outcome=completed" in caplog.text, "the completion's line")
-        finally:
-            worker.stop()
-            thread.join(timeout=DEADLINE)
-            client.close()
+        heartbeats = [s for s in transport.sent if s.path.endswith("/heartbeat")]
+    assert heartbeats, "no heartbeat was sent"
     assert "lost its lease" not in caplog.text, caplog.text

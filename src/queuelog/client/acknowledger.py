@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from queuelog.client.errors import BodyTooLarge, ServerError, ServerUnavailable
 from queuelog.client.heartbeater import Heartbeater
@@ -35,28 +36,63 @@ Done = tuple[Running, Outcome]
 RESEND_PAUSES = (0.5, 5.0)
 
 
-class Acknowledger:
-    """Sends outcomes; a job is released from ``leases`` once the server has its own."""
+def _next_pause(pause: float | None) -> float:
+    return RESEND_PAUSES[0] if pause is None else min(pause * 2, RESEND_PAUSES[1])
 
-    def __init__(self, client: Client, leases: Heartbeater) -> None:
+
+class Acknowledger:
+    """Sends outcomes; a job is released from ``leases`` once the server has its own.
+
+    ``hold_room`` is told how many more (or, negative, fewer) jobs have an outcome that
+    waits to be sent again: they keep their room in the claimer, so a worker whose
+    outcomes cannot reach the server claims no more jobs to hold beside them, and its
+    wind-down waits for them as for running jobs.
+    """
+
+    def __init__(
+        self, client: Client, leases: Heartbeater, hold_room: Callable[[int], None]
+    ) -> None:
         self._client = client
         self._leases = leases
+        self._hold_room = hold_room
         self._acks: queue.SimpleQueue[Done | None] = queue.SimpleQueue()
+        self._closing = threading.Lock()
+        self._closed = False  # ``finish`` has begun: nothing more is queued
+        self._sent = threading.Condition()
+        self._unsent = 0  # outcomes queued, or waiting to be sent again
         self._thread = threading.Thread(target=self._acknowledge, name="queuelog-ack", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def finish(self, timeout: float) -> None:
-        """Send the completions still waiting; wait up to ``timeout`` for them to go."""
-        self._acks.put(None)
+        """Send the outcomes still waiting (once more, those the server could not be
+        reached for); wait up to ``timeout`` for them to go."""
+        with self._closing:
+            self._closed = True
+            self._acks.put(None)
         self._thread.join(timeout=timeout)
+
+    def wait_sent(self, timeout: float) -> bool:
+        """True once every outcome queued has been sent (or given up); waits up to
+        ``timeout``."""
+        with self._sent:
+            return self._sent.wait_for(lambda: self._unsent <= 0, timeout)
 
     def report(self, running: Running, outcome: Outcome) -> None:
         """A completion joins the next batch; a failure or a snooze is sent now (and, if
         the server cannot be reached, again from the acknowledger's thread)."""
         if outcome.completed or not self._report_one(running, outcome):
-            self._acks.put((running, outcome))
+            self._queue(running, outcome)
+
+    def _queue(self, running: Running, outcome: Outcome) -> None:
+        with self._closing:
+            if not self._closed:
+                self._count_unsent(1)
+                self._acks.put((running, outcome))
+                return
+        log_outcome(running, "unreported (the worker has stopped)", logging.ERROR)
+        self._leases.release(running)
 
     def _report_one(self, running: Running, outcome: Outcome) -> bool:
         """Send a failure or a snooze; False when the server could not be reached."""
@@ -83,12 +119,12 @@ class Acknowledger:
     # -- completions ------------------------------------------------------------
 
     def _acknowledge(self) -> None:
-        unsent: list[Done] = []
-        pause = RESEND_PAUSES[0]
+        deferred: list[Done] = []  # the server could not be reached for these
+        pause: float | None = None  # before they are sent again
         done = False
         while not done:
-            batch, done = self._next_batch(pause if unsent else None)
-            batch = unsent + batch
+            batch, done = self._gather(pause)
+            batch = deferred + batch
             try:
                 unsent = self._send(batch)
             except Exception:  # keep acknowledging; these jobs run again when their leases end
@@ -96,24 +132,41 @@ class Acknowledger:
                 for running, _ in batch:
                     self._leases.release(running)
                 unsent = []
-            pause = min(pause * 2, RESEND_PAUSES[1]) if unsent else RESEND_PAUSES[0]
-        for running, _ in unsent:  # the run is over: left to their leases
+            self._hold_room(len(unsent) - len(deferred))
+            self._count_unsent(len(unsent) - len(batch))
+            deferred = unsent
+            pause = _next_pause(pause) if deferred else None
+            if deferred and not done:
+                log.warning(
+                    "%d outcome(s) could not reach the server; sending them again in %.1f s",
+                    len(deferred), pause,
+                )  # fmt: skip
+        for running, _ in deferred:  # the run is over: left to their leases
             log_outcome(running, "unreported (the server could not be reached)", logging.ERROR)
             self._leases.release(running)
+        self._count_unsent(-len(deferred))
 
-    def _next_batch(self, timeout: float | None) -> tuple[list[Done], bool]:
-        """The next outcome (waited for, up to ``timeout``) and whatever else is already
-        waiting; and whether the run is over."""
-        try:
-            first = self._acks.get(timeout=timeout)
-        except queue.Empty:
-            return [], False
-        if first is None:
-            return [], True
-        batch = [first]
+    def _count_unsent(self, change: int) -> None:
+        with self._sent:
+            self._unsent += change
+            if self._unsent <= 0:
+                self._sent.notify_all()
+
+    def _gather(self, pause: float | None) -> tuple[list[Done], bool]:
+        """The outcomes to send next, and whether the run is over: without a ``pause``,
+        the next to come and whatever else waits already; with one, all that come within
+        it (outcomes wait for the server with those it could not be reached for)."""
+        deadline = None if pause is None else time.monotonic() + pause
+        batch: list[Done] = []
         while len(batch) < ACK_BATCH:
+            if deadline is None:
+                timeout = None if not batch else 0.0
+            else:
+                timeout = max(0.0, deadline - time.monotonic())
             try:
-                item = self._acks.get_nowait()
+                item = (
+                    self._acks.get(timeout=timeout) if timeout != 0.0 else self._acks.get_nowait()
+                )
             except queue.Empty:
                 break
             if item is None:
@@ -166,7 +219,9 @@ class Acknowledger:
         self._leases.release(running)
 
     def _too_large(self, running: Running) -> None:
-        self.report(running, Outcome(False, error="result too large", retryable=False))
+        outcome = Outcome(False, error="result too large", retryable=False)
+        if not self._report_one(running, outcome):
+            self._queue(running, outcome)
 
     # -- at the shutdown deadline -------------------------------------------------
 

@@ -88,8 +88,17 @@ class Claimer:
             if self._busy == 0 or self._claim_due():  # what the claimer and the end wait for
                 self._changed.notify_all()
 
+    def hold_room(self, count: int) -> None:
+        """``count`` more jobs (negative: fewer) whose outcome waits to be sent again keep
+        their room, as busy jobs do, until it is sent."""
+        with self._changed:
+            self._busy += count
+            if self._busy == 0 or self._claim_due():
+                self._changed.notify_all()
+
     def wait_idle(self, timeout: float) -> bool:
-        """True once no job is busy; waits up to ``timeout`` (less if stopped meanwhile)."""
+        """True once no job is busy (nor waits to have its outcome sent again); waits up
+        to ``timeout`` (less if stopped meanwhile)."""
         with self._changed:
             if self._busy:
                 self._changed.wait(timeout)

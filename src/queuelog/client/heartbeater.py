@@ -29,9 +29,12 @@ class Heartbeater:
             self._held[running.job.id] = running
 
     def release(self, running: Running) -> None:
-        """Stop renewing ``running``'s lease: its outcome reached the server, or it is lost."""
+        """Stop renewing ``running``'s lease: its outcome reached the server, or it is lost.
+        Only that claim's: the same job claimed again since (its lease had run out while
+        the outcome waited for the server) keeps its heartbeats."""
         with self._lock:
-            self._held.pop(running.job.id, None)
+            if self._held.get(running.job.id) is running:
+                del self._held[running.job.id]
 
     def unreported(self) -> list[Running]:
         """The held jobs whose outcome is not on its way to the server yet."""

@@ -60,8 +60,8 @@ class Run:
         self.options = options
         self.deadline: float | None = None  # once stopping: when running jobs are handed back
         self.leases = Heartbeater(client)
-        self.acknowledger = Acknowledger(client, self.leases)
         self.claimer = Claimer(client, sorted(handlers), options, self.leases)
+        self.acknowledger = Acknowledger(client, self.leases, self.claimer.hold_room)
         self.handlers = Handlers(handlers, self.claimer, self.acknowledger, self.leases, loop)
 
     def stop(self, force: bool = False) -> None:
@@ -86,7 +86,9 @@ class Run:
     def _wind_down(self) -> None:
         assert self.deadline is not None
         while (left := self.deadline - time.monotonic()) > 0:
-            if self.claimer.wait_idle(min(0.5, max(0.01, left))):
+            step = min(0.5, max(0.01, left))
+            # Done once no job runs and every outcome has reached the server.
+            if self.claimer.wait_idle(step) and self.acknowledger.wait_sent(step):
                 break
         self.acknowledger.hand_back(self.leases.unreported())
         self.claimer.close()
