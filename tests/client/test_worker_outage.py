@@ -187,10 +187,12 @@ def test_an_outcome_sent_after_its_job_was_claimed_again_leaves_the_new_claim_it
     assert events.count("lease_expired") == 1 and events.count("claimed") == 2, events
 
 
-def test_a_worker_stopped_while_its_server_is_away_sends_its_outcomes_until_its_deadline(
-    server: RealServer,
-) -> None:
-    worker = Worker(concurrency=1, wait_seconds=1, linger_ms=0, shutdown_seconds=DEADLINE)
+def finishing_when_away(
+    shutdown_seconds: float,
+) -> tuple[Worker, threading.Event, threading.Event]:
+    """A worker whose handler says it ``started`` a job, then finishes it once ``away``
+    is set (by the test, once the server cannot be reached)."""
+    worker = Worker(concurrency=1, wait_seconds=1, linger_ms=0, shutdown_seconds=shutdown_seconds)
     started, away = threading.Event(), threading.Event()
 
     @worker.handler("send_email")
@@ -198,6 +200,13 @@ def test_a_worker_stopped_while_its_server_is_away_sends_its_outcomes_until_its_
         started.set()
         away.wait(DEADLINE)
 
+    return worker, started, away
+
+
+def test_a_worker_stopped_while_its_server_is_away_sends_its_outcomes_until_its_deadline(
+    server: RealServer,
+) -> None:
+    worker, started, away = finishing_when_away(shutdown_seconds=DEADLINE)
     ids = enqueued(server, "send_email", 1)
     proxy = TcpProxy(("127.0.0.1", server.port))
     with running(worker, server, Noting(), f"http://127.0.0.1:{proxy.port}"):
@@ -216,14 +225,7 @@ def test_a_worker_stopped_while_its_server_is_away_sends_its_outcomes_until_its_
 def test_a_worker_whose_server_stays_away_stops_at_its_deadline(
     server: RealServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    worker = Worker(concurrency=1, wait_seconds=1, linger_ms=0, shutdown_seconds=1)
-    started, away = threading.Event(), threading.Event()
-
-    @worker.handler("send_email")
-    def handle(job: Job) -> None:
-        started.set()
-        away.wait(DEADLINE)
-
+    worker, started, away = finishing_when_away(shutdown_seconds=1)
     ids = enqueued(server, "send_email", 1)
     proxy = TcpProxy(("127.0.0.1", server.port))
     url = f"http://127.0.0.1:{proxy.port}"

@@ -219,9 +219,7 @@ class Acknowledger:
         self._leases.release(running)
 
     def _too_large(self, running: Running) -> None:
-        outcome = Outcome(False, error="result too large", retryable=False)
-        if not self._report_one(running, outcome):
-            self._queue(running, outcome)
+        self.report(running, Outcome(False, error="result too large", retryable=False))
 
     # -- at the shutdown deadline -------------------------------------------------
 
