@@ -237,6 +237,19 @@ def test_batch_complete_answers_409_invalid_state_for_an_item_not_running(
     assert [(r["status"], r["type"]) for r in results] == [(409, "invalid-state")] * 2
 
 
+def test_batch_complete_item_refused_by_validation_is_named_by_index(
+    producer: Api, worker: Api
+) -> None:
+    enqueue(producer)
+    held = claim_one(worker)
+    items = [{"id": held["id"], "lease_token": held["lease_token"]}, {"id": 0, "lease_token": "t"}]
+    refused = worker.post("/jobs/batch/complete", json={"items": items})
+    assert refused.status_code == 422 and refused.json()["index"] == 1
+    assert refused.json()["errors"][0]["loc"] == ["body", "items", 1, "id"]
+    # Nothing was completed: the whole batch is refused before any item is acted on.
+    assert worker.get(f"/jobs/{held['id']}").json()["status"] == "running"
+
+
 def test_heartbeat_lease_seconds_outside_1_to_3600_is_422(producer: Api, worker: Api) -> None:
     enqueue(producer)
     job = claim_one(worker)
