@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -66,6 +67,25 @@ async def test_the_end_of_a_job_releases_its_dependents_in_its_transaction(
         both_run: JobStatus.PENDING,
         both: JobStatus.CANCELLED,
     }
+
+
+async def test_a_released_job_is_ready_from_its_release_not_from_its_enqueue(
+    store: Storage,
+) -> None:
+    """A job that waited an hour for its dependency reads as just ready: its ``run_at``
+    (and the oldest ready age) starts at its release, as a retried job's does, while a
+    ``run_at`` still to come is kept."""
+    ((a, _),) = await store.job_insert_many([new_job()], T0)
+    later, much_later = T0 + timedelta(hours=1), T0 + timedelta(hours=2)
+    jobs = [waiting_on(a.id), replace(waiting_on(a.id), run_at=much_later)]
+    made = await store.job_insert_many(jobs, T0)
+    (held,) = await claim(store, now=later)
+    await finish(store, held, now=later)
+    now_ready, scheduled = await store.job_get_many([job.id for job, _ in made])
+    assert (now_ready.status, now_ready.run_at) == (JobStatus.PENDING, later)
+    assert (scheduled.status, scheduled.run_at) == (JobStatus.PENDING, much_later)
+    stats = await store.job_stats(later + timedelta(seconds=5))
+    assert stats.oldest_ready_at == later
 
 
 @pytest.mark.parametrize("with_jobs", [True, False])

@@ -698,11 +698,14 @@ RETURNING jobs.id, jobs.status, jobs.has_dependents, jobs.cancelled_by;
 
 -- name: job_release_dependents
 -- The waiting jobs that depend on jobs of %(ids)s, which just ended: each counts those
--- off what it still waits for, and is pending once nothing is left. Two endings at once
+-- off what it still waits for, and is pending once nothing is left, ready from now (its
+-- run_at, unless that is later), as a retried or requeued job is. Two endings at once
 -- on two nodes take the row's lock in turn, so each counts off the other's.
 UPDATE jobs
 SET deps_left = jobs.deps_left - e.n,
     status = CASE WHEN jobs.deps_left - e.n <= 0 THEN 'pending' ELSE 'waiting' END,
+    run_at = CASE WHEN jobs.deps_left - e.n <= 0 THEN greatest(jobs.run_at, %(now)s::bigint)
+                  ELSE jobs.run_at END,
     scheduled = jobs.run_at > %(now)s::bigint,
     updated_at = %(now)s::bigint
 FROM (SELECT d.job_id, count(*) AS n FROM job_dependencies AS d
@@ -763,6 +766,7 @@ WHERE id = ANY(%(ids)s::bigint[]) AND status = 'waiting';
 -- name: job_ready_counted
 -- The waiting jobs of %(ids)s that wait for nothing more become pending.
 UPDATE jobs
-SET status = 'pending', scheduled = run_at > %(now)s::bigint, updated_at = %(now)s::bigint
+SET status = 'pending', run_at = greatest(run_at, %(now)s::bigint),
+    scheduled = run_at > %(now)s::bigint, updated_at = %(now)s::bigint
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'waiting' AND deps_left = 0
 RETURNING *;

@@ -605,10 +605,12 @@ RETURNING jobs.id, jobs.status, jobs.has_dependents, jobs.cancelled_by;
 
 -- name: job_release_dependents
 -- The waiting jobs that depend on jobs of :ids, which just ended: each counts those off
--- what it still waits for, and is pending once nothing is left.
+-- what it still waits for, and is pending once nothing is left, ready from now (its
+-- run_at, unless that is later), as a retried or requeued job is.
 UPDATE jobs
 SET deps_left = jobs.deps_left - e.n,
     status = CASE WHEN jobs.deps_left - e.n <= 0 THEN 'pending' ELSE 'waiting' END,
+    run_at = CASE WHEN jobs.deps_left - e.n <= 0 THEN max(jobs.run_at, :now) ELSE jobs.run_at END,
     scheduled = jobs.run_at > :now,
     updated_at = :now
 FROM (SELECT d.job_id, count(*) AS n FROM job_dependencies AS d
@@ -670,6 +672,7 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND +status = 'waiting';
 
 -- name: job_ready_counted
 -- The waiting jobs of :ids that wait for nothing more become pending.
-UPDATE jobs SET status = 'pending', scheduled = run_at > :now, updated_at = :now
+UPDATE jobs
+SET status = 'pending', run_at = max(run_at, :now), scheduled = run_at > :now, updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND +status = 'waiting' AND deps_left = 0
 RETURNING *;
