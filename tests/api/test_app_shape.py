@@ -32,7 +32,9 @@ UI_PUBLIC = "dashboard, public"
 ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/openapi.json"): PUBLIC,
     ("GET", "/docs"): PUBLIC,
+    ("HEAD", "/docs"): PUBLIC,
     ("GET", "/docs/assets/{asset}"): PUBLIC,
+    ("HEAD", "/docs/assets/{asset}"): PUBLIC,
     ("GET", "/healthz"): PUBLIC,
     ("HEAD", "/healthz"): PUBLIC,
     ("GET", "/readyz"): PUBLIC,

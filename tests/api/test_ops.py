@@ -97,6 +97,14 @@ def test_docs_load_nothing_from_outside_the_server(anonymous: Api) -> None:
     assert page.headers["x-frame-options"] == "DENY"
 
 
+def test_probes_answer_head_as_get(anonymous: Api) -> None:
+    # The body is dropped by the HTTP server (uvicorn sends none for HEAD).
+    for path in ["/healthz", "/readyz", "/openapi.json", "/docs", "/docs/assets/swagger-ui.css"]:
+        probe = anonymous.request("HEAD", path)
+        assert probe.status_code == 200, path
+        assert probe.headers["content-type"] == anonymous.get(path).headers["content-type"]
+
+
 @pytest.mark.parametrize(
     "asset", ["index.html", "swagger-initializer.js", "oauth2-redirect.html", "swagger-ui.js.map"]
 )

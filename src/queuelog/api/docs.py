@@ -20,13 +20,14 @@ _FRAMING = {"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff"}
 
 
 def mount_docs(app: FastAPI) -> None:
-    @app.get(ASSETS + "/{asset}", include_in_schema=False)
+    # HEAD as GET, without the body, as link checkers and uptime probes ask.
+    @app.api_route(ASSETS + "/{asset}", methods=["GET", "HEAD"], include_in_schema=False)
     def docs_asset(asset: str) -> FileResponse:
         if asset not in SERVED:
             raise NotFound("No such file")
         return FileResponse(_FOLDER / asset, headers=_FRAMING)
 
-    @app.get("/docs", include_in_schema=False)
+    @app.api_route("/docs", methods=["GET", "HEAD"], include_in_schema=False)
     def docs() -> HTMLResponse:
         page = get_swagger_ui_html(
             openapi_url="/openapi.json",
