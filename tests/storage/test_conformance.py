@@ -510,11 +510,20 @@ async def test_fail_not_retryable_fails_at_once(store: Storage) -> None:
 async def test_heartbeat_extends_the_lease(store: Storage) -> None:
     await store.job_insert_many([new_job()], T0)
     (job,) = await claim(store)
-    later = T0 + timedelta(seconds=20)
-    beat = await store.job_heartbeat(HeldParams(job.id, job.lease_token or "", "w", later, 100))
-    assert beat.lease_expires_at == later + timedelta(seconds=100)
-    default = await store.job_heartbeat(HeldParams(job.id, job.lease_token or "", "w", later, None))
+    token, later, then = (
+        job.lease_token or "",
+        T0 + timedelta(seconds=20),
+        T0 + timedelta(seconds=21),
+    )
+    default = await store.job_heartbeat(HeldParams(job.id, token, "w", later, None))
     assert default.lease_expires_at == later + timedelta(seconds=30)
+    beat = await store.job_heartbeat(HeldParams(job.id, token, "w", later, 100))
+    assert beat.lease_expires_at == later + timedelta(seconds=100)
+    # Without lease_seconds, a longer lease is kept; with it, the lease is what it says.
+    kept = await store.job_heartbeat(HeldParams(job.id, token, "w", then, None))
+    assert kept.lease_expires_at == later + timedelta(seconds=100)
+    shorter = await store.job_heartbeat(HeldParams(job.id, token, "w", then, 10))
+    assert shorter.lease_expires_at == then + timedelta(seconds=10)
     with pytest.raises(NotLeaseHolder):
         await store.job_heartbeat(HeldParams(job.id, "stale", "w", later, None))
 

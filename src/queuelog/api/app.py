@@ -43,7 +43,8 @@ Choices where the contract is silent:
 * A job the caller may not see is answered 404, never 403.
 * `POST /jobs/claim` with `types` naming an unconfigured type is 422
   `unknown-job-type`; naming a type the key may not claim is 403.
-* A heartbeat without `lease_seconds` extends the lease by the job type's lease.
+* A heartbeat without `lease_seconds` renews the lease for the job type's lease from
+  now, and never shortens a longer lease the claim asked for.
 * `POST /jobs/{id}/release` gives a held job back unrun: pending at once, its
   attempt not spent (beanstalkd's `release`); guarded like a heartbeat.
 * A lease token that no issued token could be (not printable ASCII) is checked

@@ -241,10 +241,13 @@ WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
 RETURNING *;
 
 -- name: job_heartbeat
--- A heartbeat without progress keeps the last one.
+-- A heartbeat without progress keeps the last one. Without %(lease_seconds)s it renews
+-- for the type's lease, never shortening a longer one its claim asked for.
 UPDATE jobs
-SET lease_expires_at = %(now)s::bigint
-        + COALESCE(%(lease_seconds)s::integer, lease_seconds)::bigint * 1000000,
+SET lease_expires_at = CASE
+        WHEN %(lease_seconds)s::integer IS NULL
+        THEN greatest(lease_expires_at, %(now)s::bigint + lease_seconds::bigint * 1000000)
+        ELSE %(now)s::bigint + %(lease_seconds)s::integer::bigint * 1000000 END,
     progress = COALESCE(%(progress)s::text, progress),
     updated_at = %(now)s::bigint
 WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s

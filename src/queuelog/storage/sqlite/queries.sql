@@ -198,9 +198,12 @@ ORDER BY lease_expires_at
 LIMIT :limit;
 
 -- name: job_heartbeat
--- A heartbeat without progress keeps the last one.
+-- A heartbeat without progress keeps the last one. Without :lease_seconds it renews for
+-- the type's lease, never shortening a longer one its claim asked for.
 UPDATE jobs
-SET lease_expires_at = :now + COALESCE(:lease_seconds, lease_seconds) * 1000000,
+SET lease_expires_at = CASE WHEN :lease_seconds IS NULL
+                            THEN max(lease_expires_at, :now + lease_seconds * 1000000)
+                            ELSE :now + :lease_seconds * 1000000 END,
     progress = COALESCE(:progress, progress),
     updated_at = :now
 WHERE id = :id AND status = 'running' AND lease_token = :lease_token
