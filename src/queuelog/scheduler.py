@@ -18,7 +18,14 @@ from queuelog.config import ScheduleConfig, Settings
 from queuelog.errors import InvalidState, NotFound, QueueError, ValidationFailed, quoted
 from queuelog.intake import Intake
 from queuelog.models import ApiKey, Job, Priority, Role
-from queuelog.schedules import Cadence, CadenceError, Schedule, ScheduleSpec, principal_of
+from queuelog.schedules import (
+    Cadence,
+    CadenceError,
+    Schedule,
+    ScheduleSpec,
+    principal_of,
+    schedule_name_error,
+)
 from queuelog.specs import EnqueueSpec
 from queuelog.storage.protocol import FireOutcome, NewJob, NewSchedule, ScheduleFire, Storage
 
@@ -125,16 +132,16 @@ class Scheduler:
         return await self.storage.schedule_list()
 
     async def get(self, name: str) -> Schedule:
-        schedule = await self.storage.schedule_get(name)
+        schedule = await self.storage.schedule_get(_could_be(name))
         if schedule is None:
             raise NotFound("No such schedule")
         return schedule
 
     async def delete(self, name: str) -> None:
-        await self.storage.schedule_delete(name)
+        await self.storage.schedule_delete(_could_be(name))
 
     async def pause(self, name: str) -> Schedule:
-        return await self.storage.schedule_set_paused(name, True, None, self.clock.now())
+        return await self.storage.schedule_set_paused(_could_be(name), True, None, self.clock.now())
 
     async def resume(self, name: str) -> Schedule:
         """Resume from the next fire time: fires missed while paused are not made up."""
@@ -196,3 +203,12 @@ class Scheduler:
         elif outcome is FireOutcome.SKIPPED:
             log.info("schedule %s: fire skipped, its last job is still active", schedule.name)
         return outcome
+
+
+def _could_be(name: str) -> str:
+    """``name``, if a schedule could have it; else there is no such schedule (a name no
+    schedule could have, such as one with a NUL, which PostgreSQL's text cannot hold, is
+    not looked for)."""
+    if schedule_name_error(name) is not None:
+        raise NotFound("No such schedule")
+    return name

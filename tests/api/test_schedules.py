@@ -185,8 +185,11 @@ def test_delete(admin: Api) -> None:
         ("POST", "/schedules/nope/trigger"),
     ],
 )
-def test_unknown_schedule_is_404(admin: Api, method: str, path: str) -> None:
-    response = admin.request(method, path)
+@pytest.mark.parametrize("name", ["nope", "a%00", "UPPER", "x" * 65])
+def test_unknown_schedule_is_404(admin: Api, method: str, path: str, name: str) -> None:
+    """Also a name no schedule could have: one with a NUL, which PostgreSQL's text cannot
+    hold, is not looked for (it was a 500 there)."""
+    response = admin.request(method, path.replace("nope", name))
     assert response.status_code == 404
     assert response.headers["content-type"] == "application/problem+json"
     assert response.json()["type"] == "not-found"
