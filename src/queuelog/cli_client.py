@@ -31,6 +31,7 @@ from queuelog.cli_output import (
 )
 from queuelog.client import Client, Job, JobTimeout, Worker
 from queuelog.client.calls import EnqueueOptions
+from queuelog.client.policy import server_url
 from queuelog.clock import rfc3339
 from queuelog.models import PRIORITY_LABELS, JobStatus
 from queuelog.plain_json import strict_json
@@ -51,8 +52,19 @@ BATCH_MAX = 500
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
+
+def _server_url(_: click.Context, __: click.Parameter, url: str | None) -> str | None:
+    try:
+        return None if url is None else server_url(url)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 url_option = click.option(
-    "--url", envvar="QUEUELOG_URL", help="Server address (default: $QUEUELOG_URL, else local)."
+    "--url",
+    envvar="QUEUELOG_URL",
+    callback=_server_url,
+    help="Server address (default: $QUEUELOG_URL, else local).",
 )
 key_option = click.option(
     "--api-key", envvar="QUEUELOG_API_KEY", help="API key (default: $QUEUELOG_API_KEY)."

@@ -91,7 +91,7 @@ def _open(settings: Settings, existing: bool = False) -> Storage:
 @click.command()
 @config_option
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
     "--access-log/--no-access-log",
     default=False,

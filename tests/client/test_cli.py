@@ -157,6 +157,14 @@ def test_server_down_exits_4(real_server: RealServer) -> None:
     assert done.returncode == 4 and "cannot reach" in one_line_error(done)
 
 
+@pytest.mark.parametrize(
+    "url", ["ftp://127.0.0.1:21", "file:///etc/passwd", "not a url", "http://127.0.0.1:99999"]
+)
+def test_a_server_url_that_is_not_http_is_bad_usage(real_server: RealServer, url: str) -> None:
+    done = cli(real_server, "shop", "jobs", "list", "--url", url)
+    assert done.returncode == 2 and "--url" in done.stderr
+
+
 def test_bad_usage_exits_2(real_server: RealServer) -> None:
     assert cli(real_server, "shop", "enqueue", "noop", "{not json").returncode == 2
     assert cli(real_server, "shop", "enqueue", "noop", "[1]").returncode == 2

@@ -170,6 +170,22 @@ def test_admin_manages_keys(real_server: RealServer) -> None:
                 reporter.enqueue("noop")
 
 
+@pytest.mark.parametrize(
+    "url", ["ftp://127.0.0.1:21", "file:///etc/passwd", "http://", "127.0.0.1:8000"]
+)
+def test_a_url_that_cannot_name_a_server_is_refused_before_any_request(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libcurl would speak FTP, or read a local file, for another scheme."""
+    with pytest.raises(ValueError, match="http://host"):
+        Client(url, "ql_x")
+    with pytest.raises(ValueError, match="http://host"):
+        AsyncClient(url, "ql_x")
+    monkeypatch.setenv("QUEUELOG_URL", url)
+    with pytest.raises(ValueError, match="http://host"):
+        Client()
+
+
 def test_url_and_key_come_from_the_environment(
     real_server: RealServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -29,6 +29,16 @@ def test_serve_on_a_taken_port_exits_3_before_it_migrates_or_makes_a_key(
     assert not database.exists()  # not migrated, and no admin key made or shown
 
 
+@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+def test_serve_on_a_port_out_of_range_is_bad_usage(tmp_path: Path, port: str) -> None:
+    """Exit 2, nothing done: the system would have taken 99999 as 99999 - 65536."""
+    config = tmp_path / "q.toml"
+    config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n')
+    result = CliRunner().invoke(main, ["serve", "--config", str(config), "--port", port])
+    assert result.exit_code == 2 and "--port" in result.output
+    assert not (tmp_path / "q.db").exists()
+
+
 def test_serve_on_a_host_that_is_not_an_address_exits_3(tmp_path: Path) -> None:
     config = tmp_path / "q.toml"
     config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n')

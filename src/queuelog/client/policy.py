@@ -8,7 +8,7 @@ import os
 import random
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import httpx
 
@@ -30,6 +30,20 @@ NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, NotSent
 BROKEN = (httpx.TransportError, NoAnswer)
 
 
+def server_url(url: str) -> str:
+    """``url``, if it can name a queuelog server: http:// or https:// with a host (and a
+    port within range); ValueError otherwise. libcurl would speak FTP, or read a local
+    file, for a URL of another scheme."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises for a port out of range or not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError("the server URL must be http://host[:port] or https://host[:port]")
+    return url
+
+
 @dataclass(frozen=True, slots=True)
 class Connection:
     """Server address and key, from the arguments or ``QUEUELOG_URL``/``QUEUELOG_API_KEY``."""
@@ -42,7 +56,7 @@ class Connection:
     def resolve(
         cls, url: str | None = None, api_key: str | None = None, timeout: float = 10.0
     ) -> Connection:
-        url = url or os.environ.get("QUEUELOG_URL") or DEFAULT_URL
+        url = server_url(url or os.environ.get("QUEUELOG_URL") or DEFAULT_URL)
         api_key = api_key or os.environ.get("QUEUELOG_API_KEY") or None
         return cls(url.rstrip("/"), api_key, timeout)
 
