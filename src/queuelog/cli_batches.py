@@ -77,20 +77,26 @@ def enqueue_file(
 
 def _refused_line(refused: QueueError, numbers: list[int], start: int, size: int) -> str:
     """The line of the file the server refused, when it names the batch's item; else the
-    batch's lines, not known to be enqueued (the server may be down, or failed after
-    storing them). The batches before were enqueued."""
+    batch's lines: refused, for a refusal of the whole batch (a 4xx: nothing of it was
+    stored), or not known to be enqueued (the server may be down, or failed after storing
+    them). The batches before were enqueued."""
     index = refused.extra.get("index")
     errors = refused.extra.get("errors")
     if index is None and isinstance(errors, list) and errors and isinstance(errors[0], dict):
         loc = errors[0].get("loc", [])
         index = loc[2] if loc[:2] == ["body", "jobs"] and len(loc) > 2 else None
+    lines = _span(numbers[start], numbers[start + size - 1])
     if isinstance(index, int) and 0 <= index < size:
         what, after = f"line {numbers[start + index]} refused", ", none after"
+    elif 400 <= refused.status < 500:  # the batch refused whole: nothing of it stored
+        what, after = f"{lines} refused", ", none after"
     else:  # the server named no item: the batch may or may not be stored
-        what, after = (
-            f"lines {numbers[start]}-{numbers[start + size - 1]} not known to be enqueued",
-            "",
-        )
+        what, after = f"{lines} not known to be enqueued", ""
     if not start:
         return f"{what}; none enqueued" if after else what
-    return f"{what}; lines 1-{numbers[start] - 1} were enqueued{after}"
+    before = numbers[start] - 1
+    return f"{what}; {_span(1, before)} {'was' if before == 1 else 'were'} enqueued{after}"
+
+
+def _span(first: int, last: int) -> str:
+    return f"line {first}" if first == last else f"lines {first}-{last}"

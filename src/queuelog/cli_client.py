@@ -296,8 +296,10 @@ def _check_usage(
     wait_seconds: float | None,
 ) -> None:
     """Options that do not go together, refused before anything is sent."""
-    if one == from_file:
+    if one and from_file:
         raise click.UsageError("give TYPE [PAYLOAD_JSON] or --from-file FILE, not both")
+    if not one and not from_file:
+        raise click.UsageError("give TYPE [PAYLOAD_JSON], or --from-file FILE")
     if from_file and (unique_key or on_duplicate or wait_seconds is not None):
         raise click.UsageError("--unique-key, --on-duplicate and --wait are for one job")
     if on_duplicate and not unique_key:
@@ -309,7 +311,8 @@ def _say_enqueued(created: int, existing: int, as_json: bool) -> None:
     if as_json:
         print_json({"enqueued": total, "new": created, "existing": existing})
     else:
-        click.echo(f"enqueued {total} jobs ({created} new, {existing} existing)")
+        jobs = "job" if total == 1 else "jobs"
+        click.echo(f"enqueued {total} {jobs} ({created} new, {existing} existing)")
 
 
 def await_job(client: Client, job_id: int, timeout: float | None, as_json: bool) -> None:

@@ -89,6 +89,19 @@ def test_enqueue_from_file_names_the_line_refused(
     assert len(json.loads(cli(real_server, "root", "jobs", "list", "--json").stdout)) == before
 
 
+def test_enqueue_from_file_says_a_line_too_large_for_a_request_was_refused(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    """A 413 is a refusal of the whole batch (nothing stored), not an unknown outcome."""
+    path = tmp_path / "jobs.jsonl"
+    big = json.dumps({"type": "noop", "payload": {"text": "x" * 1_200_000}})
+    path.write_text("\n".join([json.dumps({"type": "noop"}), big]) + "\n")
+    done = cli(real_server, "shop", "enqueue", "--from-file", str(path))
+    said = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1
+    assert said.startswith("Error: line 2 refused; line 1 was enqueued, none after: ")
+
+
 def test_enqueue_from_file_to_no_server_names_no_line_as_refused(
     real_server: RealServer, tmp_path: Path
 ) -> None:
@@ -168,7 +181,8 @@ def test_a_server_url_that_is_not_http_is_bad_usage(real_server: RealServer, url
 def test_bad_usage_exits_2(real_server: RealServer) -> None:
     assert cli(real_server, "shop", "enqueue", "noop", "{not json").returncode == 2
     assert cli(real_server, "shop", "enqueue", "noop", "[1]").returncode == 2
-    assert cli(real_server, "shop", "enqueue").returncode == 2
+    neither = cli(real_server, "shop", "enqueue")
+    assert neither.returncode == 2 and "not both" not in neither.stderr
     assert cli(real_server, "mailer", "worker", "no_such_module:worker").returncode == 2
     nothing = cli(real_server, "mailer", "worker", "examples.mailer:nothing")
     assert nothing.returncode == 2 and "examples.mailer has no nothing" in nothing.stderr
