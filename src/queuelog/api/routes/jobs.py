@@ -106,8 +106,9 @@ def _check_header_key(value: str | None) -> str | None:
         "With `depends_on`, the job is `waiting` until its dependencies have ended as "
         "`on_dependency_failure` says; it becomes `pending` in the transaction that ends "
         "the last (event `ready`), its `run_at` then the time of that end unless it was "
-        "later (as a retried job's `run_at` is when it may run again). A dependency already failed or cancelled, with `cancel`: "
-        "201 with the job `cancelled` at once (event `dependency_failed`)."
+        "later (as a retried job's `run_at` is when it may run again). A dependency "
+        "already failed or cancelled, with `cancel`: 201 with the job `cancelled` at once "
+        "(event `dependency_failed`)."
     ),
     responses=problems(*AUTHED, 413, 415, 422)
     | {
