@@ -30,8 +30,8 @@ def test_non_json_body_is_415(producer: Api) -> None:
     assert form.status_code == 415
 
 
-def test_a_route_that_takes_no_body_ignores_a_json_one_but_not_the_checks_before_it(
-    producer: Api,
+def test_hardening_25_a_route_that_takes_no_fields_refuses_any_body_but_none_or_empty(
+    producer: Api, admin: Api
 ) -> None:
     job = enqueue(producer)
     cancel = f"/jobs/{job['id']}/cancel"
@@ -39,10 +39,25 @@ def test_a_route_that_takes_no_body_ignores_a_json_one_but_not_the_checks_before
     assert text.status_code == 415 and text.json()["type"] == "unsupported-media-type"
     big = producer.post(cancel, content=b"[" + b"0," * 600_000 + b"0]")
     assert big.status_code == 413 and big.json()["type"] == "body-too-large"
+    parts = iter([b"[", b"0," * 600_000, b"0]"])
+    chunked = producer.post(cancel, content=parts, headers={"Content-Type": "application/json"})
+    assert chunked.status_code == 413 and chunked.json()["type"] == "body-too-large"
     assert producer.get(f"/jobs/{job['id']}").json()["status"] == "pending"
     json_type = {"Content-Type": "application/json"}
-    ignored = producer.post(cancel, content=b"{not json", headers=json_type)
-    assert ignored.status_code == 200 and ignored.json()["status"] == "cancelled"
+    for body in [b"{not json", b'{"reason": "late"}', b"[]", b'"x"']:
+        refused = producer.post(cancel, content=body, headers=json_type)
+        assert refused.status_code == 422 and refused.json()["type"] == "validation", body
+    assert producer.get(f"/jobs/{job['id']}").json()["status"] == "pending"  # nothing done
+    # Checked with the JSON syntax, before the key; without one, a body of {} is 401.
+    assert producer.client.post(cancel, json={"reason": "late"}).status_code == 422
+    assert producer.client.post(cancel, json={}).status_code == 401
+    paused = admin.post("/types/noop/pause", json={"paused": False})
+    assert paused.status_code == 422 and paused.json()["errors"][0]["loc"] == ["body"]
+    (noop,) = [t for t in admin.get("/types").json()["types"] if t["name"] == "noop"]
+    assert noop["paused"] is False
+    assert admin.post("/types/noop/pause", json={}).status_code == 200
+    done = producer.post(cancel, content=b"{}", headers=json_type)
+    assert done.status_code == 200 and done.json()["status"] == "cancelled"
 
 
 def test_json_with_charset_is_accepted(producer: Api) -> None:

@@ -185,14 +185,20 @@ def test_delete(admin: Api) -> None:
         ("POST", "/schedules/nope/trigger"),
     ],
 )
-@pytest.mark.parametrize("name", ["nope", "a%00", "UPPER", "x" * 65])
-def test_unknown_schedule_is_404(admin: Api, method: str, path: str, name: str) -> None:
-    """Also a name no schedule could have: one with a NUL, which PostgreSQL's text cannot
-    hold, is not looked for (it was a 500 there)."""
-    response = admin.request(method, path.replace("nope", name))
+def test_unknown_schedule_is_404(admin: Api, method: str, path: str) -> None:
+    response = admin.request(method, path)
     assert response.status_code == 404
     assert response.headers["content-type"] == "application/problem+json"
     assert response.json()["type"] == "not-found"
+
+
+@pytest.mark.parametrize("name", ["a%00", "UPPER", "x" * 65])
+def test_hardening_26_a_schedule_name_no_schedule_could_have_is_404(admin: Api, name: str) -> None:
+    """Not looked for: a NUL, which PostgreSQL's text cannot hold, was a 500 there."""
+    calls = [("GET", ""), ("DELETE", ""), ("POST", "/pause"), ("POST", "/resume")]
+    for method, act in [*calls, ("POST", "/trigger")]:
+        response = admin.request(method, f"/schedules/{name}{act}")
+        assert response.status_code == 404 and response.json()["type"] == "not-found", act
 
 
 def test_deleting_a_config_schedule_is_409(admin: Api) -> None:

@@ -173,7 +173,7 @@ def test_admin_manages_keys(real_server: RealServer) -> None:
 @pytest.mark.parametrize(
     "url", ["ftp://127.0.0.1:21", "file:///etc/passwd", "http://", "127.0.0.1:8000"]
 )
-def test_a_url_that_cannot_name_a_server_is_refused_before_any_request(
+def test_hardening_27_a_url_that_cannot_name_a_server_is_refused_before_any_request(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """libcurl would speak FTP, or read a local file, for another scheme."""

@@ -68,9 +68,10 @@ Choices where the contract is silent:
   `/readyz` answers 503 while the node cannot write, and 200 once it can again.
 * Ids are positive 64-bit integers; an id of 0 or beyond 2^63-1 is 422 `validation`. A path
   segment that is not digits (`/jobs/-1`) names no route: 404 `not-found`.
-* Routes that take no body (cancel, retry, pause, resume, trigger) read none: a JSON body
-  sent to them is ignored, whatever it holds. The checks before any route still apply to
-  it: 413 past the size limit, 415 for a body that is not JSON.
+* Routes that take no fields (cancel, retry, pause, resume, trigger) take no body, or
+  `{}`: as on every route, a body past the size limit is 413 and one that is not JSON
+  415; malformed JSON or any other JSON value is 422 `validation`, checked with the JSON
+  syntax (before the key), and nothing is done.
 * An enqueue's W3C `traceparent` and `tracestate` headers are stored with each job it
   makes and handed to the worker that claims it (`trace_context`); a malformed one is
   ignored as the Trace Context recommendation says, never refused.

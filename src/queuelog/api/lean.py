@@ -17,7 +17,7 @@ import json
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from fastapi import HTTPException, Request, Response
+from fastapi import Depends, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi.security.utils import get_authorization_scheme_param
@@ -53,11 +53,7 @@ async def read_request(
     syntax (422), API key (401), rate limit (429), role (403), then the fields (422).
     No body is a missing body; ``{}`` is a body of the model's defaults.
     """
-    try:
-        raw = await request.body()
-    except ClientDisconnect:  # gone before its body was read: no one reads the answer
-        raise HTTPException(400, "There was an error parsing the body") from None
-    data = _json(raw)
+    data = _json(await _body(request))
     scheme, credentials = get_authorization_scheme_param(request.headers.get("authorization"))
     presented = credentials if scheme.lower() == "bearer" and credentials else None
     caller = check_role(await authenticate(request, presented), roles)
@@ -69,6 +65,28 @@ async def read_request(
     except ValidationError as exc:
         errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
         raise RequestValidationError(errors) from None
+
+
+async def no_fields(request: Request) -> None:
+    """A dependency of the routes that take no fields, checked with the JSON syntax (before
+    the key): no body, or ``{}``; anything else is 422 and the route does nothing, rather
+    than act on a request its client meant otherwise."""
+    data = _json(await _body(request))
+    if data is not _NO_BODY and data != {}:
+        error = {"type": "no_fields", "loc": ("body",), "msg": "This route takes no body, or {}"}
+        raise RequestValidationError([error])
+
+
+# The route argument of a POST that takes no fields. Its OpenAPI entry declares no
+# body (a client sends none); the app's description says what a body sent anyway gets.
+NO_FIELDS: dict[str, Any] = {"dependencies": [Depends(no_fields)]}
+
+
+async def _body(request: Request) -> bytes:
+    try:
+        return await request.body()
+    except ClientDisconnect:  # gone before its body was read: no one reads the answer
+        raise HTTPException(400, "There was an error parsing the body") from None
 
 
 def _json(raw: bytes) -> Any:

@@ -43,9 +43,10 @@ _DESCRIPTIONS = {
 _STORAGE_FAULTS = (503, 507)
 
 AUTHED = (401, 403, 429)
-# A POST that takes no body still meets the checks made before any route: a body past
-# the size limit (413), or one that is not JSON (415). A JSON body is ignored.
-NO_BODY = (413, 415)
+# A POST that takes no fields may have no body, or ``{}``: a body past the size limit is
+# 413, one that is not JSON 415, and malformed JSON or anything but ``{}`` 422
+# (``lean.NO_FIELDS``).
+NO_BODY = (413, 415, 422)
 
 # Where a request names a job type: (component, property). Each admits only the types
 # configured when the app was built (others are 422 `unknown-job-type`).

@@ -18,7 +18,7 @@ from queuelog.api.answers import (
     job_json,
 )
 from queuelog.api.deps import Admin, Canceller, Producer, Reader, ServiceDep
-from queuelog.api.lean import LeanRoute, header_parameters, lean_openapi, read_request
+from queuelog.api.lean import NO_FIELDS, LeanRoute, header_parameters, lean_openapi, read_request
 from queuelog.api.openapi import AUTHED, NO_BODY, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.api.results import job_or_wait
@@ -272,6 +272,7 @@ async def job_dependencies(job_id: IdPath, caller: Reader, service: ServiceDep) 
 
 @router.post(
     "/{job_id:int}/cancel",
+    **NO_FIELDS,
     response_model=JobOut,
     summary="Cancel a waiting or pending job (owning producer or admin)",
     responses=problems(*AUTHED, 404, 409, *NO_BODY),
@@ -283,6 +284,7 @@ async def cancel_job(job_id: IdPath, caller: Canceller, service: ServiceDep) -> 
 
 @router.post(
     "/{job_id:int}/retry",
+    **NO_FIELDS,
     response_model=JobOut,
     summary="Redrive a failed or cancelled job (admin)",
     description=(

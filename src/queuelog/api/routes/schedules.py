@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from queuelog.api.answers import JobOut, job_json
 from queuelog.api.deps import Admin
+from queuelog.api.lean import NO_FIELDS
 from queuelog.api.openapi import AUTHED, NO_BODY, problems
 from queuelog.api.schemas import CRON_FIVE_FIELDS, EverySeconds, JsonObject, Label, PriorityLabel
 from queuelog.app_state import state_of
@@ -184,6 +185,7 @@ async def delete_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respo
 
 @router.post(
     "/{name}/pause",
+    **NO_FIELDS,
     response_model=ScheduleOut,
     summary="Pause a schedule (admin)",
     description="Stored: it holds across restarts and on every node.",
@@ -195,6 +197,7 @@ async def pause_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respon
 
 @router.post(
     "/{name}/resume",
+    **NO_FIELDS,
     response_model=ScheduleOut,
     summary="Resume a schedule (admin)",
     description="It fires next at its next time after now; fires missed while paused are "
@@ -207,6 +210,7 @@ async def resume_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respo
 
 @router.post(
     "/{name}/trigger",
+    **NO_FIELDS,
     status_code=201,
     response_model=JobOut,
     summary="Make the schedule's job now (admin)",
@@ -216,7 +220,10 @@ async def resume_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respo
         404,
         422,
         *NO_BODY,
-        described={422: "`unknown-job-type`: the schedule's type left the config."},
+        described={
+            422: "`unknown-job-type`: the schedule's type left the config; `validation`: "
+            "a body other than none or `{}`."
+        },
     ),
 )
 async def trigger_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response:

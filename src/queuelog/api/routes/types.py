@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, Field
 
 from queuelog.api.deps import Admin, ServiceDep
+from queuelog.api.lean import NO_FIELDS
 from queuelog.api.openapi import AUTHED, NO_BODY, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.clock import rfc3339
@@ -55,7 +56,9 @@ TypeName = Annotated[
 ]
 
 _NO_TYPE = "`not-found`: the job type is not configured."
-_BAD_NAME = "`validation`: the type name is longer than 100 characters."
+_BAD_NAME = (
+    "`validation`: the type name is longer than 100 characters, or the body is not absent or `{}`."
+)
 
 
 def type_json(state: TypeState) -> dict[str, Any]:
@@ -92,6 +95,7 @@ async def list_types(_: Admin, service: ServiceDep) -> Response:
 
 @router.post(
     "/{job_type:path}/pause",
+    **NO_FIELDS,
     response_model=TypeOut,
     summary="Pause a job type (admin)",
     description=(
@@ -109,6 +113,7 @@ async def pause_type(job_type: TypeName, caller: Admin, service: ServiceDep) -> 
 
 @router.post(
     "/{job_type:path}/resume",
+    **NO_FIELDS,
     response_model=TypeOut,
     summary="Resume a paused job type (admin)",
     description=(
