@@ -165,6 +165,22 @@ def test_a_job_enqueued_through_the_api_appears(page: Any, site: Site) -> None:
     expect(row).to_contain_text("pending")
 
 
+def test_the_pager_refreshes_with_the_list(page: Any, site: Site) -> None:
+    """The older page starts after the last row on screen: jobs enqueued since the page
+    was loaded move rows down without hiding any between the pages."""
+    from playwright.sync_api import expect
+
+    for _ in range(51):
+        site.enqueue()
+    log_in(page, site)
+    page.goto("/ui/jobs")
+    newest = [site.enqueue() for _ in range(3)][-1]
+    expect(page.locator(f'tr[data-job-id="{newest["id"]}"]')).to_be_visible()
+    last_row = page.locator("tr[data-job-id]").last.get_attribute("data-job-id")
+    older = page.locator("p.pager a", has_text="Older").get_attribute("href")
+    assert older is not None and older.endswith(f"cursor={last_row}")
+
+
 def test_retry_button_puts_a_failed_job_back_to_pending(
     page: Any, site: Site, dialogs: list[str]
 ) -> None:
