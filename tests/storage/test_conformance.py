@@ -649,6 +649,23 @@ async def test_event_counts_per_kind_and_bucket(store: Storage) -> None:
     assert [(c.event, c.count) for c in later] == [(EventKind.COMPLETED, 1)]
 
 
+async def test_event_counts_take_a_lease_that_expired_for_good_as_a_failure(
+    store: Storage,
+) -> None:
+    """The last attempt's lease expiring fails the job as a fail would: the overview's
+    chart counts it among the failures; an expiry that leaves a retry does not."""
+    await store.job_insert_many([new_job(max_retries=0), new_job(max_retries=1)], T0)
+    await claim(store, limit=2)
+    expired = T0 + timedelta(seconds=31)
+    rescued = await store.job_rescue_expired(expired, lambda job: expired)
+    assert sorted(job.status.value for job in rescued) == ["failed", "pending"]
+    counts = await store.job_event_counts(expired, expired + timedelta(seconds=1), 60)
+    assert {(c.event, c.count) for c in counts} == {
+        (EventKind.FAILED, 1),
+        (EventKind.LEASE_EXPIRED, 1),
+    }
+
+
 async def test_requeue_failed_moves_only_failed_jobs_of_the_type(store: Storage) -> None:
     await store.job_insert_many([new_job(), new_job(), new_job(), new_job("send_email")], T0)
     jobs = await claim(store, limit=4)

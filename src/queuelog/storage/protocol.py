@@ -338,7 +338,9 @@ class Storage(Protocol):
     async def job_event_counts(
         self, since: datetime, until: datetime, bucket_seconds: int
     ) -> list[EventCount]:
-        """Events with ``since <= at < until``, counted per kind and per bucket.
+        """Events with ``since <= at < until``, counted per kind and per bucket; an
+        event that failed its job for good counts as ``failed`` (a lease that expired
+        with no attempt left too).
 
         Buckets are ``bucket_seconds`` long and start at ``since``; empty ones
         are left out.

@@ -129,7 +129,7 @@ class SqlReads(abc.ABC):
         bucket = bucket_seconds * 1_000_000
         args = {"since": start, "until": to_micros(until), "bucket": bucket}
         return [
-            EventCount(from_micros(start + r["bucket"] * bucket), EventKind(r["event"]), r["n"])
+            EventCount(from_micros(start + r["bucket"] * bucket), EventKind(r["kind"]), r["n"])
             for r in await self._read("job_event_counts", args)
         ]
 

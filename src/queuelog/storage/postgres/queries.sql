@@ -416,10 +416,13 @@ WHERE revoked_at IS NULL AND roles::jsonb @> '["admin"]'::jsonb
 LIMIT 1;
 
 -- name: job_event_counts
-SELECT (at - %(since)s::bigint) / %(bucket)s::bigint AS bucket, event, count(*) AS n
+-- An event that failed its job for good counts as 'failed', whatever its kind (a lease
+-- that expired with no attempt left is a 'lease_expired' event).
+SELECT (at - %(since)s::bigint) / %(bucket)s::bigint AS bucket,
+       CASE WHEN to_status = 'failed' THEN 'failed' ELSE event END AS kind, count(*) AS n
 FROM job_events
 WHERE at >= %(since)s::bigint AND at < %(until)s::bigint
-GROUP BY bucket, event;
+GROUP BY bucket, kind;
 
 -- name: job_requeue_failed
 -- As job_requeue, for every failed job of a type.

@@ -347,10 +347,13 @@ WHERE status = 'pending' AND scheduled = 1 AND run_at > :now
   AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)));
 
 -- name: job_event_counts
-SELECT (at - :since) / :bucket AS bucket, event, count(*) AS n
+-- An event that failed its job for good counts as 'failed', whatever its kind (a lease
+-- that expired with no attempt left is a 'lease_expired' event).
+SELECT (at - :since) / :bucket AS bucket,
+       CASE WHEN to_status = 'failed' THEN 'failed' ELSE event END AS kind, count(*) AS n
 FROM job_events
 WHERE at >= :since AND at < :until
-GROUP BY bucket, event;
+GROUP BY bucket, kind;
 
 -- name: job_requeue_failed
 -- As job_requeue, for every failed job of a type.
