@@ -262,3 +262,28 @@ def test_the_dependency_fields_carry_their_constraints(document: Document) -> No
     assert mode["enum"] == ["cancel", "run"]
     assert "waiting" in schemas["JobOut"]["properties"]["status"]["enum"]
     assert "depends_on" in schemas["JobOut"]["required"]
+
+
+def _integer_schemas(node: Any) -> list[Document]:
+    found: list[Document] = []
+    if isinstance(node, list):
+        for item in node:
+            found += _integer_schemas(item)
+    elif isinstance(node, dict):
+        if node.get("type") == "integer":
+            found.append(node)
+        for child in node.values():
+            found += _integer_schemas(child)
+    return found
+
+
+def test_an_integer_s_bounds_are_exact_integers(document: Document) -> None:
+    """An id's bound is 2^63 - 1 everywhere: a batch item's `depends_on` published
+    2^63 as a float, an id the server refuses."""
+    bounded = [s for s in _integer_schemas(document) if "maximum" in s or "minimum" in s]
+    assert bounded
+    for schema in bounded:
+        for bound in ("minimum", "maximum"):
+            assert isinstance(schema.get(bound, 0), int), schema
+    item = document["components"]["schemas"]["BatchEnqueueItem"]["properties"]["depends_on"]
+    assert item["anyOf"][0]["items"]["maximum"] == 2**63 - 1

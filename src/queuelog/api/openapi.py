@@ -17,6 +17,7 @@ from fastapi.routing import APIRoute
 from queuelog.api.answers import ProblemOut
 from queuelog.api.lean import add_lean_models
 from queuelog.api.problems import PROBLEM_JSON
+from queuelog.models import MAX_ID
 
 _PROBLEM_REF = "#/components/schemas/ProblemOut"
 
@@ -85,6 +86,7 @@ def install(app: FastAPI, job_types: Sequence[str]) -> None:
         if app.openapi_schema is None:
             document = build()  # FastAPI keeps it as app.openapi_schema
             add_lean_models(document)
+            _integer_bounds(document)
             _problems_are_problem_json(document)
             document["components"]["schemas"]["ProblemOut"] = _problem_schema(document)
             if job_types:
@@ -92,6 +94,23 @@ def install(app: FastAPI, job_types: Sequence[str]) -> None:
         return app.openapi_schema or build()
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _integer_bounds(node: Any) -> None:
+    """Write an integer schema's bounds as integers. FastAPI's OpenAPI model holds them
+    as floats: an id's bound, 2^63 - 1, had become 2^63 (an id the server refuses)."""
+    if isinstance(node, list):
+        for item in node:
+            _integer_bounds(item)
+    if not isinstance(node, dict):
+        return
+    if node.get("type") == "integer":
+        for bound in ("minimum", "maximum"):
+            value = node.get(bound)
+            if isinstance(value, float):
+                node[bound] = MAX_ID if value == float(MAX_ID) else int(value)
+    for child in node.values():
+        _integer_bounds(child)
 
 
 def _responses(document: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any]]]:
