@@ -59,12 +59,13 @@ _VALUE = re.compile(r"\"(?:[^\"\\\n]|\\.)*+\"?|'(?:[^'\\\n]|\\.)*+'?|[^\s,;&}\]]
 _REST_OF_LINE = re.compile(r"[^\n]*+")
 _WORDS = re.compile(r"[A-Z]?[a-z0-9]++|[A-Z0-9]++")
 # Absolute paths: file: URLs, UNC (\\server\share), Windows (C:\x or C:/x, spaces
-# allowed inside a folder name) and POSIX (/x/y).
+# allowed inside a folder name) and POSIX (/x/y), but not an HTML end tag (</b>, as an
+# error quoting a web page's answer has).
 _PATHS = (
     re.compile(r"(?i)\bfile:/[^\s\"'<>]*+"),
     re.compile(r"\\\\[\w.$-]++\\[^\s\"'<>]++"),
     re.compile(r"\b[A-Za-z]:[\\/](?:[^\\/\n\r\t\"'<>|:*?]{1,255}+[\\/])*+[^\\/\s\"'<>|:*?]*+"),
-    re.compile(r"(?<![\w.:/-])/[\w.@+-]++(?:/[\w.@+-]++)*+"),
+    re.compile(r"(?<![\w.:/-])(?!(?<=<)/[A-Za-z][\w-]*+>)/[\w.@+-]++(?:/[\w.@+-]++)*+"),
 )
 # C0/C1 controls other than tab and newline, and invisible format characters
 # (bidirectional overrides, zero-width characters) that can disguise text.

@@ -35,6 +35,13 @@ def test_absolute_paths_are_redacted() -> None:
     assert text.count("[path]") == 2
 
 
+def test_html_end_tags_are_kept_but_a_path_in_angle_brackets_is_not() -> None:
+    """An error quoting a web page's answer keeps its tags (</b> was taken for a path)."""
+    page = "<html><body><b>502</b> Bad Gateway</body></html>"
+    assert sanitize_error(page) == page
+    assert sanitize_error("cannot read </home/app/key.pem>") == "cannot read <[path]>"
+
+
 def test_relative_words_and_fractions_are_kept() -> None:
     assert (
         sanitize_error("ratio 1/2 failed: timeout after 30s")
