@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from queuelog.clock import FakeClock
-from tests.conftest import Api, claim_one, enqueue
+from tests.conftest import Api, KeyMaker, claim_one, enqueue
 from tests.dashboard.conftest import Browser
 
 
@@ -157,6 +157,27 @@ def test_keys_page_creates_a_key_shown_once_and_revokes_it(
     assert revoked.status_code == 303
     again = client.get("/jobs", headers={"Authorization": f"Bearer {key}"})
     assert again.status_code == 401
+
+
+def test_revoking_your_own_or_the_last_admin_key_says_so_before(
+    browser: Browser, make_key: KeyMaker
+) -> None:
+    """The confirmation names what the revoke costs: the session, and every admin's way in
+    but the server's own CLI."""
+
+    def confirm_of(name: str) -> str:
+        page = html.unescape(browser.get("/ui/keys").text)
+        row = re.search(rf"<td>{name}(?:</td>| <small).*?data-confirm=\"([^\"]*)\"", page, re.S)
+        assert row, name
+        return row.group(1)
+
+    alone = confirm_of("root")
+    assert "You are signed in with it" in alone and "last active admin key" in alone
+    make_key("root-2", "admin")
+    shared = confirm_of("root")
+    assert "You are signed in with it" in shared and "last active admin key" not in shared
+    other = confirm_of("root-2")
+    assert "signed in" not in other and "last active" not in other
 
 
 def test_key_form_is_checked_like_the_api(browser: Browser) -> None:

@@ -42,7 +42,8 @@ def test_pause_resume_and_trigger_buttons(browser: Browser, admin: Api) -> None:
     triggered = browser.post("/ui/schedules/tick/trigger")
     assert triggered.status_code == 303
     job_id = admin.get("/schedules/tick").json()["last_job_id"]
-    assert triggered.headers["location"] == f"/ui/jobs/{job_id}"
+    assert triggered.headers["location"] == f"/ui/jobs/{job_id}?notice=triggered"
+    assert "The schedule made this job now." in browser.get(triggered.headers["location"]).text
     page = browser.get("/ui/schedules").text
     assert f'<a href="/ui/jobs/{job_id}">{job_id}</a>' in page
     job_page = browser.get(f"/ui/jobs/{job_id}").text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,18 @@ def _row(page: str, name: str) -> str:
 def test_types_page_shows_limits_and_running_against_them(
     browser: Browser, producer: Api, worker: Api
 ) -> None:
+    first = enqueue(producer, "partner", group="a")
     enqueue(producer, "partner", group="a")
-    enqueue(producer, "partner", group="a")
+    enqueue(producer, "partner", depends_on=[first["id"]])
     claim_one(worker, types=["partner"])
     page = html.unescape(browser.get("/ui/types").text)
     assert '<a href="/ui/types" aria-current="page">' in page
     row = _row(page, "partner")
     assert "1 / 3" in row and "10 per 2.0 s" in row and "running" in row
+    pending, waiting, failed = re.findall(r'<td class="num">(\d+)</td>', row)[-3:]
+    assert (pending, waiting, failed) == ("1", "1", "0")
+    job_page = browser.get(f"/ui/jobs/{first['id']}").text
+    assert "<dt>group</dt><dd>a</dd>" in job_page
     assert "Pause" in row
     assert "no limit" in _row(page, "noop")
 

@@ -11,7 +11,7 @@ from queuelog.dashboard import views
 from queuelog.dashboard.throughput import throughput
 from queuelog.dashboard.web import ID_FILTER, TYPE_FILTER, Admin, DashboardRoute, now_of, render
 from queuelog.errors import NotFound, ValidationFailed, quoted
-from queuelog.models import JobStatus
+from queuelog.models import JobStatus, Role
 from queuelog.specs import TYPE_FILTER_PATTERN
 
 router = APIRouter(prefix="/ui", route_class=DashboardRoute)
@@ -29,6 +29,7 @@ NOTICES = {
     "key-revoked": "The key was revoked; it stops working at once.",
     "type-paused": "The type is paused: its jobs are not claimed until it is resumed.",
     "type-resumed": "The type is resumed: its jobs are claimed again.",
+    "triggered": "The schedule made this job now.",
 }
 
 
@@ -157,8 +158,12 @@ async def keys(
 
 async def key_page(request: Request) -> dict[str, object]:
     state = state_of(request)
+    keys = await state.keys.list()
+    admins = [k.id for k in keys if k.revoked_at is None and k.has(Role.ADMIN)]
     return {
-        "keys": sorted(await state.keys.list(), key=lambda k: (k.revoked_at is not None, -k.id)),
+        "keys": sorted(keys, key=lambda k: (k.revoked_at is not None, -k.id)),
+        # Its revoke asks twice as loudly: no admin could sign in or call the API after.
+        "last_admin_id": admins[0] if len(admins) == 1 else None,
         "types": sorted(state.service.settings.types),
         "roles": ["producer", "worker", "admin"],
         "priorities": ["low", "medium", "high", "critical"],

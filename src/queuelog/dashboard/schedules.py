@@ -17,7 +17,6 @@ router = APIRouter(prefix="/ui", route_class=DashboardRoute)
 NOTICES = {
     "paused": "The schedule is paused: it makes no job until resumed.",
     "resumed": "The schedule is resumed from its next fire time.",
-    "triggered": "The schedule made a job now.",
 }
 
 
@@ -53,4 +52,4 @@ async def resume(request: Request, name: str, posted: Posted) -> Response:
 @router.post("/schedules/{name}/trigger")
 async def trigger(request: Request, name: str, posted: Posted) -> Response:
     job = await state_of(request).schedules.trigger(name)
-    return RedirectResponse(f"/ui/jobs/{job.id}", status_code=303)
+    return RedirectResponse(f"/ui/jobs/{job.id}?notice=triggered", status_code=303)
