@@ -36,10 +36,17 @@ def test_create_with_bad_fields_is_422(admin: Api) -> None:
         {"name": "", "roles": ["worker"]},
         {"name": "x", "roles": ["worker"], "max_priority": "urgent"},
         {"name": "x", "roles": ["worker"], "secret": "mine"},
+        {"name": "x", "roles": ["worker"], "types": []},  # a key for nothing: omit for all
     ]:
         response = admin.post("/keys", json=body)
         assert response.status_code == 422, body
         assert response.json()["type"] == "validation"
+
+
+def test_a_key_s_types_are_stored_once_each(admin: Api) -> None:
+    body = {"name": "x", "roles": ["worker"], "types": ["noop", "send_email", "noop"]}
+    created = admin.post("/keys", json=body).json()
+    assert created["types"] == ["noop", "send_email"]
 
 
 def test_create_with_unknown_type_is_422(admin: Api) -> None:

@@ -334,7 +334,17 @@ class KeyCreateRequest(_Request):
     name: KeyName
     roles: list[Role] = Field(min_length=1, max_length=3)
     max_priority: Label = "medium"
-    types: list[Annotated[StrictStr, Field(min_length=1, max_length=100)]] | None = None
+    types: (
+        Annotated[
+            list[Annotated[StrictStr, Field(min_length=1, max_length=100)]],
+            Field(
+                min_length=1,
+                description="The types this key may enqueue and claim (each once); omitted "
+                "or null: every type. An empty list is 422 `validation`.",
+            ),
+        ]
+        | None
+    ) = None
 
 
 def priority_of(label: str) -> Priority:
