@@ -59,7 +59,9 @@ def enqueue_file(
     """Enqueue in batches with a progress bar on standard error: (created, existing)."""
     created = existing = 0
     numbers = [number for number, _ in lines]
-    with Progress(console=Console(stderr=True), transient=False) as progress:
+    console = Console(stderr=True)
+    # A bar for a person at a terminal; none in a pipe or a log, where a refusal is one line.
+    with Progress(console=console, transient=False, disable=not console.is_terminal) as progress:
         task = progress.add_task("enqueueing", total=len(lines))
         start = 0
         for batch in batches([job for _, job in lines], batch_size):
