@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import threading
@@ -27,7 +28,7 @@ from queuelog.storage.protocol import FinishParams, JobListParams, NewJob
 from queuelog.storage.sqlfile import load_migrations, load_queries
 from queuelog.storage.subscribers import ReadySubscriber
 from tests.conftest import run_blocking
-from tests.postgres import fresh_schema, subscribed
+from tests.postgres import fresh_schema, postgres_url, subscribed
 from tests.storage.test_conformance import T0, claim, finish, new_job
 from tests.tcpproxy import TcpProxy
 
@@ -491,3 +492,15 @@ def test_hardening_17_two_requests_with_one_key_settled_at_once_make_one_answer(
     assert len(refused) == 1 and len(settled) == 1, answers
     ((job, created),) = settled[0]  # type: ignore[misc]
     assert not created and job.unique_key in ("u", "v")
+
+
+def test_a_database_that_never_answers_is_one_error_in_libpq_s_words(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not one log line per attempt and then "pool initialization incomplete"."""
+    parts = urlsplit(postgres_url())
+    missing = urlunsplit(parts._replace(path="/queuelog_no_such_database", query=""))
+    with caplog.at_level(logging.WARNING), pytest.raises(PoolTimeout) as refused:
+        PostgresStorage(missing, connect_timeout=1)
+    assert 'database "queuelog_no_such_database" does not exist' in str(refused.value)
+    assert not [r for r in caplog.records if r.name.startswith("psycopg")]

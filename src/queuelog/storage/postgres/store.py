@@ -17,6 +17,7 @@ with heartbeats at half a lease.
 
 from __future__ import annotations
 
+import logging
 import select
 import threading
 import uuid
@@ -64,6 +65,9 @@ _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 _FAULTS = (psycopg.Error, PoolTimeout)
 
 
+_POOL_LOG = logging.getLogger("psycopg.pool")
+
+
 def _closed_by_server(conn: Conn) -> None:
     """Refuse a connection the server dropped (restart, pg_terminate_backend), so the
     pool replaces it instead of handing it to a request. An idle connection has nothing
@@ -79,6 +83,34 @@ def _readable(fd: int) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return bool(poller.poll(0))
+
+
+class _ConnectFailures(logging.Filter):
+    """Keeps the last of the pool's failures to connect, and drops them from the log."""
+
+    last = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("error connecting"):
+            self.last = record.getMessage().partition(": ")[2]
+            return False
+        return True
+
+
+def _open_pool(pool: ConnectionPool[Conn], timeout: float) -> None:
+    """Open ``pool``, waiting up to ``timeout`` for the database (it may be starting).
+    If it never answers, the one error raised says why, in libpq's words (the database
+    does not exist, a password was refused), not each attempt's log line."""
+    failures = _ConnectFailures()
+    _POOL_LOG.addFilter(failures)
+    try:
+        pool.open(wait=True, timeout=timeout)
+    except PoolTimeout as exc:
+        if not failures.last:
+            raise
+        raise PoolTimeout(f"{failures.last} (for {timeout:g} s)") from exc
+    finally:
+        _POOL_LOG.removeFilter(failures)
 
 
 def _check_url(url: str) -> None:
@@ -122,7 +154,7 @@ class PostgresStorage(SqlReads):
         self._listener: ReadyListener | None = None
         self._listener_lock = threading.Lock()
         try:
-            self._pool.open(wait=True, timeout=connect_timeout)
+            _open_pool(self._pool, connect_timeout)
             self._write_now(tx.apply_migrations)
         except BaseException:  # unreachable or failed to migrate: stop the pool's threads
             self._pool.close()
