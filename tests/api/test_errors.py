@@ -230,6 +230,15 @@ def test_payloads_json_cannot_carry_back_are_422(producer: Api, admin: Api, raw:
     assert admin.get("/jobs").json()["jobs"] == []
 
 
+@pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity"])
+def test_a_number_field_that_is_not_finite_is_said_so(producer: Api, literal: bytes) -> None:
+    raw = b'{"type": "noop", "payload": {}, "delay_seconds": %s}' % literal
+    response = producer.post("/jobs", content=raw, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422 and response.json()["type"] == "validation"
+    (error,) = response.json()["errors"]
+    assert error["loc"] == ["body", "delay_seconds"] and "finite" in error["msg"]
+
+
 def test_non_finite_result_is_422_and_the_job_stays_running(
     producer: Api, worker: Api, admin: Api
 ) -> None:

@@ -77,9 +77,11 @@ def _integral(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+# NaN and the infinities (Python's JSON reads the literals) are refused as not finite,
+# not as out of a bound.
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 # Strict otherwise: neither a string of digits nor a boolean is a number. The bounds
 # stand before the validator, so that the published schema carries them.
-Number = Annotated[float, Field(strict=True)]
 RowId = Annotated[int, Field(strict=True, ge=1, le=MAX_ID), BeforeValidator(_integral)]
 MaxRetries = Annotated[int, Field(strict=True, ge=0, le=25), BeforeValidator(_integral)]
 ClaimLimit = Annotated[int, Field(strict=True, ge=1, le=100), BeforeValidator(_integral)]
