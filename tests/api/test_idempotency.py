@@ -50,6 +50,18 @@ def test_header_and_body_that_differ_are_422(producer: Api) -> None:
     assert response.status_code == 422 and response.json()["type"] == "validation"
 
 
+def test_hardening_28_two_idempotency_key_headers_are_422_and_make_nothing(
+    producer: Api, admin: Api
+) -> None:
+    """Two keys, even the same twice: a proxy and this server could each read another."""
+    for keys in (["a", "b"], ["a", "a"]):
+        headers = [*producer.headers.items(), *(("Idempotency-Key", k) for k in keys)]
+        response = producer.client.post("/jobs", json={"type": "noop"}, headers=headers)
+        assert response.status_code == 422 and response.json()["type"] == "validation"
+        assert "one Idempotency-Key header" in response.json()["detail"]
+    assert admin.get("/jobs").json()["jobs"] == []
+
+
 def test_key_must_be_1_to_255_printable_ascii(producer: Api) -> None:
     for bad in ["", "x" * 256, "caf\u00e9", "tab\there"]:
         response = producer.post("/jobs", json={"type": "noop", "idempotency_key": bad})

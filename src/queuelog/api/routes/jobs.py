@@ -73,7 +73,14 @@ def _spec(
     )
 
 
-def _check_header_key(value: str | None) -> str | None:
+def _check_header_key(values: list[str]) -> str | None:
+    # One key per request: with two, a proxy and this server could each read another.
+    if len(values) > 1:
+        raise ValidationFailed(
+            "Send one Idempotency-Key header, not several",
+            errors=[{"loc": ["header", "Idempotency-Key"], "msg": "sent more than once"}],
+        )
+    value = values[0] if values else None
     if value is not None and not re.fullmatch(IDEMPOTENCY_KEY_PATTERN, value):
         raise ValidationFailed(
             "The Idempotency-Key header must be 1-255 printable ASCII characters",
@@ -125,7 +132,7 @@ def _check_header_key(value: str | None) -> str | None:
         headers=[
             (
                 "Idempotency-Key",
-                "1-255 printable ASCII; the same as the body's field.",
+                "1-255 printable ASCII, in one header (two are 422); the same as the body's field.",
                 {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
             ),
             *TRACE_HEADERS,
@@ -134,7 +141,7 @@ def _check_header_key(value: str | None) -> str | None:
 )
 async def enqueue(request: Request) -> Response:
     caller, body = await read_request(request, EnqueueRequest, (Role.PRODUCER,))
-    header_key = _check_header_key(request.headers.get("idempotency-key"))
+    header_key = _check_header_key(request.headers.getlist("idempotency-key"))
     spec = _spec(body, trace_context_of(request.headers), header_key)
     job, created = await state_of(request).service.enqueue(caller, spec)
     return JSONResponse(
