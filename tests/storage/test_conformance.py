@@ -510,22 +510,36 @@ async def test_fail_not_retryable_fails_at_once(store: Storage) -> None:
 async def test_heartbeat_extends_the_lease(store: Storage) -> None:
     await store.job_insert_many([new_job()], T0)
     (job,) = await claim(store)
-    token, later, then = (
-        job.lease_token or "",
-        T0 + timedelta(seconds=20),
-        T0 + timedelta(seconds=21),
-    )
+    token = job.lease_token or ""
+    later, then = T0 + timedelta(seconds=20), T0 + timedelta(seconds=21)
     default = await store.job_heartbeat(HeldParams(job.id, token, "w", later, None))
     assert default.lease_expires_at == later + timedelta(seconds=30)
     beat = await store.job_heartbeat(HeldParams(job.id, token, "w", later, 100))
     assert beat.lease_expires_at == later + timedelta(seconds=100)
-    # Without lease_seconds, a longer lease is kept; with it, the lease is what it says.
+    # Without lease_seconds, for the lease last asked for; with it, for what it says.
     kept = await store.job_heartbeat(HeldParams(job.id, token, "w", then, None))
-    assert kept.lease_expires_at == later + timedelta(seconds=100)
+    assert kept.lease_expires_at == then + timedelta(seconds=100)
     shorter = await store.job_heartbeat(HeldParams(job.id, token, "w", then, 10))
     assert shorter.lease_expires_at == then + timedelta(seconds=10)
     with pytest.raises(NotLeaseHolder):
         await store.job_heartbeat(HeldParams(job.id, "stale", "w", later, None))
+
+
+async def test_a_heartbeat_without_lease_seconds_renews_for_the_claim_s_lease(
+    store: Storage,
+) -> None:
+    """Beat after beat: a worker that claimed for 600 s keeps 600 s ahead of it."""
+    await store.job_insert_many([new_job(), new_job()], T0)
+    (job,) = await claim(store, lease_seconds=600)
+    for at in (200, 600, 1000):
+        now = T0 + timedelta(seconds=at)
+        beat = await store.job_heartbeat(HeldParams(job.id, job.lease_token or "", "w", now, None))
+        assert beat.lease_expires_at == now + timedelta(seconds=600)
+    # The next claim of another job, without lease_seconds, takes the type's lease again.
+    (other,) = await claim(store, T0 + timedelta(seconds=1000))
+    held = HeldParams(other.id, other.lease_token or "", "w", T0 + timedelta(seconds=1010), None)
+    beat = await store.job_heartbeat(held)
+    assert beat.lease_expires_at == T0 + timedelta(seconds=1040)
 
 
 async def test_expired_leases_are_rescued_as_failed_attempts(store: Storage) -> None:

@@ -43,8 +43,8 @@ Choices where the contract is silent:
 * A job the caller may not see is answered 404, never 403.
 * `POST /jobs/claim` with `types` naming an unconfigured type is 422
   `unknown-job-type`; naming a type the key may not claim is 403.
-* A heartbeat without `lease_seconds` renews the lease for the job type's lease from
-  now, and never shortens a longer lease the claim asked for.
+* A heartbeat without `lease_seconds` renews the lease for the length last asked for
+  (the claim's `lease_seconds`, or an earlier heartbeat's), else the job type's lease.
 * `POST /jobs/{id}/release` gives a held job back unrun: pending at once, its
   attempt not spent (beanstalkd's `release`); guarded like a heartbeat.
 * A lease token that no issued token could be (not printable ASCII) is checked
@@ -69,9 +69,9 @@ Choices where the contract is silent:
 * Ids are positive 64-bit integers; an id of 0 or beyond 2^63-1 is 422 `validation`. A path
   segment that is not digits (`/jobs/-1`) names no route: 404 `not-found`.
 * Routes that take no fields (cancel, retry, pause, resume, trigger) take no body, or
-  `{}`: as on every route, a body past the size limit is 413 and one that is not JSON
-  415; malformed JSON or any other JSON value is 422 `validation`, checked with the JSON
-  syntax (before the key), and nothing is done.
+  `{}`: any other JSON value is 422 `validation`, checked as fields are (after the key
+  and the role), and nothing is done; as on every route, a body past the size limit is
+  413, one that is not JSON 415, and malformed JSON 422.
 * An enqueue's W3C `traceparent` and `tracestate` headers are stored with each job it
   makes and handed to the worker that claims it (`trace_context`); a malformed one is
   ignored as the Trace Context recommendation says, never refused.

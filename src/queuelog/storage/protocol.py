@@ -149,7 +149,7 @@ class HeldParams:
     lease_token: str
     worker_name: str
     now: datetime
-    # A heartbeat's new lease from now; None: the job type's lease.
+    # A heartbeat's new lease from now; None: the one last asked for, else the type's.
     lease_seconds: int | None = None
     # A heartbeat's progress as stored (compact JSON text); None keeps the last one.
     progress_text: str | None = None
@@ -338,12 +338,9 @@ class Storage(Protocol):
     async def job_event_counts(
         self, since: datetime, until: datetime, bucket_seconds: int
     ) -> list[EventCount]:
-        """Events with ``since <= at < until``, counted per kind and per bucket; an
-        event that failed its job for good counts as ``failed`` (a lease that expired
-        with no attempt left too).
-
-        Buckets are ``bucket_seconds`` long and start at ``since``; empty ones
-        are left out.
+        """Events with ``since <= at < until``, counted per kind and per bucket of
+        ``bucket_seconds`` from ``since`` (empty ones left out); an event that failed its
+        job for good counts as ``failed`` (a lease that expired with no attempt left too).
         """
         ...
 

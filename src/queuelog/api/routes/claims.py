@@ -310,11 +310,10 @@ def _item(job_id: IdPath, outcome: Job | Finished | QueueError, admin: bool) -> 
     response_model=JobOut,
     summary="Extend the lease of a held job",
     description=(
-        "The lease then ends `lease_seconds` from now. Without `lease_seconds` it ends "
-        "the job type's lease from now, unless the claim asked for a longer lease that "
-        "ends later: a heartbeat never shortens it. `progress` (a JSON object, at most "
-        "4,096 bytes as compact UTF-8 JSON) becomes the job's `progress`, shown until the "
-        "next one and after the job ends; a heartbeat without it keeps the last one." + _HELD
+        "The lease ends `lease_seconds` from now (else the lease last asked for, by the claim "
+        "or a heartbeat, else the type's). `progress` (a JSON object, at most 4,096 bytes as "
+        "compact UTF-8 JSON) becomes the job's `progress`, shown until the next one and "
+        "after the job ends; a heartbeat without it keeps the last one." + _HELD
     ),
     responses=problems(
         *AUTHED,

@@ -205,6 +205,7 @@ SET status = 'running',
     lease_token = replace(gen_random_uuid()::text, '-', ''),
     lease_expires_at = %(now)s::bigint
         + COALESCE(%(lease_seconds)s::integer, lease_seconds)::bigint * 1000000,
+    held_lease_seconds = COALESCE(%(lease_seconds)s::integer, lease_seconds),
     updated_at = %(now)s::bigint
 FROM ready
 WHERE jobs.id = ready.id AND jobs.status = 'pending'
@@ -241,13 +242,13 @@ WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
 RETURNING *;
 
 -- name: job_heartbeat
--- A heartbeat without progress keeps the last one. Without %(lease_seconds)s it renews
--- for the type's lease, never shortening a longer one its claim asked for.
+-- A heartbeat without progress keeps the last one; without %(lease_seconds)s it renews
+-- for the lease last asked for (the claim's, or an earlier heartbeat's), else the type's.
 UPDATE jobs
-SET lease_expires_at = CASE
-        WHEN %(lease_seconds)s::integer IS NULL
-        THEN greatest(lease_expires_at, %(now)s::bigint + lease_seconds::bigint * 1000000)
-        ELSE %(now)s::bigint + %(lease_seconds)s::integer::bigint * 1000000 END,
+SET lease_expires_at = %(now)s::bigint
+        + COALESCE(%(lease_seconds)s::integer, held_lease_seconds, lease_seconds)::bigint
+        * 1000000,
+    held_lease_seconds = COALESCE(%(lease_seconds)s::integer, held_lease_seconds, lease_seconds),
     progress = COALESCE(%(progress)s::text, progress),
     updated_at = %(now)s::bigint
 WHERE id = %(id)s AND status = 'running' AND lease_token = %(lease_token)s
@@ -625,6 +626,7 @@ SET status = 'running',
     lease_token = replace(gen_random_uuid()::text, '-', ''),
     lease_expires_at = %(now)s::bigint
         + COALESCE(%(lease_seconds)s::integer, lease_seconds)::bigint * 1000000,
+    held_lease_seconds = COALESCE(%(lease_seconds)s::integer, lease_seconds),
     updated_at = %(now)s::bigint
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending'
 RETURNING *;

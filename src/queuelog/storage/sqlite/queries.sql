@@ -176,6 +176,7 @@ SET status = 'running',
     claimed_at = :now,
     lease_token = lower(hex(randomblob(16))),
     lease_expires_at = :now + COALESCE(:lease_seconds, lease_seconds) * 1000000,
+    held_lease_seconds = COALESCE(:lease_seconds, lease_seconds),
     updated_at = :now
 WHERE id IN (
     SELECT id FROM jobs INDEXED BY jobs_ready
@@ -198,12 +199,11 @@ ORDER BY lease_expires_at
 LIMIT :limit;
 
 -- name: job_heartbeat
--- A heartbeat without progress keeps the last one. Without :lease_seconds it renews for
--- the type's lease, never shortening a longer one its claim asked for.
+-- A heartbeat without progress keeps the last one; without :lease_seconds it renews for
+-- the lease last asked for (the claim's, or an earlier heartbeat's), else the type's.
 UPDATE jobs
-SET lease_expires_at = CASE WHEN :lease_seconds IS NULL
-                            THEN max(lease_expires_at, :now + lease_seconds * 1000000)
-                            ELSE :now + :lease_seconds * 1000000 END,
+SET lease_expires_at = :now + COALESCE(:lease_seconds, held_lease_seconds, lease_seconds) * 1000000,
+    held_lease_seconds = COALESCE(:lease_seconds, held_lease_seconds, lease_seconds),
     progress = COALESCE(:progress, progress),
     updated_at = :now
 WHERE id = :id AND status = 'running' AND lease_token = :lease_token
@@ -534,6 +534,7 @@ SET status = 'running',
     claimed_at = :now,
     lease_token = lower(hex(randomblob(16))),
     lease_expires_at = :now + COALESCE(:lease_seconds, lease_seconds) * 1000000,
+    held_lease_seconds = COALESCE(:lease_seconds, lease_seconds),
     updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending'
 RETURNING *;
