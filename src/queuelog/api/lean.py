@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -67,19 +67,26 @@ async def read_request(
         raise RequestValidationError(errors) from None
 
 
-async def no_fields(request: Request) -> None:
-    """A dependency of the routes that take no fields, checked with the JSON syntax (before
-    the key): no body, or ``{}``; anything else is 422 and the route does nothing, rather
-    than act on a request its client meant otherwise."""
+async def json_syntax(request: Request) -> None:
+    """A route dependency of the routes that take no fields: malformed JSON is 422
+    before the key is looked at, as on every route."""
+    _json(await _body(request))
+
+
+async def _no_fields(request: Request) -> None:
     data = _json(await _body(request))
     if data is not _NO_BODY and data != {}:
         error = {"type": "no_fields", "loc": ("body",), "msg": "This route takes no body, or {}"}
         raise RequestValidationError([error])
 
 
-# The route argument of a POST that takes no fields. Its OpenAPI entry declares no
-# body (a client sends none); the app's description says what a body sent anyway gets.
-NO_FIELDS: dict[str, Any] = {"dependencies": [Depends(no_fields)]}
+# The route argument and the last parameter of a POST that takes no fields: no body, or
+# ``{}``. Anything else is 422 and the route does nothing, rather than act on a request
+# its client meant otherwise; as a field is, it is checked after the key and the role.
+# The OpenAPI entry declares no body (a client sends none); the app's description says
+# what a body sent anyway gets.
+NO_FIELDS: dict[str, Any] = {"dependencies": [Depends(json_syntax)]}
+NoFields = Annotated[None, Depends(_no_fields)]
 
 
 async def _body(request: Request) -> bytes:

@@ -18,7 +18,14 @@ from queuelog.api.answers import (
     job_json,
 )
 from queuelog.api.deps import Admin, Canceller, Producer, Reader, ServiceDep
-from queuelog.api.lean import NO_FIELDS, LeanRoute, header_parameters, lean_openapi, read_request
+from queuelog.api.lean import (
+    NO_FIELDS,
+    LeanRoute,
+    NoFields,
+    header_parameters,
+    lean_openapi,
+    read_request,
+)
 from queuelog.api.openapi import AUTHED, NO_BODY, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.api.results import job_or_wait
@@ -112,7 +119,7 @@ def _check_header_key(values: list[str]) -> str | None:
         "job. `on_duplicate` without `unique_key` is 422 `validation`.\n\n"
         "With `depends_on`, the job is `waiting` until its dependencies have ended as "
         "`on_dependency_failure` says; it becomes `pending` in the transaction that ends "
-        "the last (event `ready`), its `run_at` then the time of that end unless it was "
+        "the last (event `ready`), its `run_at` then moved up to that time unless it was "
         "later (as a retried job's `run_at` is when it may run again). A dependency "
         "already failed or cancelled, with `cancel`: 201 with the job `cancelled` at once "
         "(event `dependency_failed`)."
@@ -234,6 +241,7 @@ async def get_job(
         Query(
             ge=0,
             le=30,
+            allow_inf_nan=False,
             description="Await the job's end up to this many seconds (0: answer at once).",
         ),
     ] = 0,
@@ -284,7 +292,9 @@ async def job_dependencies(job_id: IdPath, caller: Reader, service: ServiceDep) 
     summary="Cancel a waiting or pending job (owning producer or admin)",
     responses=problems(*AUTHED, 404, 409, *NO_BODY),
 )
-async def cancel_job(job_id: IdPath, caller: Canceller, service: ServiceDep) -> Response:
+async def cancel_job(
+    job_id: IdPath, caller: Canceller, service: ServiceDep, _fields: NoFields
+) -> Response:
     job = await service.cancel(caller, job_id)
     return JSONResponse(job_json(job, show_error=caller.has(Role.ADMIN)))
 
@@ -304,6 +314,8 @@ async def cancel_job(job_id: IdPath, caller: Canceller, service: ServiceDep) -> 
     ),
     responses=problems(*AUTHED, 404, 409, *NO_BODY),
 )
-async def retry_job(job_id: IdPath, caller: Admin, service: ServiceDep) -> Response:
+async def retry_job(
+    job_id: IdPath, caller: Admin, service: ServiceDep, _fields: NoFields
+) -> Response:
     job = await service.retry(caller, job_id)
     return JSONResponse(job_json(job, show_error=True))

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from queuelog.api.answers import JobOut, job_json
 from queuelog.api.deps import Admin
-from queuelog.api.lean import NO_FIELDS
+from queuelog.api.lean import NO_FIELDS, NoFields
 from queuelog.api.openapi import AUTHED, NO_BODY, problems
 from queuelog.api.schemas import CRON_FIVE_FIELDS, EverySeconds, JsonObject, Label, PriorityLabel
 from queuelog.app_state import state_of
@@ -191,7 +191,9 @@ async def delete_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respo
     description="Stored: it holds across restarts and on every node.",
     responses=_problems(*AUTHED, 404, *NO_BODY),
 )
-async def pause_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response:
+async def pause_schedule(
+    name: str, _: Admin, scheduler: SchedulerDep, _fields: NoFields
+) -> Response:
     return JSONResponse(schedule_json(await scheduler.pause(name)))
 
 
@@ -204,7 +206,9 @@ async def pause_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respon
     "not made up.",
     responses=_problems(*AUTHED, 404, *NO_BODY),
 )
-async def resume_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response:
+async def resume_schedule(
+    name: str, _: Admin, scheduler: SchedulerDep, _fields: NoFields
+) -> Response:
     return JSONResponse(schedule_json(await scheduler.resume(name)))
 
 
@@ -226,7 +230,9 @@ async def resume_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respo
         },
     ),
 )
-async def trigger_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Response:
+async def trigger_schedule(
+    name: str, _: Admin, scheduler: SchedulerDep, _fields: NoFields
+) -> Response:
     job = await scheduler.trigger(name)
     headers = {"Location": f"/jobs/{job.id}"}
     return JSONResponse(job_json(job, show_error=True), status_code=201, headers=headers)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, Field
 
 from queuelog.api.deps import Admin, ServiceDep
-from queuelog.api.lean import NO_FIELDS
+from queuelog.api.lean import NO_FIELDS, NoFields
 from queuelog.api.openapi import AUTHED, NO_BODY, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.clock import rfc3339
@@ -106,7 +106,9 @@ async def list_types(_: Admin, service: ServiceDep) -> Response:
     ),
     responses=problems(*AUTHED, 404, 422, *NO_BODY, described={404: _NO_TYPE, 422: _BAD_NAME}),
 )
-async def pause_type(job_type: TypeName, caller: Admin, service: ServiceDep) -> Response:
+async def pause_type(
+    job_type: TypeName, caller: Admin, service: ServiceDep, _fields: NoFields
+) -> Response:
     state = await service.flow.set_paused(caller, job_type, True)
     return JSONResponse(type_json(state))
 
@@ -123,6 +125,8 @@ async def pause_type(job_type: TypeName, caller: Admin, service: ServiceDep) -> 
     ),
     responses=problems(*AUTHED, 404, 422, *NO_BODY, described={404: _NO_TYPE, 422: _BAD_NAME}),
 )
-async def resume_type(job_type: TypeName, caller: Admin, service: ServiceDep) -> Response:
+async def resume_type(
+    job_type: TypeName, caller: Admin, service: ServiceDep, _fields: NoFields
+) -> Response:
     state = await service.flow.set_paused(caller, job_type, False)
     return JSONResponse(type_json(state))
