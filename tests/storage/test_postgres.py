@@ -503,4 +503,5 @@ def test_a_database_that_never_answers_is_one_error_in_libpq_s_words(
     with caplog.at_level(logging.WARNING), pytest.raises(PoolTimeout) as refused:
         PostgresStorage(missing, connect_timeout=1)
     assert 'database "queuelog_no_such_database" does not exist' in str(refused.value)
+    assert "\n" not in str(refused.value)
     assert not [r for r in caplog.records if r.name.startswith("psycopg")]

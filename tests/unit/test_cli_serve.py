@@ -91,7 +91,7 @@ def test_keys_on_a_database_that_is_not_there_exit_1_and_make_none(
     assert not (tmp_path / "data").exists()
 
 
-@pytest.mark.parametrize("password", ["s3cr%et", "top secret"])
+@pytest.mark.parametrize("password", ["s3cr%et", "top secret", "s3cr@t", "s3cr/et"])
 def test_hardening_22_a_postgresql_url_libpq_cannot_read_is_one_line_without_its_password(
     tmp_path: Path, password: str
 ) -> None:

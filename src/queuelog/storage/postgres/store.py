@@ -92,7 +92,8 @@ class _ConnectFailures(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.getMessage().startswith("error connecting"):
-            self.last = record.getMessage().partition(": ")[2]
+            # libpq's text runs over lines (a hint follows the error): one line here.
+            self.last = " ".join(record.getMessage().partition(": ")[2].split())
             return False
         return True
 
@@ -117,12 +118,17 @@ def _check_url(url: str) -> None:
     """Refuse a URL libpq cannot read, before a pool retries it (and logs its text,
     which may hold the password) until its timeout. The message quotes none of it."""
     try:
-        conninfo_to_dict(url)
+        parts = conninfo_to_dict(url)
     except psycopg.ProgrammingError:
+        parts = None
+    # libpq reads an unencoded @ or / in a password as part of the host or the port,
+    # and its errors would then quote that piece of the password.
+    host, port = str((parts or {}).get("host", "")), str((parts or {}).get("port", ""))
+    if parts is None or "@" in host or not all(p.isdigit() for p in port.split(",") if p):
         raise ValueError(
             "not a valid PostgreSQL URL: percent-encode its user, password and database "
-            "name (a space is %20, % is %25)"
-        ) from None
+            "name (a space is %20, % is %25, @ is %40, / is %2F)"
+        )
 
 
 class PostgresStorage(SqlReads):
