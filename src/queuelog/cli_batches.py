@@ -90,7 +90,9 @@ def _refused_line(refused: QueueError, numbers: list[int], start: int, size: int
     lines = _span(numbers[start], numbers[start + size - 1])
     if isinstance(index, int) and 0 <= index < size:
         what, after = f"line {numbers[start + index]} refused", ", none after"
-    elif 400 <= refused.status < 500:  # the batch refused whole: nothing of it stored
+    elif 400 <= refused.status < 500 and refused.status != 429:
+        # Refused whole, nothing of it stored; a 429 may end the resends of a batch whose
+        # first send was stored before its connection broke.
         what, after = f"{lines} refused", ", none after"
     else:  # the server named no item: the batch may or may not be stored
         what, after = f"{lines} not known to be enqueued", ""

@@ -55,7 +55,7 @@ T = TypeVar("T")
 
 def _server_url(_: click.Context, __: click.Parameter, url: str | None) -> str | None:
     try:
-        return None if url is None else server_url(url)
+        return server_url(url) if url else None  # "": the environment's, else the default
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
 

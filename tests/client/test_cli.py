@@ -173,9 +173,15 @@ def test_server_down_exits_4(real_server: RealServer) -> None:
 @pytest.mark.parametrize(
     "url", ["ftp://127.0.0.1:21", "file:///etc/passwd", "not a url", "http://127.0.0.1:99999"]
 )
-def test_a_server_url_that_is_not_http_is_bad_usage(real_server: RealServer, url: str) -> None:
+def test_hardening_27_a_server_url_that_is_not_http_is_bad_usage(
+    real_server: RealServer, url: str
+) -> None:
     done = cli(real_server, "shop", "jobs", "list", "--url", url)
     assert done.returncode == 2 and "--url" in done.stderr
+
+
+def test_an_empty_url_is_the_environment_s(real_server: RealServer) -> None:
+    assert cli(real_server, "shop", "jobs", "list", "--url", "").returncode == 0
 
 
 def test_bad_usage_exits_2(real_server: RealServer) -> None:
@@ -440,3 +446,39 @@ def test_hardening_05_cli_strips_control_characters_from_server_values(
         assert "]8;;https://evil.example/" in printed, args  # shown, inert
         for control in CONTROLS:
             assert control not in printed, (args, control)
+
+
+class Busy(BaseHTTPRequestHandler):
+    """A server that answers every request 429, as one under load does."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        data = json.dumps({"type": "rate-limited", "status": 429, "detail": "slow down"}).encode()
+        self.send_response(429)
+        self.send_header("Content-Type", "application/problem+json")
+        self.send_header("Retry-After", "0")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_enqueue_from_file_does_not_call_a_batch_that_met_429_refused(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    """The SDK resends after a 429 (and after a broken connection, when an earlier send may
+    have been stored): the last answer being 429 says nothing of what was stored."""
+    path = tmp_path / "jobs.jsonl"
+    path.write_text(json.dumps({"type": "noop"}) + "\n")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        done = cli(real_server, "shop", "enqueue", "--from-file", str(path), "--url", url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    (said,) = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and said.startswith("Error: line 1 not known to be enqueued: ")

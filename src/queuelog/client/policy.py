@@ -40,7 +40,7 @@ def server_url(url: str) -> str:
     except ValueError:
         parts = None
     if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise ValueError("the server URL must be http://host[:port] or https://host[:port]")
+        raise ValueError("the server URL must be an http:// or https:// URL with a host")
     return url
 
 
