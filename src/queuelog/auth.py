@@ -117,8 +117,6 @@ class KeyRing:
             # The schedules' principals: a key of that name would see their jobs.
             raise ValidationFailed(f"A key name may not start with {quoted(PRINCIPAL_PREFIX)}")
         if types is not None:
-            if not types:  # none would be a key that may enqueue and claim nothing
-                raise ValidationFailed("A key's types name at least one type; omit them for all")
             types = tuple(dict.fromkeys(types))  # each once, in the order given
         new, plaintext = _new_key(name, roles, max_priority, types)
         return await self._storage.key_insert(new, self._clock.now()), plaintext
