@@ -377,7 +377,24 @@ def hostile_job(job_id: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-class Hostile(BaseHTTPRequestHandler):
+class Answering(BaseHTTPRequestHandler):
+    """A fake server's way to answer: JSON, with any headers given."""
+
+    def answer(self, status: int, body: Any, **headers: str) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class Hostile(Answering):
     """A server (or a proxy in front of one) that puts terminal controls in every value."""
 
     def do_GET(self) -> None:
@@ -399,17 +416,6 @@ class Hostile(BaseHTTPRequestHandler):
             self.answer(422, {"type": "validation", "detail": NASTY})
         else:
             self.answer(409, {"type": f"invalid-state{NASTY}", "detail": NASTY})
-
-    def answer(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture
@@ -448,21 +454,12 @@ def test_hardening_05_cli_strips_control_characters_from_server_values(
             assert control not in printed, (args, control)
 
 
-class Busy(BaseHTTPRequestHandler):
+class Busy(Answering):
     """A server that answers every request 429, as one under load does."""
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        data = json.dumps({"type": "rate-limited", "status": 429, "detail": "slow down"}).encode()
-        self.send_response(429)
-        self.send_header("Content-Type", "application/problem+json")
-        self.send_header("Retry-After", "0")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        self.answer(429, {"type": "rate-limited", "detail": "slow down"}, Retry_After="0")
 
 
 def test_enqueue_from_file_does_not_call_a_batch_that_met_429_refused(
