@@ -112,11 +112,26 @@ async def test_heartbeat_extends_the_lease(
     assert [j.id for j in await service.rescue_expired()] == [job.id]
 
 
-async def test_heartbeat_without_lease_seconds_uses_the_types_lease(
+async def test_heartbeat_without_lease_seconds_renews_for_the_lease_last_asked_for(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
-    job = await _held(service, shop, mailer)
+    job = await _held(service, shop, mailer)  # claimed for 10 s
     assert job.lease_token is not None
+    beat = await service.heartbeat(mailer, job.id, job.lease_token)
+    assert beat.lease_expires_at == clock.now() + timedelta(seconds=10)
+    await service.heartbeat(mailer, job.id, job.lease_token, lease_seconds=20)
+    clock.advance(5)
+    beat = await service.heartbeat(mailer, job.id, job.lease_token)
+    assert beat.lease_expires_at == clock.now() + timedelta(seconds=20)
+
+
+async def test_heartbeat_of_a_claim_without_lease_seconds_uses_the_types_lease(
+    service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
+) -> None:
+    await service.enqueue_many(shop, [EnqueueSpec(type="noop")])
+    (job,) = await service.claim(mailer)
+    assert job.lease_token is not None
+    clock.advance(5)
     beat = await service.heartbeat(mailer, job.id, job.lease_token)
     assert beat.lease_expires_at == clock.now() + timedelta(seconds=30)
 

@@ -43,6 +43,7 @@ class ModelJob:
     retry_count: int = 0
     token: str | None = None
     lease_expires_at: datetime | None = None
+    held_lease: int = 30  # the lease last asked for: a heartbeat without one renews for it
     old_tokens: list[str] = field(default_factory=list)
 
 
@@ -186,7 +187,8 @@ class QueueMachine(RuleBasedStateMachine):
             assert real.lease_token not in job.old_tokens, "a lease token is never reused"
             job.status = JobStatus.RUNNING
             job.token = real.lease_token
-            job.lease_expires_at = now + timedelta(seconds=lease or 30)
+            job.held_lease = lease or 30
+            job.lease_expires_at = now + timedelta(seconds=job.held_lease)
 
     @rule(
         index=st.integers(0, 50),
@@ -204,7 +206,8 @@ class QueueMachine(RuleBasedStateMachine):
         got = _slug(lambda: run_blocking(self.service.heartbeat(worker, job.id, token, lease)))
         assert got == expected, (got, expected, job)
         if got == "ok":
-            job.lease_expires_at = self.clock.now() + timedelta(seconds=lease or 30)
+            job.held_lease = lease or job.held_lease
+            job.lease_expires_at = self.clock.now() + timedelta(seconds=job.held_lease)
 
     @rule(
         index=st.integers(0, 50),
