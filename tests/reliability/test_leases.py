@@ -112,28 +112,26 @@ async def test_heartbeat_extends_the_lease(
     assert [j.id for j in await service.rescue_expired()] == [job.id]
 
 
+@pytest.mark.parametrize(("claimed", "renewed"), [(10, 10), (None, 30)])
 async def test_heartbeat_without_lease_seconds_renews_for_the_lease_last_asked_for(
-    service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
+    service: JobService,
+    clock: FakeClock,
+    shop: ApiKey,
+    mailer: ApiKey,
+    claimed: int | None,
+    renewed: int,
 ) -> None:
-    job = await _held(service, shop, mailer)  # claimed for 10 s
+    """The claim's lease, else the type's; then a heartbeat's own, once it gave one."""
+    await service.enqueue_many(shop, [EnqueueSpec(type="noop")])
+    (job,) = await service.claim(mailer, lease_seconds=claimed)
     assert job.lease_token is not None
+    clock.advance(5)
     beat = await service.heartbeat(mailer, job.id, job.lease_token)
-    assert beat.lease_expires_at == clock.now() + timedelta(seconds=10)
+    assert beat.lease_expires_at == clock.now() + timedelta(seconds=renewed)
     await service.heartbeat(mailer, job.id, job.lease_token, lease_seconds=20)
     clock.advance(5)
     beat = await service.heartbeat(mailer, job.id, job.lease_token)
     assert beat.lease_expires_at == clock.now() + timedelta(seconds=20)
-
-
-async def test_heartbeat_of_a_claim_without_lease_seconds_uses_the_types_lease(
-    service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
-) -> None:
-    await service.enqueue_many(shop, [EnqueueSpec(type="noop")])
-    (job,) = await service.claim(mailer)
-    assert job.lease_token is not None
-    clock.advance(5)
-    beat = await service.heartbeat(mailer, job.id, job.lease_token)
-    assert beat.lease_expires_at == clock.now() + timedelta(seconds=30)
 
 
 async def test_heartbeat_keeps_the_job_and_token(
