@@ -67,14 +67,14 @@ async def read_request(
         raise RequestValidationError(errors) from None
 
 
-async def json_syntax(request: Request) -> None:
+async def json_syntax(request: Request) -> Any:
     """A route dependency of the routes that take no fields: malformed JSON is 422
-    before the key is looked at, as on every route."""
-    _json(await _body(request))
+    before the key is looked at, as on every route. The body's value (FastAPI keeps it
+    for the request, so ``_no_fields`` reads it without parsing it again)."""
+    return _json(await _body(request))
 
 
-async def _no_fields(request: Request) -> None:
-    data = _json(await _body(request))
+async def _no_fields(data: Annotated[Any, Depends(json_syntax)]) -> None:
     if data is not _NO_BODY and data != {}:
         error = {"type": "no_fields", "loc": ("body",), "msg": "This route takes no body, or {}"}
         raise RequestValidationError([error])
