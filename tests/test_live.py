@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,6 +102,11 @@ def test_keys_cli_creates_lists_and_revokes(server: RealServer) -> None:
     assert "shop\tproducer,worker\thigh\t*" in listed.stdout and key not in listed.stdout
     key_id = listed.stdout.split("\t")[0]
     server.start()
+    # --json prints the keys exactly as an admin reads them through the API.
+    admin_key = server.create_key("root", "admin")
+    as_json = server.cli("keys", "list", "--json")
+    with server.client(admin_key) as admin:
+        assert json.loads(as_json.stdout) == admin.get("/keys").json()
     with server.client(key) as api:
         assert api.get("/jobs").status_code == 200
         revoked = server.cli("keys", "revoke", key_id)

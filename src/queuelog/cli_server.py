@@ -8,6 +8,7 @@ the extra: without it, a command says in one line which extra to install (exit 2
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 from typing import TYPE_CHECKING, Any
@@ -254,8 +255,10 @@ def keys_create(
 
 @keys.command("list")
 @config_option
-def keys_list(config_path: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the keys as GET /keys answers.")
+def keys_list(config_path: str | None, as_json: bool) -> None:
     """List keys (never their secrets)."""
+    from queuelog.api.routes.keys import key_json
     from queuelog.auth import KeyRing
     from queuelog.clock import SystemClock, rfc3339
 
@@ -264,6 +267,9 @@ def keys_list(config_path: str | None) -> None:
         rows = asyncio.run(KeyRing(storage, SystemClock()).list())
     finally:
         storage.close()
+    if as_json:
+        click.echo(json.dumps({"keys": [key_json(key) for key in rows]}, indent=2))
+        return
     for key in rows:
         fields: list[Any] = [
             key.id,
