@@ -92,6 +92,12 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/ui/types/{job_type:path}/pause"): UI_LOGIN,
     ("POST", "/ui/types/{job_type:path}/resume"): UI_LOGIN,
 }
+# Every dashboard page answers HEAD too, guarded as its GET.
+ROUTES |= {
+    ("HEAD", path): who
+    for (method, path), who in ROUTES.items()
+    if method == "GET" and path.startswith("/ui")
+}
 
 _AUTHENTICATE = get_args(CurrentKey)[1].dependency
 _DASHBOARD_ADMIN = get_args(DashboardAdmin)[1].dependency

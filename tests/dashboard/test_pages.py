@@ -277,3 +277,17 @@ def test_hardening_23_a_payloads_hidden_characters_are_shown_escaped(
     page = browser.get(f"/ui/jobs/{job['id']}").text
     assert "\u202e" not in page and "\u200b" not in page
     assert "invoice\\u202egnp.exe" in page and "a\\u200bb" in page
+
+
+def test_pages_answer_head_with_their_headers_and_no_body(
+    browser: Browser, client: TestClient
+) -> None:
+    page = browser.get("/ui/jobs")
+    head = browser.client.head("/ui/jobs", follow_redirects=False)
+    assert head.status_code == 200 and head.content == b""
+    for name in ("content-type", "content-security-policy", "cache-control"):
+        assert head.headers.get(name) == page.headers.get(name), name
+    browser.client.cookies.clear()
+    assert client.head("/ui/login").status_code == 200
+    logged_out = client.head("/ui", follow_redirects=False)
+    assert logged_out.status_code == 303 and logged_out.headers["location"] == "/ui/login"

@@ -122,7 +122,13 @@ def error_page(request: Request, status: int, title: str, detail: str) -> Respon
 
 
 class DashboardRoute(APIRoute):
-    """Answers every dashboard failure with an HTML page and adds the security headers."""
+    """Answers every dashboard failure with an HTML page and adds the security headers.
+    A page also answers HEAD (its headers, no body), as link checkers and probes ask."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        if "GET" in self.methods:
+            self.methods.add("HEAD")
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
