@@ -127,7 +127,7 @@ class DashboardRoute(APIRoute):
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, endpoint, **kwargs)
-        if "GET" in self.methods:
+        if self.methods and "GET" in self.methods:
             self.methods.add("HEAD")
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
