@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
 from queuelog.api.app import create_app
@@ -13,10 +14,60 @@ from tests.dashboard.conftest import Browser, csrf_of, log_in
 
 
 def test_ui_redirects_to_login_when_not_logged_in(client: TestClient) -> None:
-    for path in ("/ui", "/ui/jobs", "/ui/jobs/1", "/ui/keys"):
+    for path, login in [
+        ("/ui", "/ui/login"),
+        ("/ui/jobs", "/ui/login?next=%2Fui%2Fjobs"),
+        ("/ui/jobs/1", "/ui/login?next=%2Fui%2Fjobs%2F1"),
+        ("/ui/jobs?status=failed", "/ui/login?next=%2Fui%2Fjobs%3Fstatus%3Dfailed"),
+    ]:
         response = client.get(path, follow_redirects=False)
         assert response.status_code == 303, path
-        assert response.headers["location"] == "/ui/login"
+        assert response.headers["location"] == login
+    # A form posted without a session is not posted again after the login.
+    refused = client.post("/ui/keys", data={"name": "x"}, follow_redirects=False)
+    assert refused.status_code == 303 and refused.headers["location"] == "/ui/login"
+
+
+def test_a_login_leads_back_to_the_page_asked_for(client: TestClient, make_key: KeyMaker) -> None:
+    _, key = make_key("root", "admin")
+    login = client.get("/ui/jobs?status=failed", follow_redirects=True)
+    assert login.url.path == "/ui/login"
+    assert '<input type="hidden" name="next" value="/ui/jobs?status=failed">' in login.text
+    data = {"csrf_token": csrf_of(login.text), "key": "ql_wrong", "next": "/ui/jobs?status=failed"}
+    again = client.post("/ui/login", data=data, follow_redirects=False)
+    assert again.status_code == 401 and 'value="/ui/jobs?status=failed"' in again.text
+    data = {**data, "csrf_token": csrf_of(again.text), "key": key}
+    done = client.post("/ui/login", data=data, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/ui/jobs?status=failed"
+    # Logged in already: the form sends the browser straight on.
+    on = client.get("/ui/login?next=/ui/keys", follow_redirects=False)
+    assert on.headers["location"] == "/ui/keys"
+
+
+@pytest.mark.parametrize(
+    "elsewhere",
+    [
+        "//evil.example",
+        "https://evil.example/ui/",
+        "/ui//evil.example",
+        "/ui\\evil.example",
+        "/uix",
+        "/ui/login",
+        "/ui/logout",
+        "/ui/\r\nSet-Cookie:x=1",
+        "javascript:alert(1)",
+        "",
+    ],
+)
+def test_a_login_never_leads_off_the_dashboard(
+    client: TestClient, make_key: KeyMaker, elsewhere: str
+) -> None:
+    _, key = make_key("root", "admin")
+    form = client.get("/ui/login", params={"next": elsewhere})
+    assert 'name="next"' not in form.text
+    data = {"csrf_token": csrf_of(form.text), "key": key, "next": elsewhere}
+    done = client.post("/ui/login", data=data, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/ui"
 
 
 def test_admin_logs_in_and_sees_the_overview(browser: Browser) -> None:

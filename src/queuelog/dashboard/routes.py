@@ -21,6 +21,7 @@ from queuelog.dashboard.web import (
     dashboard_of,
     field_of,
     now_of,
+    page_after_login,
     read_form,
     render,
     set_login_cookie,
@@ -62,16 +63,17 @@ def static(request: Request, name: str) -> Response:
 
 @router.get("/login")
 def login_form(request: Request) -> Response:
+    after = page_after_login(request.query_params.get("next", ""))
     if current_session(request) is not None:
-        return RedirectResponse("/ui", status_code=303)
-    return _login_page(request, None, 200)
+        return RedirectResponse(after, status_code=303)
+    return _login_page(request, None, 200, after)
 
 
-def _login_page(request: Request, message: str | None, status: int) -> Response:
+def _login_page(request: Request, message: str | None, status: int, after: str) -> Response:
     """The form with a fresh login token, in its field and in the login cookie; no
-    session is made for it."""
+    session is made for it. ``after``: the page the login leads to."""
     token = dashboard_of(request).login_tokens.issue(now_of(request))
-    response = render(request, "login.html", status, message=message, csrf_token=token)
+    response = render(request, "login.html", status, message=message, csrf_token=token, after=after)
     set_login_cookie(request, response, token)
     return response
 
@@ -83,18 +85,20 @@ Form = Annotated[FormData, Depends(read_form)]
 async def login(request: Request, form: Form) -> Response:
     check_login_token(request, form)
     state = state_of(request)
+    after = page_after_login(field_of(form, "next"))
     try:
         key = await state.keys.authenticate(field_of(form, "key"))
     except Unauthenticated:
-        return _login_page(request, "This key is not valid, or it has been revoked.", 401)
+        refused = "This key is not valid, or it has been revoked."
+        return _login_page(request, refused, 401, after)
     if not key.has(Role.ADMIN):
-        return _login_page(request, "This key does not have the admin role.", 403)
+        return _login_page(request, "This key does not have the admin role.", 403, after)
     sessions = dashboard_of(request).sessions
     earlier = current_session(request)
     if earlier is not None:  # a new login never keeps an old session id
         sessions.end(earlier.id)
     admin = sessions.log_in(key.id, key.key_hash, now_of(request))
-    response = RedirectResponse("/ui", status_code=303)
+    response = RedirectResponse(after, status_code=303)
     set_session_cookie(request, response, admin)
     return response
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
 from typing import Annotated, Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import jinja2
 from fastapi import Depends, Request, Response
@@ -80,6 +80,26 @@ class LoginRequired(Exception):
     """No live session for an active admin key: the browser is sent to the login form."""
 
 
+def login_redirect(request: Request) -> RedirectResponse:
+    """To the login form, which sends the browser back to the page it asked for (a
+    form's post is not made again: it goes to the overview)."""
+    asked = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    if request.method not in ("GET", "HEAD") or page_after_login(asked) == "/ui":
+        return RedirectResponse(LOGIN_PATH, status_code=303)
+    return RedirectResponse(f"{LOGIN_PATH}?{urlencode({'next': asked})}", status_code=303)
+
+
+def page_after_login(asked: str) -> str:
+    """``asked`` if it is a page of this dashboard, else the overview: a login never
+    sends the browser to another site (``//host``, ``/ui\\host``), nor back to itself."""
+    parts = urlsplit(asked)
+    plain = asked.isprintable() and not any(c.isspace() or c == "\\" for c in asked)
+    ours = parts.path == "/ui" or (parts.path.startswith("/ui/") and "//" not in parts.path)
+    if not plain or parts.scheme or parts.netloc or not ours or len(asked) > 2048:
+        return "/ui"
+    return "/ui" if parts.path.rstrip("/") in ("/ui", LOGIN_PATH, "/ui/logout") else asked
+
+
 class CsrfRejected(Exception):
     """A state-changing form came without the session's synchroniser token."""
 
@@ -137,7 +157,7 @@ class DashboardRoute(APIRoute):
             try:
                 response = await handler(request)
             except LoginRequired:
-                response = RedirectResponse("/ui/login", status_code=303)
+                response = login_redirect(request)
             except CsrfRejected:
                 detail = "The form has expired or did not come from this dashboard. Reload it."
                 response = error_page(request, 403, "Form refused", detail)
