@@ -291,3 +291,20 @@ def test_pages_answer_head_with_their_headers_and_no_body(
     assert client.head("/ui/login").status_code == 200
     logged_out = client.head("/ui", follow_redirects=False)
     assert logged_out.status_code == 303 and logged_out.headers["location"] == "/ui/login"
+
+
+def test_a_create_key_form_sent_again_makes_no_second_key(browser: Browser, admin: Api) -> None:
+    """The page that shows a new key answers the form's post: reloading it posts again."""
+    form_id = re.search(r'name="form_id" value="([\w-]+)"', browser.get("/ui/keys").text)
+    assert form_id
+    fields = {"name": "shop-3", "roles": "producer", "form_id": form_id.group(1)}
+    assert browser.post("/ui/keys", **fields).status_code == 201
+    again = browser.post("/ui/keys", **fields)
+    assert again.status_code == 409 and "sent already" in again.text
+    assert 'id="new-key"' not in again.text
+    names = [k["name"] for k in admin.get("/keys").json()["keys"]]
+    assert names.count("shop-3") == 1
+    # A fresh form from the page makes another.
+    fresh = re.search(r'name="form_id" value="([\w-]+)"', again.text)
+    assert fresh and fresh.group(1) != form_id.group(1)
+    assert browser.post("/ui/keys", **{**fields, "form_id": fresh.group(1)}).status_code == 201

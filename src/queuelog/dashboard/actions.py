@@ -11,7 +11,7 @@ from fastapi.responses import RedirectResponse
 
 from queuelog.app_state import IdPath, state_of
 from queuelog.dashboard.pages import key_page
-from queuelog.dashboard.web import DashboardRoute, Posted, field_of, render
+from queuelog.dashboard.web import DashboardRoute, Posted, dashboard_of, field_of, render
 from queuelog.errors import QueueError, ValidationFailed, quoted
 from queuelog.models import JobStatus, Priority, Role
 from queuelog.specs import TYPE_FILTER_PATTERN
@@ -66,6 +66,10 @@ async def create_key(request: Request, posted: Posted) -> Response:
     """Create a key and show its plaintext on this one page, never again."""
     state = state_of(request)
     form = posted.form
+    form_id = field_of(form, "form_id")  # none from a script that posts the fields alone
+    if form_id and not dashboard_of(request).sent_forms.first(form_id):
+        page = (await key_page(request)) | {"form_error": _SENT_AGAIN}
+        return render(request, "keys.html", 409, **page, notice=None)
     try:
         name, roles, priority, types = _key_fields(
             field_of(form, "name"),
@@ -80,6 +84,12 @@ async def create_key(request: Request, posted: Posted) -> Response:
         return render(request, "keys.html", 422, **page, notice=None)
     page = (await key_page(request)) | {"created": key, "plaintext": plaintext}
     return render(request, "keys.html", 201, **page, notice=None)
+
+
+_SENT_AGAIN = (
+    "This form was sent already: its key was made then, and its secret shown that once. "
+    "If the secret was not kept, revoke that key below and make another."
+)
 
 
 def _key_fields(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -170,6 +171,7 @@ async def key_page(request: Request) -> dict[str, object]:
         "created": None,
         "plaintext": None,
         "form_error": None,
+        "form_id": secrets.token_urlsafe(16),  # each create-key form makes one key
     }
 
 

@@ -81,3 +81,24 @@ class SessionStore:
     def end(self, session_id: str) -> None:
         with self._lock:
             self._sessions.pop(session_id, None)
+
+
+class SentForms:
+    """The ids of the create-key forms already sent (the latest ``capacity``). The page
+    that shows a new key answers that form's post, so a reload posts it again: the
+    second post must not make a second key."""
+
+    def __init__(self, capacity: int = 1000) -> None:
+        self._capacity = capacity
+        self._sent: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def first(self, form_id: str) -> bool:
+        """Whether this is the first post of the form ``form_id`` (and note it)."""
+        with self._lock:
+            if form_id in self._sent:
+                return False
+            self._sent[form_id] = None
+            if len(self._sent) > self._capacity:
+                self._sent.popitem(last=False)
+        return True

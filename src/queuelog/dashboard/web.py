@@ -20,7 +20,7 @@ from starlette.datastructures import FormData, UploadFile
 from queuelog.app_state import AppState, state_of
 from queuelog.dashboard import views
 from queuelog.dashboard.login_tokens import LoginTokens
-from queuelog.dashboard.sessions import Session, SessionStore
+from queuelog.dashboard.sessions import SentForms, Session, SessionStore
 from queuelog.errors import NotFound, QueueError
 from queuelog.failures import log_internal_error
 from queuelog.models import ApiKey, Role
@@ -48,10 +48,12 @@ SECURITY_HEADERS = {
 
 @dataclass
 class Dashboard:
-    """Built once per app by ``dashboard_router``: templates, sessions, login tokens."""
+    """Built once per app by ``dashboard_router``: templates, sessions, login tokens,
+    the create-key forms sent."""
 
     sessions: SessionStore
     login_tokens: LoginTokens = field(default_factory=LoginTokens)
+    sent_forms: SentForms = field(default_factory=SentForms)
     templates: jinja2.Environment = field(default_factory=lambda: _environment())
 
     def static(self, name: str) -> bytes:
