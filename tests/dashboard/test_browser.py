@@ -258,7 +258,11 @@ def test_log_out(page: Any, site: Site) -> None:
     page.click("button:text('Log out')")
     expect(page).to_have_url(f"{site.url}/ui/login")
     page.goto("/ui/keys")
-    expect(page).to_have_url(f"{site.url}/ui/login")
+    expect(page).to_have_url(f"{site.url}/ui/login?next=%2Fui%2Fkeys")
+    # Logging in again leads back to the page asked for.
+    page.fill("#key", site.admin_key)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(f"{site.url}/ui/keys")
 
 
 def test_overview_shows_every_state(page: Any, site: Site, tmp_path: Path) -> None:
