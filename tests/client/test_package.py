@@ -64,3 +64,15 @@ def test_the_package_version_is_the_sdks_user_agent() -> None:
         client.list_keys()
     assert pool.sent[0].header("User-Agent") == f"queuelog-python/{queuelog.__version__}"
     assert pool.sent[0].header("Authorization") == "Bearer k"
+
+
+def test_the_enums_of_a_job_are_importable_where_the_sdk_is() -> None:
+    """A handler compares ``job.status`` and ``job.priority`` without reaching into the server's
+    modules; a priority's label is what the API and the CLI print."""
+    from queuelog import JobStatus, Priority
+    from queuelog.client import JobStatus as ClientStatus
+    from queuelog.client import Priority as ClientPriority
+
+    assert (JobStatus, Priority) == (ClientStatus, ClientPriority)
+    assert JobStatus("pending") is JobStatus.PENDING
+    assert Priority.from_label("high").label == "high"

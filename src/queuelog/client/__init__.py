@@ -26,6 +26,7 @@ from queuelog.client.types import (
     Schedule,
 )
 from queuelog.client.worker import Worker
+from queuelog.models import JobStatus, Priority
 
 __all__ = [
     "Acknowledged",
@@ -40,10 +41,12 @@ __all__ = [
     "JobCancelled",
     "JobFailed",
     "JobNotCompleted",
+    "JobStatus",
     "JobTimeout",
     "JobType",
     "Key",
     "Page",
+    "Priority",
     "Retry",
     "RetryPolicy",
     "Schedule",
