@@ -86,7 +86,9 @@ def _open(settings: Settings, existing: bool = False) -> Storage:
     try:
         return open_storage(settings)
     except Exception as exc:
-        raise click.ClickException(f"cannot open the database: {exc}") from exc
+        # A database's error may quote the statement on further lines: its first says why.
+        why = next(iter(str(exc).splitlines()), "") or type(exc).__name__
+        raise click.ClickException(f"cannot open the database: {why}") from exc
 
 
 @click.command()

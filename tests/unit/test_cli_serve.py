@@ -7,9 +7,11 @@ import socket
 from pathlib import Path
 
 import pytest
+from bench.pg import with_schema
 from click.testing import CliRunner
 
 from queuelog.cli import main
+from tests.postgres import postgres_url
 
 
 def test_serve_on_a_taken_port_exits_3_before_it_migrates_or_makes_a_key(
@@ -102,3 +104,19 @@ def test_hardening_22_a_postgresql_url_libpq_cannot_read_is_one_line_without_its
     (line,) = result.output.strip().splitlines()
     assert line.startswith("Error: cannot open the database: not a valid PostgreSQL URL")
     assert password not in result.output and "s3cr" not in result.output
+
+
+@pytest.mark.parametrize("command", [["migrate"], ["keys", "list"]])
+def test_a_postgresql_schema_that_does_not_exist_is_one_line_saying_so(
+    tmp_path: Path, command: list[str]
+) -> None:
+    url = with_schema(postgres_url(), "ql_test_never_made")
+    config = tmp_path / "q.toml"
+    config.write_text(f'database = "{url}"\n')
+    result = CliRunner().invoke(main, [*command, "--config", str(config)])
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line == (
+        "Error: cannot open the database: no schema to make the tables in: the URL's "
+        "search_path names none that exists (CREATE SCHEMA it first)"
+    )

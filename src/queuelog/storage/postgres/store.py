@@ -66,6 +66,10 @@ _FAULTS = (psycopg.Error, PoolTimeout)
 
 
 _POOL_LOG = logging.getLogger("psycopg.pool")
+_NO_SCHEMA = (
+    "no schema to make the tables in: the URL's search_path names none that exists "
+    "(CREATE SCHEMA it first)"
+)
 
 
 def _closed_by_server(conn: Conn) -> None:
@@ -162,8 +166,10 @@ class PostgresStorage(SqlReads):
         try:
             _open_pool(self._pool, connect_timeout)
             self._write_now(tx.apply_migrations)
-        except BaseException:  # unreachable or failed to migrate: stop the pool's threads
+        except BaseException as exc:  # unreachable or failed to migrate: stop the pool's threads
             self._pool.close()
+            if isinstance(exc, pg_errors.InvalidSchemaName):  # libpq's words name no schema
+                raise ValueError(_NO_SCHEMA) from None
             raise
 
     # -- connections -------------------------------------------------------
