@@ -359,6 +359,7 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
         "migrate_lock",
         "session_settings",
         "transaction_wrote",
+        "unique_keys_lock",
     }
     sqlite_names = set(load_queries("queuelog.storage.sqlite"))
     assert sqlite_names == set(load_queries("queuelog.storage.postgres")) - postgres_only

@@ -12,7 +12,7 @@ import pytest
 from queuelog.errors import IdempotencyKeyReused
 from queuelog.models import EventKind, JobStatus, OnDuplicate, Priority
 from queuelog.storage.postgres.store import PostgresStorage
-from queuelog.storage.protocol import NewJob, Storage
+from queuelog.storage.protocol import JobListParams, NewJob, Storage
 from queuelog.storage.sqlite.store import SqliteStorage
 from tests.conftest import run_blocking
 from tests.postgres import fresh_schema
@@ -200,3 +200,39 @@ def _all_at_once(stores: list[Storage], job: NewJob | None = None) -> list[int]:
     assert not errors, errors
     assert len(made) == len(stores)
     return made
+
+
+@pytest.mark.parametrize("on_duplicate", [OnDuplicate.KEEP, OnDuplicate.REPLACE])
+def test_hardening_29_batches_of_the_same_unique_keys_in_opposite_orders_never_deadlock(
+    store: Storage, on_duplicate: OnDuplicate
+) -> None:
+    """Two batches taking the same keys, one forwards and one backwards, on threads of
+    their own (two nodes, on PostgreSQL): each settles every key, neither fails."""
+    for round_ in range(6):
+        keys = [f"dl-{round_}-{k}" for k in range(20)]
+        batches = [
+            [unique(key, on_duplicate, payload={"k": k}) for k, key in enumerate(keys)],
+            [
+                unique(key, on_duplicate, payload={"k": k})
+                for k, key in reversed(list(enumerate(keys)))
+            ],
+        ]
+        barrier = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def enqueue(batch: list[NewJob]) -> None:
+            barrier.wait(timeout=30)
+            try:
+                run_blocking(store.job_insert_many(batch, T0))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=enqueue, args=(b,)) for b in batches]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not errors, errors
+        held = run_blocking(store.job_list(JobListParams(limit=500)))
+        for key in keys:
+            assert len([j for j in held if j.unique_key == key]) == 1, key

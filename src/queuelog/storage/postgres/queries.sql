@@ -105,6 +105,13 @@ RETURNING job_id;
 -- name: job_get
 SELECT * FROM jobs WHERE id = %(id)s;
 
+-- name: unique_keys_lock
+-- Held to the end of the enqueue's transaction: enqueues of one unique key take turns.
+-- The numbers come sorted, and are locked in that order.
+SELECT pg_advisory_xact_lock(number)
+FROM unnest(%(numbers)s::bigint[]) WITH ORDINALITY AS locks(number, position)
+ORDER BY position;
+
 -- name: job_unique_holder
 -- The active job an enqueue with this unique key meets: a waiting or pending one first
 -- (the one a replace updates, even while an older one runs), else the newest running.

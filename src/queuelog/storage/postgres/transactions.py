@@ -8,6 +8,7 @@ if the transaction commits.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -111,6 +112,7 @@ def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job
     # Each inserted job's 'enqueued' event, and the NOTIFY of the nodes' claimers, are
     # the insert's (the jobs_enqueued trigger, migrations 0004, 0009 and 0011).
     if any(new.unique_key is not None for new in jobs):
+        _lock_unique_keys(conn, jobs)
         # Job by job: a unique key's holder decides, and may be an earlier job of the batch.
         each = insert_each(execute, jobs, now)
         if any(replaced for _, _, replaced in each):
@@ -124,6 +126,22 @@ def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job
     return match_inserted(
         jobs, now, rows, lambda new: insert_one(execute, new, now, jobs.index(new))[:2]
     )
+
+
+def _lock_unique_keys(conn: Conn, jobs: Sequence[NewJob]) -> None:
+    """Lock the batch's unique keys to the end of the transaction, all before the first
+    insert and in one order (their lock numbers', rising): two enqueues of the same keys,
+    on any node, then take them one after the other instead of each holding one that the
+    other waits for (a deadlock), whatever order their batches list them in."""
+    numbers = sorted({_lock_number(new) for new in jobs if new.unique_key is not None})
+    conn.execute(Q["unique_keys_lock"], {"numbers": numbers})
+
+
+def _lock_number(new: NewJob) -> int:
+    """A unique key's advisory lock: a signed 64-bit number of its principal, type and
+    key (two keys that share one merely take turns)."""
+    named = "\0".join((new.principal, new.type, new.unique_key or "")).encode()
+    return int.from_bytes(hashlib.blake2b(named, digest_size=8).digest(), "big", signed=True)
 
 
 class _Sql:
