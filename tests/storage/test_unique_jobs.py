@@ -210,29 +210,28 @@ def test_hardening_29_batches_of_the_same_unique_keys_in_opposite_orders_never_d
     their own (two nodes, on PostgreSQL): each settles every key, neither fails."""
     for round_ in range(6):
         keys = [f"dl-{round_}-{k}" for k in range(20)]
-        batches = [
-            [unique(key, on_duplicate, payload={"k": k}) for k, key in enumerate(keys)],
-            [
-                unique(key, on_duplicate, payload={"k": k})
-                for k, key in reversed(list(enumerate(keys)))
-            ],
-        ]
-        barrier = threading.Barrier(2)
-        errors: list[BaseException] = []
-
-        def enqueue(batch: list[NewJob]) -> None:
-            barrier.wait(timeout=30)
-            try:
-                run_blocking(store.job_insert_many(batch, T0))
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=enqueue, args=(b,)) for b in batches]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-        assert not errors, errors
+        forwards = [unique(key, on_duplicate, payload={"k": k}) for k, key in enumerate(keys)]
+        _batches_at_once(store, [forwards, forwards[::-1]])
         held = run_blocking(store.job_list(JobListParams(limit=500)))
         for key in keys:
             assert len([j for j in held if j.unique_key == key]) == 1, key
+
+
+def _batches_at_once(store: Storage, batches: list[list[NewJob]]) -> None:
+    """Enqueue each batch on a thread of its own, released together; none may fail."""
+    barrier = threading.Barrier(len(batches))
+    errors: list[BaseException] = []
+
+    def enqueue(batch: list[NewJob]) -> None:
+        barrier.wait(timeout=30)
+        try:
+            run_blocking(store.job_insert_many(batch, T0))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=enqueue, args=(b,)) for b in batches]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
