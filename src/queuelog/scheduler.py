@@ -32,6 +32,9 @@ from queuelog.storage.protocol import FireOutcome, NewJob, NewSchedule, Schedule
 log = logging.getLogger("queuelog.schedules")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The fires of one schedule a pass makes at most (a schedule every second, a pass that
+# came a minute late: sixty jobs).
+_FIRES_PER_PASS = 100
 
 
 class ScheduleIntake:
@@ -108,6 +111,7 @@ class Scheduler:
         self.clock = clock
         self._on_ready = on_ready or (lambda: None)
         self.intake = ScheduleIntake(settings)
+        self._last_pass: datetime | None = None  # this node's previous look for due fires
 
     def spec(self, name: str, fields: ScheduleConfig) -> ScheduleSpec:
         """The schedule ``fields`` describe (an API call's), or the 422 that says why not."""
@@ -165,23 +169,49 @@ class Scheduler:
     # -- firing ------------------------------------------------------------------
 
     async def fire_due(self) -> dict[FireOutcome, int]:
-        """Fire every due schedule once; how many fires ended each way on this node."""
+        """Fire every due schedule; how many fires ended each way on this node.
+
+        Each fire time since this node's previous pass makes its job, so a pass that
+        comes late (a busy loop) makes every fire it was up for. Fire times before
+        that pass, which no node made (after downtime: this node's first pass, or the
+        database out of reach), make one job, for the latest of them.
+        """
         now = self.clock.now()
+        since, self._last_pass = self._last_pass, now
         outcomes = dict.fromkeys(FireOutcome, 0)
         for schedule in await self.storage.schedule_due(now):
             try:
-                outcomes[await self._fire(schedule, now)] += 1
+                for outcome in await self._fire(schedule, now, since or now):
+                    outcomes[outcome] += 1
             except Exception:  # one broken schedule must not keep the others from firing
                 log.exception("schedule %s: the fire failed", schedule.name)
         if outcomes[FireOutcome.MADE]:
             self._on_ready()
         return outcomes
 
-    async def _fire(self, schedule: Schedule, now: datetime) -> FireOutcome:
-        """Make the job of the latest fire time that has come: after downtime, one job
-        for all the fires missed, not one each."""
+    async def _fire(
+        self, schedule: Schedule, now: datetime, since: datetime
+    ) -> tuple[FireOutcome, ...]:
+        """Make the fires of ``schedule`` that have come: the latest at or before
+        ``since`` for all those, then each one after it, up to ``_FIRES_PER_PASS``
+        (the next pass takes what is left as missed)."""
         cadence: Cadence = schedule.spec.cadence
-        fire_at = max(cadence.latest_at_or_before(now), schedule.next_run_at)
+        due = schedule.next_run_at
+        fire_at = max(cadence.latest_at_or_before(since), due)
+        outcomes: list[FireOutcome] = []
+        while fire_at <= now and len(outcomes) < _FIRES_PER_PASS:
+            next_at = cadence.next_after(fire_at)
+            outcomes.append(await self._fire_one(schedule, due, fire_at, next_at, now))
+            if outcomes[-1] is FireOutcome.TAKEN:
+                break  # another node fires this schedule, or it was paused or deleted
+            due = fire_at = next_at
+        return tuple(outcomes)
+
+    async def _fire_one(
+        self, schedule: Schedule, due: datetime, fire_at: datetime, next_at: datetime, now: datetime
+    ) -> FireOutcome:
+        """Make the job of the fire at ``fire_at``, if the schedule's next fire is still
+        ``due`` (no other node took it); the schedule then fires next at ``next_at``."""
         job: NewJob | None = None
         refused: str | None = None
         try:
@@ -189,12 +219,7 @@ class Scheduler:
         except QueueError as exc:  # its type left the config, or its schema changed
             refused = exc.detail
         fire = ScheduleFire(
-            name=schedule.name,
-            due=schedule.next_run_at,
-            fire_at=fire_at,
-            next_run_at=cadence.next_after(now),
-            job=job,
-            now=now,
+            name=schedule.name, due=due, fire_at=fire_at, next_run_at=next_at, job=job, now=now
         )
         outcome, _ = await self.storage.schedule_fire(fire)
         # Reported by the node that took the fire only, not by every node.

@@ -129,6 +129,37 @@ async def test_after_downtime_one_job_for_the_latest_missed_fire(
     assert tick["next_run_at"] == "2026-03-29T00:06:00.000000Z"
 
 
+async def test_a_pass_late_by_more_than_an_interval_makes_each_fire_time_it_was_up_for(
+    admin: Api, scheduler: Scheduler, clock: FakeClock
+) -> None:
+    """The maintenance loop's passes come late under load; a running node's late pass
+    makes every fire time since its last pass, not one as after downtime."""
+    create(admin, type="noop", every_seconds=1)  # first at 23:59:31
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 0  # this node is up
+    clock.advance(2.5)  # 31 and 32 came meanwhile
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 2
+    clock.advance(2.5)  # 33, 34 and 35
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 3
+    tick = admin.get("/schedules/tick").json()
+    assert (tick["jobs_made"], tick["last_run_at"]) == (5, "2026-03-28T23:59:35.000000Z")
+    assert tick["next_run_at"] == "2026-03-28T23:59:36.000000Z"
+    runs = sorted(j["run_at"] for j in admin.get("/jobs").json()["jobs"])
+    assert runs == [f"2026-03-28T23:59:{n}.000000Z" for n in range(31, 36)]
+
+
+async def test_a_pass_makes_a_hundred_fires_of_a_schedule_at_most(
+    admin: Api, scheduler: Scheduler, clock: FakeClock
+) -> None:
+    create(admin, type="noop", every_seconds=1)
+    await scheduler.fire_due()
+    clock.advance(150.5)  # 150 fire times during one pass's wait
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 100
+    # The next pass takes the fifty left as missed: one job, for the latest.
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 1
+    tick = admin.get("/schedules/tick").json()
+    assert (tick["jobs_made"], tick["last_run_at"]) == (101, "2026-03-29T00:02:00.000000Z")
+
+
 async def test_overlap_false_skips_and_counts(
     admin: Api, worker: Api, scheduler: Scheduler, clock: FakeClock
 ) -> None:
