@@ -177,11 +177,12 @@ class Scheduler:
         database out of reach), make one job, for the latest of them.
         """
         now = self.clock.now()
-        since, self._last_pass = self._last_pass, now
+        # (A clock set back makes the previous pass seem later than now: taken as now.)
+        since, self._last_pass = min(self._last_pass or now, now), now
         outcomes = dict.fromkeys(FireOutcome, 0)
         for schedule in await self.storage.schedule_due(now):
             try:
-                for outcome in await self._fire(schedule, now, since or now):
+                for outcome in await self._fire(schedule, now, since):
                     outcomes[outcome] += 1
             except Exception:  # one broken schedule must not keep the others from firing
                 log.exception("schedule %s: the fire failed", schedule.name)
