@@ -308,3 +308,19 @@ def test_a_create_key_form_sent_again_makes_no_second_key(browser: Browser, admi
     fresh = re.search(r'name="form_id" value="([\w-]+)"', again.text)
     assert fresh and fresh.group(1) != form_id.group(1)
     assert browser.post("/ui/keys", **{**fields, "form_id": fresh.group(1)}).status_code == 201
+
+
+def test_a_create_key_form_refused_may_be_sent_again_and_its_id_is_bounded(
+    browser: Browser, admin: Api
+) -> None:
+    form_id = re.search(r'name="form_id" value="([\w-]+)"', browser.get("/ui/keys").text)
+    assert form_id
+    fields = {"name": "bad name!", "roles": "producer", "form_id": form_id.group(1)}
+    assert browser.post("/ui/keys", **fields).status_code == 422
+    # No key was made: the same form, mended, makes one.
+    assert browser.post("/ui/keys", **{**fields, "name": "mended"}).status_code == 201
+    for forged in ("x" * 65, "a b", "<b>"):
+        refused = browser.post("/ui/keys", **{**fields, "name": "forged", "form_id": forged})
+        assert refused.status_code == 422 and "reload it" in refused.text
+    names = [k["name"] for k in admin.get("/keys").json()["keys"]]
+    assert names.count("mended") == 1 and "forged" not in names

@@ -39,6 +39,8 @@ def test_a_login_leads_back_to_the_page_asked_for(client: TestClient, make_key: 
     data = {**data, "csrf_token": csrf_of(again.text), "key": key}
     done = client.post("/ui/login", data=data, follow_redirects=False)
     assert done.status_code == 303 and done.headers["location"] == "/ui/jobs?status=failed"
+    # The login form's token has served: its cookie goes.
+    assert 'queuelog_login=""' in done.headers["set-cookie"]
     # Logged in already: the form sends the browser straight on.
     on = client.get("/ui/login?next=/ui/keys", follow_redirects=False)
     assert on.headers["location"] == "/ui/keys"
@@ -56,6 +58,12 @@ def test_a_login_leads_back_to_the_page_asked_for(client: TestClient, make_key: 
         "/ui/logout",
         "/ui/\r\nSet-Cookie:x=1",
         "javascript:alert(1)",
+        "/ui/../docs",
+        "/ui/%2e%2e/openapi.json",
+        "/ui/%252e%252e/docs",
+        "/ui/./login",
+        "/ui/%6Cogin",
+        "/ui/%2F%2Fevil.example",
         "",
     ],
 )

@@ -19,6 +19,7 @@ from queuelog.specs import TYPE_FILTER_PATTERN
 router = APIRouter(prefix="/ui", route_class=DashboardRoute)
 
 KEY_NAME = re.compile(r"[A-Za-z0-9._:@-]{1,64}")  # as POST /keys
+FORM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # as pages.key_page makes them
 
 
 def _see(url: str) -> Response:
@@ -66,8 +67,11 @@ async def create_key(request: Request, posted: Posted) -> Response:
     """Create a key and show its plaintext on this one page, never again."""
     state = state_of(request)
     form = posted.form
+    sent = dashboard_of(request).sent_forms
     form_id = field_of(form, "form_id")  # none from a script that posts the fields alone
-    if form_id and not dashboard_of(request).sent_forms.first(form_id):
+    if form_id and not FORM_ID.fullmatch(form_id):
+        raise ValidationFailed("This form did not come from this page: reload it")
+    if form_id and not sent.first(form_id):
         page = (await key_page(request)) | {"form_error": _SENT_AGAIN}
         return render(request, "keys.html", 409, **page, notice=None)
     try:
@@ -80,8 +84,12 @@ async def create_key(request: Request, posted: Posted) -> Response:
         )
         key, plaintext = await state.keys.create(name, roles, priority, types)
     except QueueError as exc:
+        sent.forget(form_id)  # no key was made: the same form may be sent again
         page = (await key_page(request)) | {"form_error": exc.detail}
         return render(request, "keys.html", 422, **page, notice=None)
+    except BaseException:
+        sent.forget(form_id)
+        raise
     page = (await key_page(request)) | {"created": key, "plaintext": plaintext}
     return render(request, "keys.html", 201, **page, notice=None)
 

@@ -12,11 +12,15 @@ from queuelog.app_state import state_of
 from queuelog.dashboard import actions, pages, schedules
 from queuelog.dashboard.sessions import SessionStore
 from queuelog.dashboard.web import (
+    COOKIE,
+    COOKIE_PATH,
+    LOGIN_COOKIE,
+    LOGIN_PATH,
     Dashboard,
     DashboardRoute,
     check_csrf,
     check_login_token,
-    clear_session_cookie,
+    clear_cookie,
     current_session,
     dashboard_of,
     field_of,
@@ -100,6 +104,7 @@ async def login(request: Request, form: Form) -> Response:
     admin = sessions.log_in(key.id, key.key_hash, now_of(request))
     response = RedirectResponse(after, status_code=303)
     set_session_cookie(request, response, admin)
+    clear_cookie(request, response, LOGIN_COOKIE, LOGIN_PATH)  # its token has been used
     return response
 
 
@@ -108,5 +113,5 @@ def logout(request: Request, form: Form) -> Response:
     session = check_csrf(current_session(request), form)
     dashboard_of(request).sessions.end(session.id)
     response = RedirectResponse("/ui/login", status_code=303)
-    clear_session_cookie(request, response)
+    clear_cookie(request, response, COOKIE, COOKIE_PATH)
     return response

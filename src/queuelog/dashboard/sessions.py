@@ -84,8 +84,8 @@ class SessionStore:
 
 
 class SentForms:
-    """The ids of the create-key forms already sent (the latest ``capacity``). The page
-    that shows a new key answers that form's post, so a reload posts it again: the
+    """The ids of the create-key forms that made a key (the latest ``capacity``). The
+    page that shows a new key answers that form's post, so a reload posts it again: the
     second post must not make a second key."""
 
     def __init__(self, capacity: int = 1000) -> None:
@@ -102,3 +102,8 @@ class SentForms:
             if len(self._sent) > self._capacity:
                 self._sent.popitem(last=False)
         return True
+
+    def forget(self, form_id: str) -> None:
+        """The post of ``form_id`` made no key: it may be sent again."""
+        with self._lock:
+            self._sent.pop(form_id, None)

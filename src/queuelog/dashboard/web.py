@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import jinja2
 from fastapi import Depends, Request, Response
@@ -93,13 +93,18 @@ def login_redirect(request: Request) -> RedirectResponse:
 
 def page_after_login(asked: str) -> str:
     """``asked`` if it is a page of this dashboard, else the overview: a login never
-    sends the browser to another site (``//host``, ``/ui\\host``), nor back to itself."""
+    sends the browser off the dashboard (``//host``, ``/ui\\host``, ``/ui/../docs``, also
+    percent-encoded), nor back to the login or the logout."""
     parts = urlsplit(asked)
-    plain = asked.isprintable() and not any(c.isspace() or c == "\\" for c in asked)
-    ours = parts.path == "/ui" or (parts.path.startswith("/ui/") and "//" not in parts.path)
+    path = parts.path
+    for _ in range(3):  # as the browser, a proxy and the server may each decode it
+        path = unquote(path)
+    segments = path.split("/")
+    ours = segments[:2] == ["", "ui"] and not {".", ".."} & set(segments) and "//" not in path
+    plain = all(c.isprintable() and not c.isspace() and c != "\\" for c in asked + path)
     if not plain or parts.scheme or parts.netloc or not ours or len(asked) > 2048:
         return "/ui"
-    return "/ui" if parts.path.rstrip("/") in ("/ui", LOGIN_PATH, "/ui/logout") else asked
+    return "/ui" if path.rstrip("/") in ("/ui", LOGIN_PATH, "/ui/logout") else asked
 
 
 class CsrfRejected(Exception):
@@ -303,10 +308,12 @@ def set_login_cookie(request: Request, response: Response, token: str) -> None:
     )
 
 
-def clear_session_cookie(request: Request, response: Response) -> None:
+def clear_cookie(request: Request, response: Response, name: str, path: str) -> None:
+    """Drop the session's cookie (``COOKIE``, ``COOKIE_PATH``), or the login form's once
+    a login has used it (``LOGIN_COOKIE``, ``LOGIN_PATH``)."""
     response.delete_cookie(
-        COOKIE,
-        path=COOKIE_PATH,
+        name,
+        path=path,
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
