@@ -270,6 +270,8 @@ def _first_problem(exc: ValidationError, overridden: Mapping[str, str]) -> str:
     if name in overridden:
         name = f"{overridden[name]} ({name})"
     message = field_message(error, {})
+    if error["type"] == "model_type":  # pydantic names its model class, not the file's form
+        message = "should be a table of its own settings (TOML: { name = value, ... })"
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     # A check of the whole file names the setting in its message.
     return f"{name}: {message}{more}" if name else f"{message}{more}"

@@ -68,3 +68,13 @@ def test_serve_and_migrate_stop_on_a_bad_limit(tmp_path: Path, command: str) -> 
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "types.partner.concurrency" in lines[0], result.output
     assert not (tmp_path / "q.db").exists()  # stopped before opening the database
+
+
+def test_a_limit_that_is_not_a_table_says_what_it_should_be(tmp_path: Path) -> None:
+    """Not pydantic's words, which name the model class behind the setting."""
+    with pytest.raises(ConfigError) as refused:
+        load_settings(config(tmp_path, "rate_limit = 5"), {})
+    assert str(refused.value) == (
+        "types.partner.rate_limit: should be a table of its own settings "
+        "(TOML: { name = value, ... })"
+    )
