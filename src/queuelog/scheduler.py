@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from queuelog.clock import Clock
 from queuelog.config import ScheduleConfig, Settings
@@ -32,8 +32,11 @@ from queuelog.storage.protocol import FireOutcome, NewJob, NewSchedule, Schedule
 log = logging.getLogger("queuelog.schedules")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# The fires of one schedule a pass makes at most (a schedule every second, a pass that
-# came a minute late: sixty jobs).
+# How late a pass may be and still make each fire time since the node's previous pass:
+# a busy loop's delay, not downtime.
+_LATE_SWEEPS = 3
+# The fires of one schedule a pass makes at most (a long sweep interval and a schedule
+# every second).
 _FIRES_PER_PASS = 100
 
 
@@ -171,19 +174,20 @@ class Scheduler:
     async def fire_due(self) -> dict[FireOutcome, int]:
         """Fire every due schedule; how many fires ended each way on this node.
 
-        Each fire time since this node's previous pass makes its job, so a pass that
-        comes late (a busy loop) makes every fire it was up for. Fire times before
-        that pass, which no node made (after downtime: this node's first pass, or the
-        database out of reach), make one job, for the latest of them.
+        A pass may come late (a busy loop): each fire time since this node's previous
+        pass makes its job, if it is at most ``_LATE_SWEEPS`` sweep intervals old.
+        Older fire times that no node made (after downtime: this node's first pass, a
+        process suspended, the database out of reach) make one job, for the latest.
         """
         now = self.clock.now()
+        late = now - timedelta(seconds=_LATE_SWEEPS * self.settings.sweep_interval_seconds)
         # (A clock set back makes the previous pass seem later than now: taken as now.)
-        since, self._last_pass = min(self._last_pass or now, now), now
+        since = min(max(self._last_pass or now, late), now)
+        self._last_pass = now
         outcomes = dict.fromkeys(FireOutcome, 0)
         for schedule in await self.storage.schedule_due(now):
             try:
-                for outcome in await self._fire(schedule, now, since):
-                    outcomes[outcome] += 1
+                await self._fire(schedule, now, since, outcomes)
             except Exception:  # one broken schedule must not keep the others from firing
                 log.exception("schedule %s: the fire failed", schedule.name)
         if outcomes[FireOutcome.MADE]:
@@ -191,28 +195,36 @@ class Scheduler:
         return outcomes
 
     async def _fire(
-        self, schedule: Schedule, now: datetime, since: datetime
-    ) -> tuple[FireOutcome, ...]:
-        """Make the fires of ``schedule`` that have come: the latest at or before
-        ``since`` for all those, then each one after it, up to ``_FIRES_PER_PASS``
-        (the next pass takes what is left as missed)."""
+        self, schedule: Schedule, now: datetime, since: datetime, outcomes: dict[FireOutcome, int]
+    ) -> None:
+        """Make the fires of ``schedule`` that have come, counting each in ``outcomes``:
+        one for all those at or before ``since`` (the latest of them), then each after
+        it, up to ``_FIRES_PER_PASS`` (the next pass takes what is left as missed)."""
         cadence: Cadence = schedule.spec.cadence
         due = schedule.next_run_at
         fire_at = max(cadence.latest_at_or_before(since), due)
-        outcomes: list[FireOutcome] = []
-        while fire_at <= now and len(outcomes) < _FIRES_PER_PASS:
+        skipped, refused = 0, None
+        for _ in range(_FIRES_PER_PASS):
+            if fire_at > now:
+                break
             next_at = cadence.next_after(fire_at)
-            outcomes.append(await self._fire_one(schedule, due, fire_at, next_at, now))
-            if outcomes[-1] is FireOutcome.TAKEN:
-                break  # another node fires this schedule, or it was paused or deleted
+            outcome, refused = await self._fire_one(schedule, due, fire_at, next_at, now)
+            outcomes[outcome] += 1
+            skipped += outcome is FireOutcome.SKIPPED
+            # Another node fires it (or it was paused or deleted); or its intake refuses
+            # its jobs, every fire's alike.
+            if outcome is FireOutcome.TAKEN or refused is not None:
+                break
             due = fire_at = next_at
-        return tuple(outcomes)
+        if skipped:  # said by the node that took the fires only, once a pass
+            _log_skipped(schedule.name, skipped, refused)
 
     async def _fire_one(
         self, schedule: Schedule, due: datetime, fire_at: datetime, next_at: datetime, now: datetime
-    ) -> FireOutcome:
+    ) -> tuple[FireOutcome, str | None]:
         """Make the job of the fire at ``fire_at``, if the schedule's next fire is still
-        ``due`` (no other node took it); the schedule then fires next at ``next_at``."""
+        ``due`` (no other node took it); the schedule then fires next at ``next_at``.
+        The outcome, and why the intake refused the job (if it did)."""
         job: NewJob | None = None
         refused: str | None = None
         try:
@@ -223,12 +235,15 @@ class Scheduler:
             name=schedule.name, due=due, fire_at=fire_at, next_run_at=next_at, job=job, now=now
         )
         outcome, _ = await self.storage.schedule_fire(fire)
-        # Reported by the node that took the fire only, not by every node.
-        if outcome is FireOutcome.SKIPPED and refused is not None:
-            log.warning("schedule %s: no job made, fire skipped: %s", schedule.name, refused)
-        elif outcome is FireOutcome.SKIPPED:
-            log.info("schedule %s: fire skipped, its last job is still active", schedule.name)
-        return outcome
+        return outcome, refused
+
+
+def _log_skipped(name: str, skipped: int, refused: str | None) -> None:
+    if refused is not None:
+        log.warning("schedule %s: no job made, fire skipped: %s", name, refused)
+    else:
+        fires = "fire" if skipped == 1 else f"{skipped} fires"
+        log.info("schedule %s: %s skipped, its last job is still active", name, fires)
 
 
 def _could_be(name: str) -> str:

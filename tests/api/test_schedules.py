@@ -148,8 +148,12 @@ async def test_a_pass_late_by_more_than_an_interval_makes_each_fire_time_it_was_
 
 
 async def test_a_pass_makes_a_hundred_fires_of_a_schedule_at_most(
-    admin: Api, scheduler: Scheduler, clock: FakeClock
+    tmp_path: Path, admin: Api, storage: Storage, clock: FakeClock
 ) -> None:
+    """A minute between passes, a schedule every second: a pass is never late by more
+    than three sweeps here, so it makes each fire, up to a hundred."""
+    sweeps = make_settings(tmp_path, schedules=CONFIGURED, sweep_interval_seconds=60)
+    scheduler = Scheduler(storage, sweeps, clock)
     create(admin, type="noop", every_seconds=1)
     await scheduler.fire_due()
     clock.advance(150.5)  # 150 fire times during one pass's wait
@@ -158,6 +162,84 @@ async def test_a_pass_makes_a_hundred_fires_of_a_schedule_at_most(
     assert (await scheduler.fire_due())[FireOutcome.MADE] == 1
     tick = admin.get("/schedules/tick").json()
     assert (tick["jobs_made"], tick["last_run_at"]) == (101, "2026-03-29T00:02:00.000000Z")
+
+
+async def test_fires_older_than_three_sweeps_are_missed_not_made_each(
+    admin: Api, scheduler: Scheduler, clock: FakeClock
+) -> None:
+    """A process suspended for an hour, or passes failing while the database was out of
+    reach: as after downtime, one job for the fires older than three sweep intervals
+    (one second each here), then one for each later fire."""
+    create(admin, type="noop", every_seconds=1)
+    await scheduler.fire_due()
+    clock.advance(3600.5)
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 1 + 3
+    runs = sorted(j["run_at"] for j in admin.get("/jobs").json()["jobs"])
+    assert runs == [f"2026-03-29T00:59:{n}.000000Z" for n in range(27, 31)]
+
+
+async def test_a_clock_set_back_still_makes_the_fires_due(
+    tmp_path: Path, admin: Api, storage: Storage, clock: FakeClock
+) -> None:
+    sweeps = make_settings(tmp_path, schedules=CONFIGURED, sweep_interval_seconds=60)
+    scheduler = Scheduler(storage, sweeps, clock)
+    create(admin, type="noop", every_seconds=1)
+    await scheduler.fire_due()
+    clock.advance(150.5)
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 100  # 00:01:11 on are due
+    clock.advance(-10)  # stepped back: the previous pass now seems to come after this one
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 1
+    tick = admin.get("/schedules/tick").json()
+    assert (tick["last_run_at"], tick["next_run_at"]) == (
+        "2026-03-29T00:01:50.000000Z",
+        "2026-03-29T00:01:51.000000Z",
+    )
+
+
+async def test_fires_made_before_one_that_failed_are_counted_and_wake_claims(
+    admin: Api, storage: Storage, settings: Settings, clock: FakeClock
+) -> None:
+    class SecondFireFails:
+        """The app's storage, but the second fire of a pass meets a fault."""
+
+        def __init__(self) -> None:
+            self.fires = 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(storage, name)
+
+        async def schedule_fire(self, fire: Any) -> Any:
+            self.fires += 1
+            if self.fires == 2:
+                raise RuntimeError("the database went away")
+            return await storage.schedule_fire(fire)
+
+    woken: list[bool] = []
+    scheduler = Scheduler(SecondFireFails(), settings, clock, on_ready=lambda: woken.append(True))  # type: ignore[arg-type]
+    create(admin, type="noop", every_seconds=1)
+    await scheduler.fire_due()
+    clock.advance(2.5)  # 31 and 32: the first is made, the second fails
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 1
+    assert woken == [True]
+
+
+async def test_two_nodes_passing_late_make_each_fire_once(
+    tmp_path: Path, admin: Api, storage: Storage, settings: Settings, clock: FakeClock
+) -> None:
+    """Two nodes' passes, each late by its own amount, interleaved: every fire time of a
+    schedule every second makes exactly one job."""
+    nodes = [Scheduler(storage, settings, clock), Scheduler(storage, settings, clock)]
+    create(admin, type="noop", every_seconds=1)
+    for node in nodes:
+        await node.fire_due()
+    made = 0
+    for step in [1.3, 0.2, 1.9, 0.7, 2.6, 0.4, 1.1, 2.2, 0.9, 1.5] * 3:
+        clock.advance(step)
+        made += (await nodes[made % 2].fire_due())[FireOutcome.MADE]
+    runs = sorted(j["run_at"] for j in admin.get("/jobs", params={"limit": 100}).json()["jobs"])
+    assert len(runs) == len(set(runs)) == made
+    seconds = [int(datetime.fromisoformat(r).timestamp()) for r in runs]
+    assert seconds == list(range(seconds[0], seconds[0] + made))  # no fire time missed
 
 
 async def test_overlap_false_skips_and_counts(
