@@ -7,6 +7,7 @@ import threading
 from dataclasses import replace
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 from queuelog.errors import IdempotencyKeyReused
@@ -235,3 +236,30 @@ def _batches_at_once(store: Storage, batches: list[list[NewJob]]) -> None:
     for thread in threads:
         thread.join(timeout=60)
     assert not errors, errors
+
+
+def test_a_batch_of_500_unique_keys_holds_64_key_locks_at_most() -> None:
+    """Each lock takes a slot of PostgreSQL's shared lock table (about 6,400 by default,
+    for every session of the server): a key's lock is one of 64 buckets'."""
+    with fresh_schema() as url:
+        store = PostgresStorage(url, pool_size=2)
+        seen: list[int] = []
+        done = threading.Event()
+
+        def watch() -> None:
+            with psycopg.connect(url, autocommit=True) as conn:
+                while not done.is_set() and len(seen) < 20_000:
+                    counted = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                    row = conn.execute(counted).fetchone()
+                    seen.append(row[0] if row else 0)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            batch = [unique(f"k-{n}") for n in range(500)]
+            assert len(run_blocking(store.job_insert_many(batch, T0))) == 500
+        finally:
+            done.set()
+            watcher.join(timeout=30)
+            store.close()
+        assert 0 < max(seen) <= 64

@@ -107,9 +107,10 @@ SELECT * FROM jobs WHERE id = %(id)s;
 
 -- name: unique_keys_lock
 -- Held to the end of the enqueue's transaction: enqueues of one unique key take turns.
--- The numbers come sorted, and are locked in that order.
-SELECT pg_advisory_xact_lock(number)
-FROM unnest(%(numbers)s::bigint[]) WITH ORDINALITY AS locks(number, position)
+-- Keyed by schema and by the key's bucket; the buckets come sorted, and are locked in
+-- that order.
+SELECT pg_advisory_xact_lock(hashtext('queuelog.unique.' || current_schema()), bucket)
+FROM unnest(%(buckets)s::int[]) WITH ORDINALITY AS locks(bucket, position)
 ORDER BY position;
 
 -- name: job_unique_holder

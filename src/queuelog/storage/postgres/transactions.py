@@ -38,6 +38,8 @@ from queuelog.storage.workflows import Released
 PACKAGE = "queuelog.storage.postgres"
 Q = load_queries(PACKAGE)
 Conn = psycopg.Connection[DictRow]
+# Enqueues with unique keys lock the keys' buckets: keys that share one take turns.
+_UNIQUE_BUCKETS = 64
 
 
 def one(conn: Conn, name: str, args: Mapping[str, Any]) -> DictRow:
@@ -130,18 +132,19 @@ def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job
 
 def _lock_unique_keys(conn: Conn, jobs: Sequence[NewJob]) -> None:
     """Lock the batch's unique keys to the end of the transaction, all before the first
-    insert and in one order (their lock numbers', rising): two enqueues of the same keys,
-    on any node, then take them one after the other instead of each holding one that the
-    other waits for (a deadlock), whatever order their batches list them in."""
-    numbers = sorted({_lock_number(new) for new in jobs if new.unique_key is not None})
-    conn.execute(Q["unique_keys_lock"], {"numbers": numbers})
+    insert and in one order (their buckets', rising): two enqueues of the same keys, on
+    any node, then take them one after the other instead of each holding one that the
+    other waits for (a deadlock), whatever order their batches list the keys in. A key's
+    lock is its bucket's, one of ``_UNIQUE_BUCKETS``: a batch of 500 keys holds that many
+    locks at most, not 500, in the database's shared lock table."""
+    buckets = sorted({_bucket(new) for new in jobs if new.unique_key is not None})
+    conn.execute(Q["unique_keys_lock"], {"buckets": buckets})
 
 
-def _lock_number(new: NewJob) -> int:
-    """A unique key's advisory lock: a signed 64-bit number of its principal, type and
-    key (two keys that share one merely take turns)."""
+def _bucket(new: NewJob) -> int:
+    """The lock bucket of a unique key (its principal, type and key)."""
     named = "\0".join((new.principal, new.type, new.unique_key or "")).encode()
-    return int.from_bytes(hashlib.blake2b(named, digest_size=8).digest(), "big", signed=True)
+    return int.from_bytes(hashlib.blake2b(named, digest_size=8).digest()) % _UNIQUE_BUCKETS
 
 
 class _Sql:
