@@ -11,8 +11,9 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
+from typing import Any
 
-from queuelog.clock import Clock
+from queuelog.clock import Clock, rfc3339
 from queuelog.errors import NotFound, RateLimited, Unauthenticated, ValidationFailed, quoted
 from queuelog.models import ApiKey, Priority, Role
 from queuelog.schedules import PRINCIPAL_PREFIX
@@ -209,3 +210,17 @@ class RateLimiter:
                 self._buckets[key_id] = (tokens, now)
                 raise RateLimited(retry_after=max(1, math.ceil((1 - tokens) / self._rate)))
             self._buckets[key_id] = (tokens - 1, now)
+
+
+def key_json(key: ApiKey) -> dict[str, Any]:
+    """A key as the API and `queuelog keys list --json` show it: never its secret."""
+    return {
+        "id": key.id,
+        "name": key.name,
+        "roles": sorted(r.value for r in key.roles),
+        "max_priority": key.max_priority.label,
+        "types": list(key.types) if key.types is not None else None,
+        "prefix": key.prefix,
+        "created_at": rfc3339(key.created_at),
+        "revoked_at": rfc3339(key.revoked_at) if key.revoked_at else None,
+    }

@@ -260,8 +260,7 @@ def keys_create(
 @click.option("--json", "as_json", is_flag=True, help="Print the keys as GET /keys answers.")
 def keys_list(config_path: str | None, as_json: bool) -> None:
     """List keys (never their secrets)."""
-    from queuelog.api.routes.keys import key_json
-    from queuelog.auth import KeyRing
+    from queuelog.auth import KeyRing, key_json
     from queuelog.clock import SystemClock, rfc3339
 
     storage = _open(_settings(config_path), existing=True)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
@@ -12,24 +10,10 @@ from queuelog.api.deps import Admin, KeyRingDep, ServiceDep
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.schemas import KeyCreateRequest, priority_of
 from queuelog.app_state import IdPath
-from queuelog.clock import rfc3339
+from queuelog.auth import key_json
 from queuelog.errors import UnknownJobType, quoted
-from queuelog.models import ApiKey
 
 router = APIRouter(prefix="/keys", tags=["keys"])
-
-
-def key_json(key: ApiKey) -> dict[str, Any]:
-    return {
-        "id": key.id,
-        "name": key.name,
-        "roles": sorted(r.value for r in key.roles),
-        "max_priority": key.max_priority.label,
-        "types": list(key.types) if key.types is not None else None,
-        "prefix": key.prefix,
-        "created_at": rfc3339(key.created_at),
-        "revoked_at": rfc3339(key.revoked_at) if key.revoked_at else None,
-    }
 
 
 @router.post(
