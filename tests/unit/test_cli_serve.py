@@ -117,6 +117,7 @@ def test_a_postgresql_schema_that_does_not_exist_is_one_line_saying_so(
     assert result.exit_code == 1
     (line,) = result.output.strip().splitlines()
     assert line == (
-        "Error: cannot open the database: no schema to make the tables in: the URL's "
-        "search_path names none that exists (CREATE SCHEMA it first)"
+        "Error: cannot open the database: no schema to make the tables in: the search_path "
+        "(the URL's options, else the server's default) names none that exists "
+        "(CREATE SCHEMA it first)"
     )

@@ -96,9 +96,9 @@ def page_after_login(asked: str) -> str:
     sends the browser off the dashboard (``//host``, ``/ui\\host``, ``/ui/../docs``, also
     percent-encoded), nor back to the login or the logout."""
     parts = urlsplit(asked)
-    path = parts.path
-    for _ in range(3):  # as the browser, a proxy and the server may each decode it
-        path = unquote(path)
+    path, before = parts.path, ""
+    while path != before and len(path) <= 2048:  # as each hop may decode it once more
+        path, before = unquote(path), path
     segments = path.split("/")
     ours = segments[:2] == ["", "ui"] and not {".", ".."} & set(segments) and "//" not in path
     plain = all(c.isprintable() and not c.isspace() and c != "\\" for c in asked + path)

@@ -67,8 +67,8 @@ _FAULTS = (psycopg.Error, PoolTimeout)
 
 _POOL_LOG = logging.getLogger("psycopg.pool")
 _NO_SCHEMA = (
-    "no schema to make the tables in: the URL's search_path names none that exists "
-    "(CREATE SCHEMA it first)"
+    "no schema to make the tables in: the search_path (the URL's options, else the "
+    "server's default) names none that exists (CREATE SCHEMA it first)"
 )
 
 
