@@ -4,8 +4,10 @@ end, the scope (principal and type), batches, and enqueues of one key at once.""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -20,6 +22,7 @@ from tests.postgres import fresh_schema
 from tests.storage.test_conformance import T0, claim, finish, new_job
 
 pytestmark = pytest.mark.anyio
+T = TypeVar("T")
 
 
 def unique(
@@ -182,25 +185,31 @@ def test_enqueues_of_one_key_at_once_on_two_postgres_nodes_make_one_job() -> Non
 def _all_at_once(stores: list[Storage], job: NewJob | None = None) -> list[int]:
     """Enqueue ``job`` (a unique one) through each of ``stores``, on as many threads
     released together; the job id each was answered."""
-    barrier = threading.Barrier(len(stores))
-    made: list[int] = []
+    return _at_once([lambda s=s: run_blocking(one(s, job or unique()))[0] for s in stores])
+
+
+def _at_once(works: list[Callable[[], T]]) -> list[T]:
+    """Run each of ``works`` on a thread of its own, released together; what each
+    returned (in the order they ended). None may fail."""
+    barrier = threading.Barrier(len(works))
+    done: list[T] = []
     errors: list[BaseException] = []
 
-    def enqueue(store: Storage) -> None:
+    def run(work: Callable[[], T]) -> None:
         barrier.wait(timeout=30)
         try:
-            made.append(run_blocking(one(store, job or unique()))[0])
+            done.append(work())
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=enqueue, args=(s,)) for s in stores]
+    threads = [threading.Thread(target=run, args=(w,)) for w in works]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
     assert not errors, errors
-    assert len(made) == len(stores)
-    return made
+    assert len(done) == len(works)
+    return done
 
 
 @pytest.mark.parametrize("on_duplicate", [OnDuplicate.KEEP, OnDuplicate.REPLACE])
@@ -212,30 +221,15 @@ def test_hardening_29_batches_of_the_same_unique_keys_in_opposite_orders_never_d
     for round_ in range(6):
         keys = [f"dl-{round_}-{k}" for k in range(20)]
         forwards = [unique(key, on_duplicate, payload={"k": k}) for k, key in enumerate(keys)]
-        _batches_at_once(store, [forwards, forwards[::-1]])
+        _at_once(
+            [
+                lambda b=b: run_blocking(store.job_insert_many(b, T0))
+                for b in (forwards, forwards[::-1])
+            ]
+        )
         held = run_blocking(store.job_list(JobListParams(limit=500)))
         for key in keys:
             assert len([j for j in held if j.unique_key == key]) == 1, key
-
-
-def _batches_at_once(store: Storage, batches: list[list[NewJob]]) -> None:
-    """Enqueue each batch on a thread of its own, released together; none may fail."""
-    barrier = threading.Barrier(len(batches))
-    errors: list[BaseException] = []
-
-    def enqueue(batch: list[NewJob]) -> None:
-        barrier.wait(timeout=30)
-        try:
-            run_blocking(store.job_insert_many(batch, T0))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=enqueue, args=(b,)) for b in batches]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not errors, errors
 
 
 def test_a_batch_of_500_unique_keys_holds_64_key_locks_at_most() -> None:
