@@ -20,8 +20,13 @@ from fastapi.testclient import TestClient
 from queuelog.api.deps import CurrentKey
 from queuelog.api.lean import LeanRoute
 from queuelog.api.metrics import MetricsMiddleware
-from queuelog.api.middleware import BodyLimitMiddleware, InternalErrorMiddleware
+from queuelog.api.middleware import (
+    BodyLimitMiddleware,
+    InternalErrorMiddleware,
+    PathHeadersMiddleware,
+)
 from queuelog.config import Settings
+from queuelog.dashboard.web import SECURITY_HEADERS
 from queuelog.dashboard.web import Admin as DashboardAdmin
 from tests.conftest import Api
 
@@ -141,12 +146,13 @@ def app(client: TestClient) -> FastAPI:
     return served
 
 
-def test_the_middleware_is_metrics_the_body_limit_then_internal_errors(
+def test_the_middleware_is_metrics_headers_under_ui_the_body_limit_then_internal_errors(
     app: FastAPI, settings: Settings
 ) -> None:
     stack = [(m.cls, m.kwargs) for m in app.user_middleware]
     assert stack == [
         (MetricsMiddleware, {"metrics": app.state.metrics}),
+        (PathHeadersMiddleware, {"prefix": "/ui", "headers": SECURITY_HEADERS}),
         (
             BodyLimitMiddleware,
             {"max_bytes": settings.limits.max_request_bytes, "form_prefixes": ("/ui",)},

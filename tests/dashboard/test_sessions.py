@@ -160,6 +160,18 @@ def test_security_headers_on_every_dashboard_answer(browser: Browser) -> None:
         assert headers["x-content-type-options"] == "nosniff"
         assert headers["referrer-policy"] == "no-referrer"
     assert browser.client.get("/ui/login").headers["x-content-type-options"] == "nosniff"
+    # What the router and the middleware answer under /ui carries them too.
+    refusals = [
+        browser.client.put("/ui/keys"),  # 405
+        browser.client.post("/ui/keys", content=b"x" * 2_000_000),  # 413
+        browser.client.post("/ui/login", content=b"k", headers={"content-type": "text/plain"}),
+    ]
+    assert [r.status_code for r in refusals] == [405, 413, 415]
+    for refusal in refusals:
+        assert refusal.headers["x-frame-options"] == "DENY", refusal.status_code
+        assert "frame-ancestors 'none'" in refusal.headers["content-security-policy"]
+    # The API's answers do not (they are not pages).
+    assert "x-frame-options" not in browser.client.get("/healthz").headers
 
 
 def test_pages_have_no_inline_scripts_or_styles(browser: Browser, producer: Api) -> None:

@@ -10,7 +10,11 @@ from fastapi import FastAPI
 from queuelog._version import __version__
 from queuelog.api.docs import mount_docs
 from queuelog.api.metrics import Metrics, MetricsMiddleware
-from queuelog.api.middleware import BodyLimitMiddleware, InternalErrorMiddleware
+from queuelog.api.middleware import (
+    BodyLimitMiddleware,
+    InternalErrorMiddleware,
+    PathHeadersMiddleware,
+)
 from queuelog.api.openapi import install as install_openapi
 from queuelog.api.openapi import operation_id
 from queuelog.api.problems import install_handlers
@@ -20,6 +24,7 @@ from queuelog.auth import KeyRing, RateLimiter
 from queuelog.clock import Clock, SystemClock
 from queuelog.config import Settings
 from queuelog.dashboard import dashboard_router
+from queuelog.dashboard.web import SECURITY_HEADERS
 from queuelog.maintenance import Maintenance
 from queuelog.scheduler import Scheduler
 from queuelog.service import JobService
@@ -144,6 +149,7 @@ def _add_middleware(app: FastAPI, settings: Settings) -> None:
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes, form_prefixes=("/ui",)
     )
+    app.add_middleware(PathHeadersMiddleware, prefix="/ui", headers=SECURITY_HEADERS)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     if settings.server.otel:  # the otel extra's: imported only then
         from queuelog.api.request_spans import install_request_spans

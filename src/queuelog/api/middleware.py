@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -158,3 +159,29 @@ class InternalErrorMiddleware(HttpMiddleware):
             log_internal_error(log, exc, scope["method"], scope["path"])
             if answer.status is None:  # else the server ends the half-sent answer
                 await internal_problem()(scope, receive, send)
+
+
+class PathHeadersMiddleware(HttpMiddleware):
+    """Adds ``headers`` to every answer under ``prefix`` that lacks them: the dashboard's
+    security headers, on its pages and on what the router or the middleware answer there
+    (405, 413, 415) alike."""
+
+    def __init__(self, app: ASGIApp, prefix: str, headers: Mapping[str, str]) -> None:
+        super().__init__(app)
+        self.prefix = prefix
+        self.raw = [(name.lower().encode(), value.encode()) for name, value in headers.items()]
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        if path != self.prefix and not path.startswith(self.prefix + "/"):
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                present = {name.lower() for name, _ in message.get("headers", [])}
+                added = [(name, value) for name, value in self.raw if name not in present]
+                message = {**message, "headers": [*message.get("headers", []), *added]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

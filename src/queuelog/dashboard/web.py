@@ -149,7 +149,7 @@ def error_page(request: Request, status: int, title: str, detail: str) -> Respon
 
 
 class DashboardRoute(APIRoute):
-    """Answers every dashboard failure with an HTML page and adds the security headers.
+    """Answers every dashboard failure with an HTML page.
     A page also answers HEAD (its headers, no body), as link checkers and probes ask."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
@@ -177,9 +177,7 @@ class DashboardRoute(APIRoute):
             except Exception as exc:
                 log_internal_error(log, exc, request.method, request.url.path)
                 response = error_page(request, 500, "Server error", "Something went wrong.")
-            for name, value in SECURITY_HEADERS.items():
-                response.headers.setdefault(name, value)
-            return response
+            return response  # with the security headers of every answer under /ui (app.py)
 
         return guarded
 
