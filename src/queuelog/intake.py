@@ -103,6 +103,11 @@ def _check_items(spec: EnqueueSpec, index: int | None) -> None:
     if late:
         raise ValidationFailed(
             f"depends_on_items of item {own} names item {late[0]}: only earlier items may be named",
-            errors=[{"loc": ["body", "jobs", own, "depends_on_items"], "msg": f"below {own}"}],
+            errors=[
+                {
+                    "loc": ["body", "jobs", own, "depends_on_items"],
+                    "msg": f"Only items before this one may be named (below {own})",
+                }
+            ],
             index=own,
         )

@@ -99,6 +99,11 @@ def test_a_later_item_is_refused_naming_the_item(producer: Api) -> None:
     jobs = [{"type": "noop", "depends_on_items": []}, {"type": "noop", "depends_on_items": [1]}]
     problem = _refused(producer, "/jobs/batch", {"jobs": jobs})
     assert problem["index"] == 1 and "item 1" in problem["detail"]
+    (error,) = problem["errors"]
+    assert error == {
+        "loc": ["body", "jobs", 1, "depends_on_items"],
+        "msg": "Only items before this one may be named (below 1)",
+    }
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "abc", str(2**63)])
