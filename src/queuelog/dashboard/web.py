@@ -95,14 +95,16 @@ def page_after_login(asked: str) -> str:
     """``asked`` if it is a page of this dashboard, else the overview: a login never
     sends the browser off the dashboard (``//host``, ``/ui\\host``, ``/ui/../docs``, also
     percent-encoded), nor back to the login or the logout."""
+    if len(asked) > 2048:
+        return "/ui"
     parts = urlsplit(asked)
     path, before = parts.path, ""
-    while path != before and len(path) <= 2048:  # as each hop may decode it once more
+    while path != before:  # as each hop may decode it once more (each decoding shortens it)
         path, before = unquote(path), path
     segments = path.split("/")
     ours = segments[:2] == ["", "ui"] and not {".", ".."} & set(segments) and "//" not in path
     plain = all(c.isprintable() and not c.isspace() and c != "\\" for c in asked + path)
-    if not plain or parts.scheme or parts.netloc or not ours or len(asked) > 2048:
+    if not plain or parts.scheme or parts.netloc or not ours:
         return "/ui"
     return "/ui" if path.rstrip("/") in ("/ui", LOGIN_PATH, "/ui/logout") else asked
 
