@@ -233,9 +233,9 @@ async def test_two_nodes_passing_late_make_each_fire_once(
     for node in nodes:
         await node.fire_due()
     made = 0
-    for step in [1.3, 0.2, 1.9, 0.7, 2.6, 0.4, 1.1, 2.2, 0.9, 1.5] * 3:
+    for turn, step in enumerate([1.3, 0.2, 1.9, 0.7, 2.6, 0.4, 1.1, 2.2, 0.9, 1.5] * 3):
         clock.advance(step)
-        made += (await nodes[made % 2].fire_due())[FireOutcome.MADE]
+        made += (await nodes[turn % 2].fire_due())[FireOutcome.MADE]
     runs = sorted(j["run_at"] for j in admin.get("/jobs", params={"limit": 100}).json()["jobs"])
     assert len(runs) == len(set(runs)) == made
     seconds = [int(datetime.fromisoformat(r).timestamp()) for r in runs]

@@ -295,9 +295,8 @@ def test_pages_answer_head_with_their_headers_and_no_body(
 
 def test_a_create_key_form_sent_again_makes_no_second_key(browser: Browser, admin: Api) -> None:
     """The page that shows a new key answers the form's post: reloading it posts again."""
-    form_id = re.search(r'name="form_id" value="([\w-]+)"', browser.get("/ui/keys").text)
-    assert form_id
-    fields = {"name": "shop-3", "roles": "producer", "form_id": form_id.group(1)}
+    form_id = _form_id(browser.get("/ui/keys").text)
+    fields = {"name": "shop-3", "roles": "producer", "form_id": form_id}
     assert browser.post("/ui/keys", **fields).status_code == 201
     again = browser.post("/ui/keys", **fields)
     assert again.status_code == 409 and "sent already" in again.text
@@ -305,17 +304,16 @@ def test_a_create_key_form_sent_again_makes_no_second_key(browser: Browser, admi
     names = [k["name"] for k in admin.get("/keys").json()["keys"]]
     assert names.count("shop-3") == 1
     # A fresh form from the page makes another.
-    fresh = re.search(r'name="form_id" value="([\w-]+)"', again.text)
-    assert fresh and fresh.group(1) != form_id.group(1)
-    assert browser.post("/ui/keys", **{**fields, "form_id": fresh.group(1)}).status_code == 201
+    fresh = _form_id(again.text)
+    assert fresh != form_id
+    assert browser.post("/ui/keys", **{**fields, "form_id": fresh}).status_code == 201
 
 
 def test_a_create_key_form_refused_may_be_sent_again_and_its_id_is_bounded(
     browser: Browser, admin: Api
 ) -> None:
-    form_id = re.search(r'name="form_id" value="([\w-]+)"', browser.get("/ui/keys").text)
-    assert form_id
-    fields = {"name": "bad name!", "roles": "producer", "form_id": form_id.group(1)}
+    form_id = _form_id(browser.get("/ui/keys").text)
+    fields = {"name": "bad name!", "roles": "producer", "form_id": form_id}
     assert browser.post("/ui/keys", **fields).status_code == 422
     # No key was made: the same form, mended, makes one.
     assert browser.post("/ui/keys", **{**fields, "name": "mended"}).status_code == 201
@@ -324,3 +322,10 @@ def test_a_create_key_form_refused_may_be_sent_again_and_its_id_is_bounded(
         assert refused.status_code == 422 and "reload it" in refused.text
     names = [k["name"] for k in admin.get("/keys").json()["keys"]]
     assert names.count("mended") == 1 and "forged" not in names
+
+
+def _form_id(page: str) -> str:
+    """The create-key form's id on a keys page."""
+    found = re.search(r'name="form_id" value="([\w-]+)"', page)
+    assert found, "no create-key form"
+    return found.group(1)
