@@ -160,6 +160,22 @@ async def test_a_batch_alike_but_for_its_keys_answers_each_as_keyed(store: Stora
     assert len(await store.job_list(JobListParams(limit=20))) == 5  # c never stored
 
 
+async def test_a_batch_s_jobs_are_numbered_and_claimed_in_its_order_whatever_their_keys(
+    store: Storage,
+) -> None:
+    """Keys listed against their own order (PostgreSQL inserts rows in their keys' order):
+    the ids, and so the claims of one priority, still follow the batch."""
+    for principal in ("shop", "other"):  # the uniform insert, then the general one
+        keys = [f"{principal}-c", None, f"{principal}-b", f"{principal}-a"]
+        batch = [new_job(key=key, fingerprint=key and "f", principal=principal) for key in keys]
+        batch[-1] = replace(batch[-1], principal="shop")
+        results = await store.job_insert_many(batch, T0)
+        ids = [job.id for job, _ in results]
+        assert ids == sorted(ids) and [job.idempotency_key for job, _ in results] == keys
+        claimed = [job.id for job in await claim(store, limit=4)]
+        assert claimed == ids, principal
+
+
 async def test_a_batch_alike_but_for_type_payload_and_priority_stores_each_job_as_alone(
     store: Storage,
 ) -> None:

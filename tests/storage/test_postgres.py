@@ -359,7 +359,7 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
         "migrate_lock",
         "session_settings",
         "transaction_wrote",
-        "unique_keys_lock",
+        "keys_lock",
     }
     sqlite_names = set(load_queries("queuelog.storage.sqlite"))
     assert sqlite_names == set(load_queries("queuelog.storage.postgres")) - postgres_only
@@ -493,6 +493,48 @@ def test_hardening_17_two_requests_with_one_key_settled_at_once_make_one_answer(
     assert len(refused) == 1 and len(settled) == 1, answers
     ((job, created),) = settled[0]  # type: ignore[misc]
     assert not created and job.unique_key in ("u", "v")
+
+
+def _deadlocks(url: str) -> int:
+    """The database's count of deadlocks PostgreSQL broke (a backend reports its own when
+    it ends, so read it once the nodes are closed)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.parametrize("unique_keys", [False, True])
+def test_hardening_30_batches_of_the_same_idempotency_keys_in_other_orders_never_deadlock(
+    schema: str, unique_keys: bool
+) -> None:
+    """Three nodes enqueue batches of the same keyed jobs at once, each listing the keys
+    in its own order: each key makes one job, every batch answers, and PostgreSQL never
+    has to break a deadlock (a broken one is run again, up to three times, then a 500).
+    With unique keys too, a batch goes in job by job, in its order."""
+    before = _deadlocks(schema)
+    stores = [PostgresStorage(schema, pool_size=2) for _ in range(NODES)]
+    try:
+        for round_ in range(8):
+            batch = [new_job(key=f"dl-{round_}-{k}", fingerprint=f"f-{k}") for k in range(30)]
+            orders = [batch, batch[::-1], batch[15:] + batch[:15]]
+            if unique_keys:  # a unique key of each node's own
+                orders = [
+                    [replace(new_job(), unique_key=f"u-{i}"), *o] for i, o in enumerate(orders)
+                ]
+            answers = all_at_once(
+                NODES, lambda i, o=orders: run_blocking(stores[i].job_insert_many(o[i], T0))
+            )
+            keyed = [(job, created) for answer in answers for job, created in answer[-30:]]
+            ids = {job.idempotency_key: job.id for job, _ in keyed}
+            assert len(ids) == 30 and all(len(answer) == len(orders[0]) for answer in answers)
+            made = sorted(job.id for job, created in keyed if created)
+            assert made == sorted(ids.values()), round_
+    finally:
+        for store in stores:
+            store.close()
+    assert _deadlocks(schema) == before
 
 
 def test_a_database_that_never_answers_is_one_error_in_libpq_s_words(

@@ -37,29 +37,34 @@ SELECT pg_notify('queuelog_finished', current_schema() || ':' || %(ids)s);
 SELECT current_schema() AS name;
 
 -- name: job_insert_batch
--- Every job of the JSON array %(jobs)s, in its order, in one statement. A job whose
+-- Every job of the JSON array %(jobs)s in one statement. A job whose
 -- (principal, idempotency_key) is taken, by a job or in idempotency_keys, or whose
 -- unique key an active job holds (jobs_unique_hold), is skipped. Ids rise in the
--- array's order. json_to_recordset reads each job's object once into typed columns; a
--- ->> per column parses the object again for each of them, which took half the time of
--- a batch of 500.
-INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
+-- array's order (numbered before the insert); the rows go in in their keys' order, so
+-- two batches of the same keys, listed in other orders, take the keys one after the
+-- other instead of each holding one the other waits for (a deadlock).
+-- json_to_recordset reads each job's object once into typed columns; a ->> per column
+-- parses the object again for each of them, which took half the time of a batch of 500.
+INSERT INTO jobs (id, type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
                   unique_key, unique_hold, job_group,
                   traceparent, tracestate, status, on_dependency_failure)
-SELECT j.type, j.payload, j.priority, j.max_retries, j.lease_seconds, j.principal,
+SELECT j.id, j.type, j.payload, j.priority, j.max_retries, j.lease_seconds, j.principal,
        j.idempotency_key, j.fingerprint, j.run_at, j.run_at > %(now)s::bigint,
        %(now)s, %(now)s, j.unique_key, j.unique_key, j."group",
        j.traceparent, j.tracestate, j.status, j.on_dependency_failure
-FROM ROWS FROM (json_to_recordset(%(jobs)s::json) AS (
-         type text, payload text, priority integer, max_retries integer,
-         lease_seconds integer, principal text, idempotency_key text, fingerprint text,
-         run_at bigint, unique_key text, "group" text, traceparent text, tracestate text,
-         status text, on_dependency_failure text)) WITH ORDINALITY AS j
+FROM (SELECT nextval('jobs_id_seq') AS id, r.*
+      FROM ROWS FROM (json_to_recordset(%(jobs)s::json) AS (
+               type text, payload text, priority integer, max_retries integer,
+               lease_seconds integer, principal text, idempotency_key text,
+               fingerprint text, run_at bigint, unique_key text, "group" text,
+               traceparent text, tracestate text, status text,
+               on_dependency_failure text)) WITH ORDINALITY AS r
+      ORDER BY r.ordinality) AS j
 WHERE j.idempotency_key IS NULL OR NOT EXISTS (
     SELECT 1 FROM idempotency_keys AS k
     WHERE k.principal = j.principal AND k.idempotency_key = j.idempotency_key)
-ORDER BY j.ordinality
+ORDER BY j.principal, j.idempotency_key, j.id
 ON CONFLICT DO NOTHING
 RETURNING id, principal, idempotency_key;
 
@@ -68,20 +73,22 @@ RETURNING id, principal, idempotency_key;
 -- idempotency key (a producer's usual batch, the SDK's with a key a job): no unique key
 -- or dependencies, and one principal, retry limit, lease, run_at and trace context,
 -- bound once.
-INSERT INTO jobs (type, payload, priority, max_retries, lease_seconds, principal,
+INSERT INTO jobs (id, type, payload, priority, max_retries, lease_seconds, principal,
                   idempotency_key, fingerprint, run_at, scheduled, created_at, updated_at,
                   job_group, traceparent, tracestate)
-SELECT j.type, j.payload, j.priority,
+SELECT j.id, j.type, j.payload, j.priority,
        %(max_retries)s, %(lease_seconds)s, %(principal)s, j.idempotency_key, j.fingerprint,
        %(run_at)s, %(run_at)s::bigint > %(now)s::bigint, %(now)s, %(now)s, j."group",
        %(traceparent)s::text, %(tracestate)s::text
-FROM ROWS FROM (json_to_recordset(%(jobs)s::json) AS (
-         type text, payload text, priority integer, "group" text, idempotency_key text,
-         fingerprint text)) WITH ORDINALITY AS j
+FROM (SELECT nextval('jobs_id_seq') AS id, r.*
+      FROM ROWS FROM (json_to_recordset(%(jobs)s::json) AS (
+               type text, payload text, priority integer, "group" text,
+               idempotency_key text, fingerprint text)) WITH ORDINALITY AS r
+      ORDER BY r.ordinality) AS j
 WHERE j.idempotency_key IS NULL OR NOT EXISTS (
     SELECT 1 FROM idempotency_keys AS k
     WHERE k.principal = %(principal)s AND k.idempotency_key = j.idempotency_key)
-ORDER BY j.ordinality
+ORDER BY j.idempotency_key, j.id
 ON CONFLICT DO NOTHING
 RETURNING id, principal, idempotency_key;
 
@@ -105,10 +112,11 @@ RETURNING job_id;
 -- name: job_get
 SELECT * FROM jobs WHERE id = %(id)s;
 
--- name: unique_keys_lock
--- Held to the end of the enqueue's transaction: enqueues of one unique key take turns.
--- Keyed by schema and by the key's bucket; the buckets come sorted, and are locked in
--- that order.
+-- name: keys_lock
+-- Held to the end of the enqueue's transaction: enqueues of one unique or idempotency
+-- key take turns. Keyed by schema and by the key's bucket; the buckets come sorted, and
+-- are locked in that order. (The namespace's text is the one nodes of earlier versions
+-- lock, so a rolling upgrade keeps the turns.)
 SELECT pg_advisory_xact_lock(hashtext('queuelog.unique.' || current_schema()), bucket)
 FROM unnest(%(buckets)s::int[]) WITH ORDINALITY AS locks(bucket, position)
 ORDER BY position;

@@ -38,8 +38,8 @@ from queuelog.storage.workflows import Released
 PACKAGE = "queuelog.storage.postgres"
 Q = load_queries(PACKAGE)
 Conn = psycopg.Connection[DictRow]
-# Enqueues with unique keys lock the keys' buckets: keys that share one take turns.
-_UNIQUE_BUCKETS = 64
+# Enqueues with unique keys lock their keys' buckets: keys that share one take turns.
+_KEY_BUCKETS = 64
 
 
 def one(conn: Conn, name: str, args: Mapping[str, Any]) -> DictRow:
@@ -114,7 +114,7 @@ def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job
     # Each inserted job's 'enqueued' event, and the NOTIFY of the nodes' claimers, are
     # the insert's (the jobs_enqueued trigger, migrations 0004, 0009 and 0011).
     if any(new.unique_key is not None for new in jobs):
-        _lock_unique_keys(conn, jobs)
+        _lock_keys(conn, jobs)
         # Job by job: a unique key's holder decides, and may be an earlier job of the batch.
         each = insert_each(execute, jobs, now)
         if any(replaced for _, _, replaced in each):
@@ -130,21 +130,32 @@ def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job
     )
 
 
-def _lock_unique_keys(conn: Conn, jobs: Sequence[NewJob]) -> None:
-    """Lock the batch's unique keys to the end of the transaction, all before the first
-    insert and in one order (their buckets', rising): two enqueues of the same keys, on
-    any node, then take them one after the other instead of each holding one that the
-    other waits for (a deadlock), whatever order their batches list the keys in. A key's
-    lock is its bucket's, one of ``_UNIQUE_BUCKETS``: a batch of 500 keys holds that many
-    locks at most, not 500, in the database's shared lock table."""
-    buckets = sorted({_bucket(new) for new in jobs if new.unique_key is not None})
-    conn.execute(Q["unique_keys_lock"], {"buckets": buckets})
+def _lock_keys(conn: Conn, jobs: Sequence[NewJob]) -> None:
+    """Lock the batch's unique and idempotency keys to the end of the transaction, all
+    before the first insert and in one order (their buckets', rising): two enqueues of
+    the same keys, on any node, then take them one after the other instead of each
+    holding one that the other waits for (a deadlock), whatever order their batches list
+    the keys in. (A batch without unique keys needs none of this: its one statement
+    inserts in its keys' order.) A key's lock is its bucket's, one of
+    ``_KEY_BUCKETS``: a batch of 500 keys holds that many locks at most, not 500, in
+    the database's shared lock table."""
+    named = [
+        ("unique", new.principal, new.type, new.unique_key)
+        for new in jobs
+        if new.unique_key is not None
+    ] + [
+        ("idempotency", new.principal, "", new.idempotency_key)
+        for new in jobs
+        if new.idempotency_key is not None
+    ]
+    buckets = sorted({_bucket(key) for key in named})
+    conn.execute(Q["keys_lock"], {"buckets": buckets})
 
 
-def _bucket(new: NewJob) -> int:
-    """The lock bucket of a unique key (its principal, type and key)."""
-    named = "\0".join((new.principal, new.type, new.unique_key or "")).encode()
-    return int.from_bytes(hashlib.blake2b(named, digest_size=8).digest()) % _UNIQUE_BUCKETS
+def _bucket(key: tuple[str, ...]) -> int:
+    """The lock bucket of a key (its kind, principal, type and text)."""
+    named = "\0".join(key).encode()
+    return int.from_bytes(hashlib.blake2b(named, digest_size=8).digest()) % _KEY_BUCKETS
 
 
 class _Sql:
