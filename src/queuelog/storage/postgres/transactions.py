@@ -139,21 +139,16 @@ def _lock_keys(conn: Conn, jobs: Sequence[NewJob]) -> None:
     inserts in its keys' order.) A key's lock is its bucket's, one of
     ``_KEY_BUCKETS``: a batch of 500 keys holds that many locks at most, not 500, in
     the database's shared lock table."""
-    named = [
-        ("unique", new.principal, new.type, new.unique_key)
-        for new in jobs
-        if new.unique_key is not None
-    ] + [
-        ("idempotency", new.principal, "", new.idempotency_key)
-        for new in jobs
-        if new.idempotency_key is not None
-    ]
-    buckets = sorted({_bucket(key) for key in named})
+    unique = [(j.principal, j.type, j.unique_key) for j in jobs if j.unique_key is not None]
+    keyed = [(j.principal, j.idempotency_key) for j in jobs if j.idempotency_key is not None]
+    buckets = sorted({_bucket(key) for key in [*unique, *keyed]})
     conn.execute(Q["keys_lock"], {"buckets": buckets})
 
 
 def _bucket(key: tuple[str, ...]) -> int:
-    """The lock bucket of a key (its kind, principal, type and text)."""
+    """The lock bucket of a key: a unique key with its principal and type (as nodes of
+    earlier versions reckon it, so a rolling upgrade keeps the turns), an idempotency
+    key with its principal. Two keys may share a bucket: they take turns."""
     named = "\0".join(key).encode()
     return int.from_bytes(hashlib.blake2b(named, digest_size=8).digest()) % _KEY_BUCKETS
 
