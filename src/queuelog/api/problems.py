@@ -116,7 +116,7 @@ def _allowed_methods(request: Request) -> str:
     return ", ".join(allowed)
 
 
-_METHODS = ("DELETE", "GET", "PATCH", "POST", "PUT")
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
 
 
 # The innermost frames say where a failure happened; a failure deep in a recursion
