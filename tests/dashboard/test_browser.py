@@ -281,3 +281,43 @@ def test_overview_shows_every_state(page: Any, site: Site, tmp_path: Path) -> No
     if os.environ.get("QUEUELOG_WRITE_SCREENSHOT") == "1":
         SCREENSHOT.parent.mkdir(exist_ok=True)
         shutil.copyfile(shot, SCREENSHOT)
+
+
+def test_every_page_loads_whole_and_fits_a_phone(chromium: Any, site: Site) -> None:
+    """At a phone's width (390 px) no page scrolls sideways (wide tables scroll in their
+    own box), and nothing a page asks for is refused or missing (its icon included)."""
+    from playwright.sync_api import expect
+
+    seed_every_state(site.settings, site.storage, site.producer, site.worker)
+    site.api(site.admin_key).post(
+        "/schedules", json={"name": "nightly-report", "type": "noop", "cron": "0 3 * * *"}
+    )
+    job = site.enqueue(payload={"to": "someone-with-a-long-address@example.com"})
+    context = chromium.new_context(base_url=site.url, viewport={"width": 390, "height": 844})
+    try:
+        page = context.new_page()
+        refused: list[str] = []
+        page.on(
+            "response", lambda r: refused.append(f"{r.status} {r.url}") if r.status >= 400 else None
+        )
+        page.on("requestfailed", lambda r: refused.append(f"failed {r.url}"))
+        log_in(page, site)
+        for path in (
+            "/ui",
+            "/ui/jobs",
+            f"/ui/jobs/{job['id']}",
+            "/ui/schedules",
+            "/ui/types",
+            "/ui/keys",
+        ):
+            page.goto(path)
+            expect(page.locator("h1")).to_be_visible()
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= 390, (path, wide)
+        assert refused == []
+        # Headless Chromium asks for no icon: the one each page names must load.
+        icon = page.locator("link[rel=icon]").get_attribute("href")
+        answer = page.request.get(icon)
+        assert answer.status == 200 and answer.headers["content-type"] == "image/svg+xml"
+    finally:
+        context.close()

@@ -34,7 +34,11 @@ from queuelog.dashboard.web import (
 from queuelog.errors import Unauthenticated
 from queuelog.models import Role
 
-STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
+STATIC = {
+    "dashboard.css": "text/css",
+    "dashboard.js": "text/javascript",
+    "favicon.svg": "image/svg+xml",
+}
 
 router = APIRouter(prefix="/ui", route_class=DashboardRoute)
 
