@@ -6,10 +6,12 @@ import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 import pytest
 
 from queuelog.errors import StorageUnavailable
 from queuelog.storage.postgres.store import PostgresStorage
+from queuelog.storage.protocol import JobListParams
 from tests.conftest import run_blocking
 from tests.postgres import fresh_schema
 from tests.storage.test_conformance import T0, new_job
@@ -79,3 +81,54 @@ def test_a_write_that_stores_nothing_does_not_end_a_fault(
     assert not store.health.writable
     run_blocking(store.job_insert_many([new_job()], T0))
     assert store.health.writable
+
+
+def _losing(url: str, times: int) -> None:
+    """Make the next ``times`` inserts of jobs lose a deadlock, as PostgreSQL breaks one."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            f"""
+            CREATE SEQUENCE losses;
+            CREATE FUNCTION lose() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF nextval('losses') <= {times} THEN
+                    RAISE EXCEPTION 'deadlock detected' USING ERRCODE = 'deadlock_detected';
+                END IF;
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER lose BEFORE INSERT ON jobs FOR EACH STATEMENT EXECUTE FUNCTION lose();
+            """
+        )
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_write_that_loses_a_deadlock_is_run_again(batch: int) -> None:
+    with fresh_schema() as url:
+        store = PostgresStorage(url, pool_size=2)
+        try:
+            _losing(url, 2)
+            made = run_blocking(store.job_insert_many([new_job() for _ in range(batch)], T0))
+            assert [created for _, created in made] == [True] * batch
+            assert len(run_blocking(store.job_list(JobListParams(limit=10)))) == batch
+        finally:
+            store.close()
+
+
+def test_a_write_that_loses_every_try_is_refused_for_contention_not_as_a_fault(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """503 `unavailable` (sent again, it may pass), not a 500; the database is not taken
+    for faulty (readiness stays green) and nothing is stored."""
+    with fresh_schema() as url:
+        store = PostgresStorage(url, pool_size=2)
+        try:
+            _losing(url, 1_000)
+            with pytest.raises(StorageUnavailable) as refused:
+                run_blocking(store.job_insert_many([new_job(), new_job()], T0))
+            assert refused.value.status == 503 and refused.value.reason == "contention"
+            assert "deadlock" not in str(refused.value)  # no database text for the client
+            assert store.health.writable and run_blocking(store.ping())
+            assert run_blocking(store.job_list(JobListParams(limit=10))) == []
+            assert "lost to other transactions" in caplog.text
+        finally:
+            store.close()

@@ -66,7 +66,9 @@ Choices where the contract is silent:
   answer carries `Preference-Applied: return=minimal`.
 * When the database cannot take a request (unreachable, no connection within
   `connection_wait_seconds`, an I/O error, read-only, locked by another program
-  past the busy timeout) the answer is 503 `unavailable`, and when it has no space
+  past the busy timeout; on PostgreSQL, a write that lost a deadlock to other
+  writes of the same jobs or keys on each of its three tries) the answer is 503
+  `unavailable`, and when it has no space
   left 507 `insufficient-storage`, both with `Retry-After`, on every route and for
   a whole batch; never a 500. Nothing was stored for a 507; for a 503 the outcome
   may be unknown, so clients resend only the calls that are safe to resend.

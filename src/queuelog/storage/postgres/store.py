@@ -33,7 +33,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from queuelog.clock import to_micros
-from queuelog.errors import QueueError
+from queuelog.errors import QueueError, StorageUnavailable
 from queuelog.models import ApiKey, Finished, Job, JobStatus
 from queuelog.schedules import Schedule
 from queuelog.storage import schedule_rows as sr
@@ -58,11 +58,14 @@ from queuelog.storage.statements import held_params
 
 T = TypeVar("T")
 
-# A transaction that lost a deadlock (two batches taking the same idempotency keys
-# in another order) or a serialization race is run again, a few times.
+# A transaction that lost a deadlock or a serialization race is run again, a few times;
+# one that loses every time is refused as contention (503: nothing was done, and sent
+# again it may pass), not as a fault of the database (readiness stays green).
 _RETRIES = 3
 _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 _FAULTS = (psycopg.Error, PoolTimeout)
+_CONTENTION = "The request met others changing the same jobs or keys at once; send it again"
+_LOG = logging.getLogger(__name__)
 
 
 _POOL_LOG = logging.getLogger("psycopg.pool")
@@ -225,9 +228,10 @@ class PostgresStorage(SqlReads):
         for attempt in range(_RETRIES):
             try:
                 return self._transaction(operation, alone)
-            except _RETRYABLE:
+            except _RETRYABLE as exc:
                 if attempt == _RETRIES - 1:
-                    raise
+                    _LOG.warning("a write lost to other transactions %d times: %s", _RETRIES, exc)
+                    raise StorageUnavailable(_CONTENTION, reason="contention") from None
             except _FAULTS as exc:
                 raise self._refused(exc) from None
         raise AssertionError("unreachable")
