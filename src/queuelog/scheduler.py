@@ -151,7 +151,8 @@ class Scheduler:
         return await self.storage.schedule_set_paused(_could_be(name), True, None, self.clock.now())
 
     async def resume(self, name: str) -> Schedule:
-        """Resume from the next fire time: fires missed while paused are not made up."""
+        """Resume from the next fire time: fires missed while paused are not made up. A
+        schedule not paused keeps its own (storage leaves it as it is)."""
         schedule = await self.get(name)
         now = self.clock.now()
         try:

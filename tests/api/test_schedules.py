@@ -282,6 +282,22 @@ async def test_pause_resume_trigger(admin: Api, scheduler: Scheduler, clock: Fak
     assert resumed["next_run_at"] == "2026-03-29T00:03:00.000000Z"
 
 
+async def test_resuming_or_pausing_a_schedule_already_so_changes_nothing(
+    admin: Api, scheduler: Scheduler, clock: FakeClock
+) -> None:
+    """A resume of a running schedule (a resend, a second admin) keeps its fire time:
+    a fire already due, not yet made by the sweeper, still makes its job."""
+    created = create(admin, type="noop")
+    clock.advance(61)  # the first fire is due, the sweeper has not passed
+    resumed = admin.post("/schedules/tick/resume")
+    assert resumed.status_code == 200 and resumed.json() == created
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 1
+    made = admin.get("/schedules/tick").json()
+    assert made["last_run_at"] == created["next_run_at"] and made["jobs_made"] == 1
+    paused = admin.post("/schedules/tick/pause").json()
+    assert admin.post("/schedules/tick/pause").json() == paused
+
+
 def test_delete(admin: Api) -> None:
     create(admin, type="noop")
     assert admin.delete("/schedules/tick").status_code == 204

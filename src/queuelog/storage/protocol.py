@@ -383,7 +383,8 @@ class Storage(Protocol):
     async def schedule_set_paused(
         self, name: str, paused: bool, next_run_at: datetime | None, now: datetime
     ) -> Schedule:
-        """Pause or resume (NotFound if missing); ``next_run_at``, if given, is stored too."""
+        """Pause or resume (NotFound if missing); ``next_run_at``, if given, is stored too.
+        A schedule already in that state is left as it is, its fire time included."""
         ...
 
     async def schedule_fire(self, fire: ScheduleFire) -> tuple[FireOutcome, Job | None]:

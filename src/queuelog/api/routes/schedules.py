@@ -188,7 +188,8 @@ async def delete_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respo
     **NO_FIELDS,
     response_model=ScheduleOut,
     summary="Pause a schedule (admin)",
-    description="Stored: it holds across restarts and on every node.",
+    description="Stored: it holds across restarts and on every node. Pausing a paused "
+    "schedule changes nothing.",
     responses=_problems(*AUTHED, 404, *NO_BODY),
 )
 async def pause_schedule(
@@ -203,7 +204,8 @@ async def pause_schedule(
     response_model=ScheduleOut,
     summary="Resume a schedule (admin)",
     description="It fires next at its next time after now; fires missed while paused are "
-    "not made up.",
+    "not made up. Resuming a schedule that is not paused changes nothing: a fire already "
+    "due is still made (so a resume sent again is safe).",
     responses=_problems(*AUTHED, 404, *NO_BODY),
 )
 async def resume_schedule(

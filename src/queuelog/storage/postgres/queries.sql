@@ -516,9 +516,13 @@ ORDER BY next_run_at;
 DELETE FROM schedules WHERE name = %(name)s AND source = 'api' RETURNING name;
 
 -- name: schedule_set_paused
+-- A schedule already paused, or already running, is left as it is: a resume of a
+-- running schedule keeps its fire time (one due, not yet made, still makes its job).
 UPDATE schedules
-SET paused = %(paused)s, next_run_at = COALESCE(%(next_run_at)s::bigint, next_run_at),
-    updated_at = %(now)s
+SET paused = %(paused)s,
+    next_run_at = CASE WHEN paused = %(paused)s THEN next_run_at
+                       ELSE COALESCE(%(next_run_at)s::bigint, next_run_at) END,
+    updated_at = CASE WHEN paused = %(paused)s THEN updated_at ELSE %(now)s END
 WHERE name = %(name)s
 RETURNING *;
 

@@ -425,8 +425,13 @@ ORDER BY next_run_at;
 DELETE FROM schedules WHERE name = :name AND source = 'api' RETURNING name;
 
 -- name: schedule_set_paused
+-- A schedule already paused, or already running, is left as it is: a resume of a
+-- running schedule keeps its fire time (one due, not yet made, still makes its job).
 UPDATE schedules
-SET paused = :paused, next_run_at = COALESCE(:next_run_at, next_run_at), updated_at = :now
+SET paused = :paused,
+    next_run_at = CASE WHEN paused = :paused THEN next_run_at
+                       ELSE COALESCE(:next_run_at, next_run_at) END,
+    updated_at = CASE WHEN paused = :paused THEN updated_at ELSE :now END
 WHERE name = :name
 RETURNING *;
 
