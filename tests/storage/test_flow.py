@@ -127,6 +127,24 @@ async def test_group_concurrency_one_with_two_groups_and_ungrouped_jobs(store: S
     assert last.payload["n"] == 5
 
 
+async def test_jobs_behind_a_long_run_of_a_full_group_are_still_claimed(store: Storage) -> None:
+    """A claim first reads a short run of the type's ready jobs; when a full group holds
+    back that whole run, the first job of every group decides, in claim order."""
+    ((first, _),) = await store.job_insert_many([job("grouped", "big", -1)], T0)
+    (held,) = await store.job_claim(params(T0 + timedelta(seconds=1)))
+    assert held.id == first.id  # group big is at its limit from here on
+    later = T0 + timedelta(microseconds=1)
+    await store.job_insert_many([job("grouped", "big", i, later) for i in range(80)], later)
+    behind = [job("grouped", "small", 100), job("grouped", None, 101), job("grouped", "x", 102)]
+    for i, spec in enumerate(behind):
+        await store.job_insert_many([spec], T0 + timedelta(milliseconds=1 + i))
+    claim = params(T0 + timedelta(seconds=1), limit=2)
+    assert [j.payload["n"] for j in await store.job_claim(claim)] == [100, 101]
+    assert claim.skipped[("grouped", "group_concurrency")] == 1
+    (last,) = await store.job_claim(params(T0 + timedelta(seconds=1), limit=5))
+    assert last.payload["n"] == 102
+
+
 async def test_group_concurrency_two_takes_two_of_a_group(store: Storage) -> None:
     two = {"grouped": FlowLimits(group_concurrency=2)}
     for i in range(4):

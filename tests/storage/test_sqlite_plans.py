@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from queuelog.storage.protocol import ClaimParams, FlowLimits
 from queuelog.storage.sqlite.store import Q, SqliteStorage
+from queuelog.storage.sqlite.transactions import claim
 
+NOW = datetime(2026, 1, 1, tzinfo=UTC)  # after every job's run_at and created_at
 ARGS = {
     "worker_id": "w",
     "worker_name": "w",
@@ -144,3 +148,34 @@ def test_a_job_s_end_finds_its_dependents_through_the_dependency_index(
     rows = conn.execute("EXPLAIN QUERY PLAN " + Q["job_release_dependents"], ARGS).fetchall()
     steps = "\n".join(row[3] for row in rows)
     assert "USING COVERING INDEX job_dependencies_dependency (depends_on_id=?)" in steps
+
+
+def test_a_claim_of_a_group_limited_type_reads_its_room_not_every_group(
+    conn: sqlite3.Connection,
+) -> None:
+    """20,000 groups with a ready job each (a tenant per group): a claim of 10 reads a
+    short run of the type's ready jobs, not the first job of every group (which held
+    the server's loop for a tenth of a second and more)."""
+    conn.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)"
+        " INSERT INTO jobs (type, principal, run_at, created_at, updated_at, job_group)"
+        " SELECT 'grouped', 'shop', 1, i, 1, 'g' || i FROM n"
+    )
+    conn.execute("ANALYZE")
+    conn.row_factory = sqlite3.Row
+    limits = {"grouped": FlowLimits(group_concurrency=1)}
+    params = ClaimParams(
+        worker_name="w", worker_id="w/1", limit=10, now=NOW, limits=limits, configured=("grouped",)
+    )
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    conn.set_progress_handler(count, 100)
+    claimed, _, _ = claim(conn, params)
+    conn.set_progress_handler(None, 100)
+    assert [job.group for job in claimed] == [f"g{i}" for i in range(1, 11)]
+    assert steps < 200

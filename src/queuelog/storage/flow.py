@@ -5,10 +5,14 @@ expired leases: SQLite under its write lock, PostgreSQL after taking a transacti
 lock per limited type (``FlowSql.lock``), so two nodes never both count three of
 four running and both take one. Running jobs are counted from the jobs themselves.
 
-A claim of limited or paused types reads ready jobs type by type (and, for a type
-with ``group_concurrency``, group by group), each read one index seek: jobs held
-back by a limit are never walked past, and keep their place. The reads are merged
-into the usual claim order, so the claim takes the first eligible jobs.
+A claim of limited or paused types reads ready jobs type by type, each read one
+index seek, and merges the reads into the usual claim order, so the claim takes the
+first eligible jobs; jobs held back by a limit keep their place. For a type with
+``group_concurrency`` the claim first reads a short run of the type's ready jobs in
+claim order and takes those whose groups have room: the read grows with the claim,
+not with the number of groups. Only when more of that run are held back by full
+groups than the claim could take does it read the first ready job of every group
+(one seek per group), so a big group at its limit is never walked job by job.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ CONCURRENCY = "concurrency"
 GROUP_CONCURRENCY = "group_concurrency"
 RATE_LIMIT = "rate_limit"
 _KEPT_PAST_WINDOW = 60_000_000  # microseconds: see _rate_used
+# A group-limited type's first read: the claim's room twice over, and this many more.
+_RUN_SLACK = 32
 
 
 class FlowSql(Protocol):
@@ -164,8 +170,11 @@ def _candidates(sql: FlowSql, params: ClaimParams, name: str, room: int) -> Iter
     args = {"type": name, "now": now, "limit": room}
     if limits is None or limits.group_concurrency is None:
         return iter([_place(r) for r in sql.rows("ready_of_type", args)])
-    ungrouped = [_place(r) for r in sql.rows("ready_ungrouped", args)]
     running = {r["job_group"]: int(r["n"]) for r in sql.rows("type_running_groups", args)}
+    taken = _from_run(sql, params, name, limits.group_concurrency, running, args)
+    if taken is not None:
+        return iter(taken)
+    ungrouped = [_place(r) for r in sql.rows("ready_ungrouped", args)]
     heads: list[tuple[Place, str, int]] = []
     for row in sql.rows("ready_group_heads", args):
         free = limits.group_concurrency - running.get(row["job_group"], 0)
@@ -175,6 +184,36 @@ def _candidates(sql: FlowSql, params: ClaimParams, name: str, room: int) -> Iter
             params.skipped[(name, GROUP_CONCURRENCY)] += 1
     groups = _by_group(sql, args, sorted(heads))
     return islice(heapq.merge(iter(ungrouped), groups), room)
+
+
+def _from_run(
+    sql: FlowSql,
+    params: ClaimParams,
+    name: str,
+    slots: int,
+    running: dict[str, int],
+    args: dict[str, Any],
+) -> list[Place] | None:
+    """The claim's jobs of ``name`` from a short run of its ready jobs in claim order,
+    each group's up to its free ``slots``; None when the run, read whole, held fewer
+    than the claim's room while more were left (the groups' heads then decide)."""
+    room = args["limit"]
+    length = 2 * room + _RUN_SLACK
+    run = sql.rows("ready_run_of_type", {**args, "limit": length})
+    held = dict(running)  # each group's running jobs, and those this claim takes
+    places: list[Place] = []
+    for row in run:
+        group = row["job_group"]
+        if group is not None and held.get(group, 0) >= slots:
+            if running.get(group, 0) >= slots and not params.skipped[(name, GROUP_CONCURRENCY)]:
+                params.skipped[(name, GROUP_CONCURRENCY)] += 1
+            continue
+        if group is not None:
+            held[group] = held.get(group, 0) + 1
+        places.append(_place(row))
+        if len(places) == room:
+            return places
+    return places if len(run) < length else None
 
 
 def _by_group(

@@ -596,6 +596,15 @@ ORDER BY type, priority DESC, created_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
+-- name: ready_run_of_type
+-- The first ready jobs of a group-limited type in claim order, with their groups: the
+-- claim takes those whose groups have room (the type's lock is held).
+SELECT id, priority, created_at, job_group FROM jobs
+WHERE status = 'pending' AND NOT scheduled AND type = %(type)s::text
+  AND run_at <= %(now)s::bigint
+ORDER BY type, priority DESC, created_at, id
+LIMIT %(limit)s;
+
 -- name: ready_ungrouped
 SELECT id, priority, created_at FROM jobs
 WHERE status = 'pending' AND NOT scheduled AND type = %(type)s::text
@@ -613,28 +622,28 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- name: ready_group_heads
--- The first ready job of every group of a type: the groups are found by skipping
--- from one to the next along the group index (one seek per group, never a walk over
--- a group's jobs), then each group's first job by one seek.
-WITH RECURSIVE grp (name) AS (
-    SELECT (SELECT min(job_group) FROM jobs
-            WHERE status = 'pending' AND NOT scheduled AND job_group IS NOT NULL
-              AND type = %(type)s::text)
+-- The first ready job of every group of a type: each group's first job in claim order
+-- found by one seek along the group index from the group before it (never a walk over
+-- a group's jobs). The seek that finds a group also finds its first job: a separate
+-- lookup of each head by its group was planned, before the table's statistics caught
+-- up with a burst of enqueues, as a walk of the type's jobs per group (20,000 groups:
+-- 75 s instead of 0.2 s).
+WITH RECURSIVE head AS (
+    (SELECT id, priority, created_at, job_group FROM jobs
+     WHERE status = 'pending' AND NOT scheduled AND job_group IS NOT NULL
+       AND type = %(type)s::text AND run_at <= %(now)s::bigint
+     ORDER BY type, job_group, priority DESC, created_at, id
+     LIMIT 1)
     UNION ALL
-    SELECT (SELECT min(job_group) FROM jobs
-            WHERE status = 'pending' AND NOT scheduled AND job_group IS NOT NULL
-              AND type = %(type)s::text AND job_group > grp.name)
-    FROM grp WHERE grp.name IS NOT NULL
+    SELECT next_head.* FROM head CROSS JOIN LATERAL (
+        SELECT id, priority, created_at, job_group FROM jobs
+        WHERE status = 'pending' AND NOT scheduled AND job_group IS NOT NULL
+          AND type = %(type)s::text AND run_at <= %(now)s::bigint
+          AND job_group > head.job_group
+        ORDER BY type, job_group, priority DESC, created_at, id
+        LIMIT 1) AS next_head
 )
-SELECT head.id, head.priority, head.created_at, head.job_group
-FROM grp
-CROSS JOIN LATERAL (
-    SELECT id, priority, created_at, job_group FROM jobs
-    WHERE status = 'pending' AND NOT scheduled AND job_group IS NOT NULL
-      AND type = %(type)s::text AND job_group = grp.name AND run_at <= %(now)s::bigint
-    ORDER BY type, job_group, priority DESC, created_at, id
-    LIMIT 1) AS head
-WHERE grp.name IS NOT NULL;
+SELECT id, priority, created_at, job_group FROM head;
 
 -- name: job_claim_ids
 -- job_claim for the jobs the flow claim picked (by id), under the same guard.

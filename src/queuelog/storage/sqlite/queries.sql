@@ -490,6 +490,14 @@ WHERE status = 'pending' AND scheduled = 0 AND type = :type AND run_at <= :now
 ORDER BY priority DESC, created_at, id
 LIMIT :limit;
 
+-- name: ready_run_of_type
+-- The first ready jobs of a group-limited type in claim order, with their groups: the
+-- claim takes those whose groups have room.
+SELECT id, priority, created_at, job_group FROM jobs INDEXED BY jobs_ready_type
+WHERE status = 'pending' AND scheduled = 0 AND type = :type AND run_at <= :now
+ORDER BY priority DESC, created_at, id
+LIMIT :limit;
+
 -- name: ready_ungrouped
 SELECT id, priority, created_at FROM jobs INDEXED BY jobs_ready_group
 WHERE status = 'pending' AND scheduled = 0 AND type = :type AND run_at <= :now
