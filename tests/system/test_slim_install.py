@@ -102,6 +102,10 @@ def test_the_slim_install_has_the_client_commands(slim: Path) -> None:
     assert "enqueue" in _checked(slim / "queuelog", "--help")
     assert "--priority" in _checked(slim / "queuelog", "enqueue", "--help")
     assert "--concurrency" in _checked(slim / "queuelog", "worker", "--help")
+    # The same command where the scripts are not on the PATH.
+    assert "Usage: queuelog enqueue" in _checked(
+        slim / "python", "-m", "queuelog", "enqueue", "--help"
+    )
 
 
 @pytest.mark.slow

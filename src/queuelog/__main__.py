@@ -1,0 +1,6 @@
+"""``python -m queuelog``: the ``queuelog`` command, for an environment whose scripts
+are not on the PATH."""
+
+from queuelog.cli import main
+
+main(prog_name="queuelog")
