@@ -56,6 +56,17 @@ async def test_two_nodes_claiming_at_once_keep_the_concurrency_limit(
     assert peak == 3
 
 
+def _ready_jobs(conn: psycopg.Connection[Any], count: int, group: str) -> None:
+    """``count`` ready jobs of type grouped, made at T0 in order; ``group``: the SQL of
+    the n-th job's group."""
+    conn.execute(
+        "INSERT INTO jobs (type, principal, run_at, created_at, updated_at, job_group)"
+        f" SELECT 'grouped', 'shop', %(t)s, %(t)s + n, %(t)s, {group}"
+        " FROM generate_series(1, %(count)s) AS n",
+        {"t": to_micros(T0), "count": count},
+    )
+
+
 def _max_rows(plan: dict[str, Any]) -> int:
     """The most rows any node of an EXPLAIN ANALYZE plan read in one loop (those it
     produced and those its filter removed)."""
@@ -69,12 +80,7 @@ async def test_a_saturated_group_of_many_pending_jobs_is_not_walked(
     store = nodes[0]
     t = to_micros(T0)
     with psycopg.connect(schema, row_factory=dict_row, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO jobs (type, principal, run_at, created_at, updated_at, job_group)"
-            " SELECT 'grouped', 'shop', %(t)s, %(t)s + n, %(t)s, 'a'"
-            " FROM generate_series(1, 100000) AS n",
-            {"t": t},
-        )
+        _ready_jobs(conn, 100_000, "'a'")
         conn.execute("ANALYZE jobs")
     (busy,) = await store.job_claim(params(limit=1))  # group a's first: now saturated
     await store.job_insert_many([job("grouped", "b", n=7)], T0)
@@ -105,12 +111,7 @@ def test_many_groups_heads_are_found_by_a_seek_each_before_statistics_catch_up(
     groups = 3_000
     t = to_micros(T0)
     with psycopg.connect(schema, row_factory=dict_row, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO jobs (type, principal, run_at, created_at, updated_at, job_group)"
-            " SELECT 'grouped', 'shop', %(t)s, %(t)s + n, %(t)s, 'g' || n"
-            " FROM generate_series(1, %(groups)s) AS n",
-            {"t": t, "groups": groups},
-        )
+        _ready_jobs(conn, groups, "'g' || n")
         args = {"type": "grouped", "now": t + 10**9, "limit": 10}
         query = "EXPLAIN (ANALYZE, FORMAT JSON) " + Q["ready_group_heads"]
         (row,) = conn.execute(query, args).fetchall()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -12,6 +14,7 @@ from queuelog.storage.protocol import ClaimParams, FlowLimits
 from queuelog.storage.sqlite.store import Q, SqliteStorage
 from queuelog.storage.sqlite.transactions import claim
 
+T = TypeVar("T")
 NOW = datetime(2026, 1, 1, tzinfo=UTC)  # after every job's run_at and created_at
 ARGS = {
     "worker_id": "w",
@@ -70,8 +73,8 @@ def test_batch_completion_finds_each_job_by_id(conn: sqlite3.Connection) -> None
     assert "jobs_status_type" not in steps and "jobs_leases" not in steps
 
 
-def _steps(conn: sqlite3.Connection, name: str, args: dict[str, object]) -> int:
-    """How many hundreds of VM instructions the named query took."""
+def _counted(conn: sqlite3.Connection, work: Callable[[], T]) -> tuple[T, int]:
+    """What ``work`` gave, and how many hundreds of VM instructions it took."""
     steps = 0
 
     def count() -> int:
@@ -81,10 +84,14 @@ def _steps(conn: sqlite3.Connection, name: str, args: dict[str, object]) -> int:
 
     conn.set_progress_handler(count, 100)
     try:
-        conn.execute(Q[name], args).fetchall()
+        return work(), steps
     finally:
         conn.set_progress_handler(None, 100)
-    return steps
+
+
+def _steps(conn: sqlite3.Connection, name: str, args: dict[str, object]) -> int:
+    """How many hundreds of VM instructions the named query took."""
+    return _counted(conn, lambda: conn.execute(Q[name], args).fetchall())[1]
 
 
 def test_a_saturated_group_of_many_pending_jobs_is_not_walked(conn: sqlite3.Connection) -> None:
@@ -167,15 +174,6 @@ def test_a_claim_of_a_group_limited_type_reads_its_room_not_every_group(
     params = ClaimParams(
         worker_name="w", worker_id="w/1", limit=10, now=NOW, limits=limits, configured=("grouped",)
     )
-    steps = 0
-
-    def count() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
-    conn.set_progress_handler(count, 100)
-    claimed, _, _ = claim(conn, params)
-    conn.set_progress_handler(None, 100)
+    (claimed, _, _), steps = _counted(conn, lambda: claim(conn, params))
     assert [job.group for job in claimed] == [f"g{i}" for i in range(1, 11)]
     assert steps < 200
