@@ -3,4 +3,5 @@ are not on the PATH."""
 
 from queuelog.cli import main
 
-main(prog_name="queuelog")
+if __name__ == "__main__":
+    main(prog_name="queuelog")

@@ -93,8 +93,9 @@ class IdempotencyKeyReused(QueueError):
 
 class StorageUnavailable(QueueError):
     """The database cannot take the request now (unreachable, an I/O error, read-only,
-    locked by another process past the busy timeout); nothing was done, or its outcome
-    is unknown. ``reason`` names the fault for logs and metrics."""
+    locked by another process past the busy timeout, or a write that lost to others on
+    each of its tries); nothing was done, or its outcome is unknown. ``reason`` names
+    the cause for logs and metrics."""
 
     slug, status, title = "unavailable", 503, "Database unavailable"
     retry_after = 1

@@ -152,8 +152,11 @@ class Scheduler:
 
     async def resume(self, name: str) -> Schedule:
         """Resume from the next fire time: fires missed while paused are not made up. A
-        schedule not paused keeps its own (storage leaves it as it is)."""
+        schedule not paused keeps its own (storage also leaves it as it is, should a
+        pause and this resume cross)."""
         schedule = await self.get(name)
+        if not schedule.paused:
+            return schedule
         now = self.clock.now()
         try:
             next_run_at = schedule.spec.cadence.next_after(now)

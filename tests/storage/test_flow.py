@@ -145,6 +145,26 @@ async def test_jobs_behind_a_long_run_of_a_full_group_are_still_claimed(store: S
     assert last.payload["n"] == 102
 
 
+async def test_behind_a_long_run_of_a_full_group_a_group_of_two_slots_gives_both(
+    store: Storage,
+) -> None:
+    """The groups' heads, merged with the ungrouped jobs in claim order, each group up to
+    its free slots (read past its first job only once that is taken)."""
+    two = {"grouped": FlowLimits(group_concurrency=2)}
+    for n in (-2, -1):
+        await store.job_insert_many([job("grouped", "big", n)], T0)
+        await store.job_claim(replace(params(T0 + timedelta(seconds=1)), limits=two))
+    later = T0 + timedelta(microseconds=1)
+    await store.job_insert_many([job("grouped", "big", i, later) for i in range(60)], later)
+    behind = [("a", 0), (None, 1), ("a", 2), (None, 3), ("a", 4)]
+    for i, (group, n) in enumerate(behind):
+        await store.job_insert_many([job("grouped", group, n)], T0 + timedelta(milliseconds=1 + i))
+    claim = replace(params(T0 + timedelta(seconds=1), limit=3), limits=two)
+    assert [j.payload["n"] for j in await store.job_claim(claim)] == [0, 1, 2]
+    claim = replace(params(T0 + timedelta(seconds=1), limit=5), limits=two)
+    assert [j.payload["n"] for j in await store.job_claim(claim)] == [3]
+
+
 async def test_group_concurrency_two_takes_two_of_a_group(store: Storage) -> None:
     two = {"grouped": FlowLimits(group_concurrency=2)}
     for i in range(4):

@@ -120,6 +120,26 @@ def test_many_groups_heads_are_found_by_a_seek_each_before_statistics_catch_up(
     assert _rows_read(plan) <= 20 * groups, plan
 
 
+async def test_a_pick_moved_later_before_the_claim_is_not_claimed(
+    nodes: list[PostgresStorage], schema: str
+) -> None:
+    """A group-limited claim reads its picks without row locks; a replace that moves a
+    pick's run_at later (or a cancel) may commit before the claim: it takes only those
+    still ready."""
+    ready, moved = [
+        j for j, _ in await nodes[0].job_insert_many([job("grouped", "a"), job("grouped", "b")], T0)
+    ]
+    t = to_micros(T0)
+    args = {"worker_id": "w/1", "worker_name": "w", "now": t, "lease_seconds": None}
+    with psycopg.connect(schema, row_factory=dict_row, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE jobs SET run_at = %(later)s, scheduled = true WHERE id = %(id)s",
+            {"later": t + 60_000_000, "id": moved.id},
+        )
+        rows = conn.execute(Q["job_claim_ids"], {**args, "ids": [ready.id, moved.id]}).fetchall()
+    assert [row["id"] for row in rows] == [ready.id]
+
+
 async def test_a_freed_slot_and_a_resume_reach_the_other_node(
     nodes: list[PostgresStorage],
 ) -> None:

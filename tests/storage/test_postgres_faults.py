@@ -128,6 +128,7 @@ def test_a_write_that_loses_every_try_is_refused_for_contention_not_as_a_fault(
             assert refused.value.status == 503 and refused.value.reason == "contention"
             assert "deadlock" not in str(refused.value)  # no database text for the client
             assert store.health.writable and run_blocking(store.ping())
+            assert store.health.refused() == {"contention": 1}
             assert run_blocking(store.job_list(JobListParams(limit=10))) == []
             assert "lost to other transactions" in caplog.text
         finally:

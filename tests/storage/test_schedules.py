@@ -153,6 +153,18 @@ async def test_pause_stops_fires_and_resume_sets_the_next_time(store: Storage) -
         await store.schedule_set_paused("nope", True, None, T0)
 
 
+async def test_a_schedule_already_paused_or_running_is_left_as_it_is(store: Storage) -> None:
+    """A resume of a running schedule keeps its fire time (a fire due and not yet made
+    is still made); a pause of a paused one changes nothing either."""
+    made = await store.schedule_insert(schedule(), T0)
+    later = T0 + timedelta(minutes=5)
+    kept = await store.schedule_set_paused("tick", False, later, T0 + timedelta(seconds=90))
+    assert kept == made
+    paused = await store.schedule_set_paused("tick", True, None, T0 + timedelta(seconds=1))
+    again = await store.schedule_set_paused("tick", True, None, T0 + timedelta(seconds=2))
+    assert again == paused and paused.updated_at == T0 + timedelta(seconds=1)
+
+
 async def test_trigger_makes_a_job_even_when_paused(store: Storage) -> None:
     await store.schedule_insert(schedule(overlap=False), T0)
     await store.schedule_set_paused("tick", True, None, T0)

@@ -10,9 +10,9 @@ index seek, and merges the reads into the usual claim order, so the claim takes 
 first eligible jobs; jobs held back by a limit keep their place. For a type with
 ``group_concurrency`` the claim first reads a short run of the type's ready jobs in
 claim order and takes those whose groups have room: the read grows with the claim,
-not with the number of groups. Only when more of that run are held back by full
-groups than the claim could take does it read the first ready job of every group
-(one seek per group), so a big group at its limit is never walked job by job.
+not with the number of groups. Only when the run, read whole, leaves the claim short
+(full groups held back too many of it) does it read the first ready job of every
+group (one seek per group), so a big group at its limit is not walked job by job.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ CONCURRENCY = "concurrency"
 GROUP_CONCURRENCY = "group_concurrency"
 RATE_LIMIT = "rate_limit"
 _KEPT_PAST_WINDOW = 60_000_000  # microseconds: see _rate_used
-# A group-limited type's first read: the claim's room twice over, and this many more.
+# A group-limited type's first read: the claim's room, and this many more.
 _RUN_SLACK = 32
 
 
@@ -195,10 +195,12 @@ def _from_run(
     args: dict[str, Any],
 ) -> list[Place] | None:
     """The claim's jobs of ``name`` from a short run of its ready jobs in claim order,
-    each group's up to its free ``slots``; None when the run, read whole, held fewer
-    than the claim's room while more were left (the groups' heads then decide)."""
+    each group's up to its free ``slots``; None when the run was read whole and gave
+    fewer than the claim's room while more jobs may follow (the groups' heads then
+    decide). A claim is counted as held back by its groups when a job of the run was
+    skipped because its group's running jobs fill it."""
     room = args["limit"]
-    length = 2 * room + _RUN_SLACK
+    length = room + _RUN_SLACK
     run = sql.rows("ready_run_of_type", {**args, "limit": length})
     held = dict(running)  # each group's running jobs, and those this claim takes
     places: list[Place] = []

@@ -55,6 +55,13 @@ class StorageHealth:
         with self._lock:
             return dict(self._refused)
 
+    def contended(self, error: StorageUnavailable) -> StorageUnavailable:
+        """Count an operation refused because it lost to others on each of its tries:
+        no fault of the database, so writes are not refused after it."""
+        with self._lock:
+            self._refused[error.reason] = self._refused.get(error.reason, 0) + 1
+        return error
+
     def refuse(self, error: StorageUnavailable) -> StorageUnavailable:
         """Count an operation refused for ``error``, which is returned to be raised."""
         with self._lock:

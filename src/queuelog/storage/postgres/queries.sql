@@ -598,7 +598,8 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: ready_run_of_type
 -- The first ready jobs of a group-limited type in claim order, with their groups: the
--- claim takes those whose groups have room (the type's lock is held).
+-- claim takes those whose groups have room (no row locks: job_claim_ids checks each
+-- pick is still ready).
 SELECT id, priority, created_at, job_group FROM jobs
 WHERE status = 'pending' AND NOT scheduled AND type = %(type)s::text
   AND run_at <= %(now)s::bigint
@@ -646,7 +647,9 @@ WITH RECURSIVE head AS (
 SELECT id, priority, created_at, job_group FROM head;
 
 -- name: job_claim_ids
--- job_claim for the jobs the flow claim picked (by id), under the same guard.
+-- job_claim for the jobs the flow claim picked (by id), under the same guard, ready
+-- still: the picks were read without row locks (the type's lock holds claims back, not
+-- a replace that has since moved a job's run_at later, nor a cancel).
 UPDATE jobs
 SET status = 'running',
     worker_id = %(worker_id)s,
@@ -658,6 +661,7 @@ SET status = 'running',
     held_lease_seconds = COALESCE(%(lease_seconds)s::integer, lease_seconds),
     updated_at = %(now)s::bigint
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending'
+  AND NOT scheduled AND run_at <= %(now)s::bigint
 RETURNING *;
 
 -- name: type_claims_forget

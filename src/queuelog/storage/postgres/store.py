@@ -231,7 +231,8 @@ class PostgresStorage(SqlReads):
             except _RETRYABLE as exc:
                 if attempt == _RETRIES - 1:
                     _LOG.warning("a write lost to other transactions %d times: %s", _RETRIES, exc)
-                    raise StorageUnavailable(_CONTENTION, reason="contention") from None
+                    refused = StorageUnavailable(_CONTENTION, reason="contention")
+                    raise self.health.contended(refused) from None
             except _FAULTS as exc:
                 raise self._refused(exc) from None
         raise AssertionError("unreachable")

@@ -141,6 +141,8 @@ def _lock_keys(conn: Conn, jobs: Sequence[NewJob]) -> None:
     the database's shared lock table."""
     unique = [(j.principal, j.type, j.unique_key) for j in jobs if j.unique_key is not None]
     keyed = [(j.principal, j.idempotency_key) for j in jobs if j.idempotency_key is not None]
+    if len(jobs) == 1:
+        keyed = []  # one job's one key cannot be held against another batch's order
     buckets = sorted({_bucket(key) for key in [*unique, *keyed]})
     conn.execute(Q["keys_lock"], {"buckets": buckets})
 

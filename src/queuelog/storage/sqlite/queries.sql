@@ -550,6 +550,7 @@ SET status = 'running',
     held_lease_seconds = COALESCE(:lease_seconds, lease_seconds),
     updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending'
+  AND scheduled = 0 AND run_at <= :now
 RETURNING *;
 
 -- name: type_claims_forget
