@@ -511,7 +511,8 @@ def test_hardening_30_batches_of_the_same_idempotency_keys_in_other_orders_never
 ) -> None:
     """Three nodes enqueue batches of the same keyed jobs at once, each listing the keys
     in its own order: each key makes one job, every batch answers, and PostgreSQL never
-    has to break a deadlock (a broken one is run again, up to three times, then a 500).
+    has to break a deadlock (a broken one is run again, up to three times, then refused
+    as contention).
     With unique keys too, a batch goes in job by job, in its order."""
     before = _deadlocks(schema)
     stores = [PostgresStorage(schema, pool_size=2) for _ in range(NODES)]

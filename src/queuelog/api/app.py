@@ -68,10 +68,10 @@ Choices where the contract is silent:
   `connection_wait_seconds`, an I/O error, read-only, locked by another program
   past the busy timeout; on PostgreSQL, a write that lost a deadlock to other
   writes of the same jobs or keys on each of its three tries) the answer is 503
-  `unavailable`, and when it has no space
-  left 507 `insufficient-storage`, both with `Retry-After`, on every route and for
-  a whole batch; never a 500. Nothing was stored for a 507; for a 503 the outcome
-  may be unknown, so clients resend only the calls that are safe to resend.
+  `unavailable`, and when it has no space left 507 `insufficient-storage`, both
+  with `Retry-After`, on every route and for a whole batch; never a 500. Nothing was
+  stored for a 507; for a 503 the outcome may be unknown, so clients resend only the
+  calls that are safe to resend.
   `/readyz` answers 503 while the node cannot write, and 200 once it can again.
 * Ids are positive 64-bit integers; an id of 0 or beyond 2^63-1 is 422 `validation`. A path
   segment that is not digits (`/jobs/-1`) names no route: 404 `not-found`.

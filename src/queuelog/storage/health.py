@@ -59,13 +59,13 @@ class StorageHealth:
         """Count an operation refused because it lost to others on each of its tries:
         no fault of the database, so writes are not refused after it."""
         with self._lock:
-            self._refused[error.reason] = self._refused.get(error.reason, 0) + 1
+            self._count(error.reason)
         return error
 
     def refuse(self, error: StorageUnavailable) -> StorageUnavailable:
         """Count an operation refused for ``error``, which is returned to be raised."""
         with self._lock:
-            self._refused[error.reason] = self._refused.get(error.reason, 0) + 1
+            self._count(error.reason)
             self._refused_during += 1
             if self._fault is not None:
                 return error
@@ -78,6 +78,10 @@ class StorageHealth:
             error.slug,
         )
         return error
+
+    def _count(self, reason: str) -> None:
+        """One more operation refused for ``reason`` (the lock held)."""
+        self._refused[reason] = self._refused.get(reason, 0) + 1
 
     def stored(self) -> None:
         """A write stored something and committed: a fault under way has ended."""
