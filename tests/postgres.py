@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
+from typing import Any
 
 import pytest
 from bench.pg import fresh_schema as schema_named
@@ -62,3 +63,10 @@ def subscribed(store: ReadySubscriber) -> threading.Event:
     assert woken.wait(10), "the node did not start listening"
     woken.clear()
     return woken
+
+
+def rows_read(plan: dict[str, Any]) -> int:
+    """Every row an EXPLAIN ANALYZE plan's nodes read, over all their loops."""
+    rows = int(plan.get("Actual Rows", 0)) + int(plan.get("Rows Removed by Filter", 0))
+    own = rows * int(plan.get("Actual Loops", 1))
+    return own + sum(rows_read(child) for child in plan.get("Plans", []))

@@ -268,6 +268,26 @@ async def test_claim_sets_lease_and_worker(store: Storage) -> None:
     assert await claim(store) == []
 
 
+async def test_a_claim_naming_types_takes_them_in_claim_order_across_the_types(
+    store: Storage,
+) -> None:
+    """Each named type's ready jobs are read apart; the claim still takes the first of
+    them all in claim order, each job once, however often a type is named."""
+    await store.job_insert_many([new_job("other", Priority.CRITICAL)], T0)
+    jobs = [new_job(name, priority) for name in ("noop", "send_email") for priority in Priority]
+    made = await store.job_insert_many(jobs, T0 + timedelta(seconds=1))
+    later = new_job("noop", Priority.CRITICAL, run_at=T0 + timedelta(hours=1))
+    await store.job_insert_many([later], T0 + timedelta(seconds=1))
+    now = T0 + timedelta(seconds=2)
+    named = ["send_email", "noop", "send_email"]
+    taken = await claim(store, now, limit=5, types=named)
+    by_order = sorted((job for job, _ in made), key=lambda j: (-j.priority, j.id))
+    assert [j.id for j in taken] == [j.id for j in by_order[:5]]
+    rest = await claim(store, now, limit=10, types=named)
+    assert [j.id for j in rest] == [j.id for j in by_order[5:]]
+    assert all(j.type != "other" for j in taken + rest)
+
+
 async def test_claim_skips_jobs_not_yet_due_and_other_types(store: Storage) -> None:
     await store.job_insert_many([new_job(run_at=T0 + timedelta(seconds=60))], T0)
     await store.job_insert_many([new_job("send_email")], T0)

@@ -15,7 +15,7 @@ from queuelog.models import JobStatus
 from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.postgres.transactions import Q
 from queuelog.storage.protocol import FinishParams
-from tests.postgres import fresh_schema, subscribed
+from tests.postgres import fresh_schema, rows_read, subscribed
 from tests.storage.test_flow import T0, job, params
 
 pytestmark = pytest.mark.anyio
@@ -95,13 +95,6 @@ async def test_a_saturated_group_of_many_pending_jobs_is_not_walked(
             assert _max_rows(plan) <= 10, (name, plan)
 
 
-def _rows_read(plan: dict[str, Any]) -> int:
-    """Every row an EXPLAIN ANALYZE plan's nodes read, over all their loops."""
-    rows = int(plan.get("Actual Rows", 0)) + int(plan.get("Rows Removed by Filter", 0))
-    own = rows * int(plan.get("Actual Loops", 1))
-    return own + sum(_rows_read(child) for child in plan.get("Plans", []))
-
-
 def test_many_groups_heads_are_found_by_a_seek_each_before_statistics_catch_up(
     schema: str, nodes: list[PostgresStorage]
 ) -> None:
@@ -117,7 +110,7 @@ def test_many_groups_heads_are_found_by_a_seek_each_before_statistics_catch_up(
         (row,) = conn.execute(query, args).fetchall()
     plan = row["QUERY PLAN"][0]["Plan"]
     assert plan["Actual Rows"] == groups
-    assert _rows_read(plan) <= 20 * groups, plan
+    assert rows_read(plan) <= 20 * groups, plan
 
 
 async def test_a_pick_moved_later_before_the_claim_is_not_claimed(

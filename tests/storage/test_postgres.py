@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -28,7 +28,7 @@ from queuelog.storage.protocol import FinishParams, JobListParams, NewJob
 from queuelog.storage.sqlfile import load_migrations, load_queries
 from queuelog.storage.subscribers import ReadySubscriber
 from tests.conftest import run_blocking
-from tests.postgres import fresh_schema, postgres_url, subscribed
+from tests.postgres import fresh_schema, postgres_url, rows_read, subscribed
 from tests.storage.test_conformance import T0, claim, finish, new_job
 from tests.tcpproxy import TcpProxy
 
@@ -316,29 +316,79 @@ def test_next_due_is_the_earliest_future_run_at_of_the_types(
     assert run_blocking(store.job_next_due(later)) is None
 
 
-@pytest.mark.parametrize("types", [None, ["noop"]])
-def test_claim_walks_the_ready_index_without_sorting(
-    nodes: list[PostgresStorage], schema: str, types: list[str] | None
-) -> None:
-    store = nodes[0]
-    run_blocking(store.job_insert_many([new_job() for _ in range(500)], T0))
-    for job in run_blocking(claim(store, limit=100)):
-        run_blocking(finish(store, job))
-    # Every pending job is due: the planner walks the ready index in claim order. (When
-    # most pending jobs are scheduled later it may rather take jobs_due and sort the few.)
+def _claim_plan(schema: str, types: list[str] | None, limit: int = 10) -> dict[str, Any]:
+    """The executed plan of a claim an hour after T0 (its changes rolled back)."""
     args = {
         "now": to_micros(T0 + timedelta(hours=1)),
         "types": types,
-        "limit": 10,
+        "limit": limit,
         "worker_id": "w/1",
         "worker_name": "w",
         "lease_seconds": None,
     }
     with psycopg.connect(schema, row_factory=dict_row) as conn:
+        (row,) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + Q["job_claim"], args)
+        conn.rollback()
+    plan: dict[str, Any] = row["QUERY PLAN"][0]["Plan"]
+    return plan
+
+
+def _scans(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each scan of jobs an executed plan ran, and the index it walked."""
+    found = []
+    ran = plan.get("Actual Loops", 0) > 0
+    if ran and plan["Node Type"].endswith("Scan") and plan.get("Relation Name") == "jobs":
+        found.append((plan["Node Type"], plan.get("Index Name", "")))
+    for child in plan.get("Plans", []):
+        found += _scans(child)
+    return found
+
+
+def _sorted_rows(plan: dict[str, Any]) -> int:
+    """The most rows any sort of an executed plan ordered."""
+    own = int(plan.get("Actual Rows", 0)) if plan["Node Type"] == "Sort" else 0
+    return max([own, *(_sorted_rows(child) for child in plan.get("Plans", []))])
+
+
+@pytest.mark.parametrize("types", [None, ["noop"]])
+def test_claim_walks_a_ready_index_without_sorting_the_queue(
+    nodes: list[PostgresStorage], schema: str, types: list[str] | None
+) -> None:
+    store = nodes[0]
+    for _ in range(10):
+        run_blocking(store.job_insert_many([new_job() for _ in range(500)], T0))
+    for job in run_blocking(claim(store, limit=100)):
+        run_blocking(finish(store, job))
+    # Every pending job is due: the planner walks the ready index in claim order. (When
+    # most pending jobs are scheduled later it may rather take jobs_due and sort the few.)
+    with psycopg.connect(schema, autocommit=True) as conn:
         conn.execute("ANALYZE jobs")
-        rows = conn.execute("EXPLAIN " + Q["job_claim"], args).fetchall()
-    plan = "\n".join(row["QUERY PLAN"] for row in rows)
-    assert "jobs_ready" in plan and "Sort" not in plan, plan
+    plan = _claim_plan(schema, types)
+    ready = "jobs_ready" if types is None else "jobs_ready_type"
+    # The pick walks a ready index; the claimed rows are found by id. A claim naming
+    # types orders the few it picked of each type, never the pending jobs.
+    assert _scans(plan) == [("Index Scan", ready), ("Index Scan", "jobs_pkey")], plan
+    assert _sorted_rows(plan) <= (0 if types is None else 10), plan
+
+
+def test_a_claim_naming_a_type_reads_none_of_the_jobs_of_others_ahead(
+    nodes: list[PostgresStorage], schema: str
+) -> None:
+    """20,000 jobs of one type enqueued ahead of 10 of another, claimed before the
+    table's statistics are gathered again: a claim naming the second type reads its
+    jobs, not the burst (a filter on the ready index read all 20,000 a claim)."""
+    store = nodes[0]
+    run_blocking(store.job_insert_many([new_job() for _ in range(10)], T0))
+    with psycopg.connect(schema, autocommit=True) as conn:
+        conn.execute("ANALYZE jobs")
+    burst = [new_job("bulk", Priority.HIGH) for _ in range(20_000)]
+    for start in range(0, len(burst), 500):
+        run_blocking(store.job_insert_many(burst[start : start + 500], T0))
+    plan = _claim_plan(schema, ["noop"], limit=5)
+    assert plan["Actual Rows"] == 5
+    assert rows_read(plan) <= 100, plan
+    taken = run_blocking(claim(store, limit=5, types=["noop", "noop"]))
+    assert [job.type for job in taken] == ["noop"] * 5
 
 
 def test_both_backends_number_migrations_and_name_queries_alike() -> None:

@@ -177,3 +177,24 @@ def test_a_claim_of_a_group_limited_type_reads_its_room_not_every_group(
     (claimed, _, _), steps = _counted(conn, lambda: claim(conn, params))
     assert [job.group for job in claimed] == [f"g{i}" for i in range(1, 11)]
     assert steps < 200
+
+
+def test_a_claim_naming_a_type_reads_none_of_the_jobs_of_others_ahead(
+    conn: sqlite3.Connection,
+) -> None:
+    """100,000 ready jobs of one type ahead of 10 of another: a claim naming the second
+    reads its jobs, not the others (a filter on the ready index walked all 100,000,
+    holding the write lock for a tenth of a second a claim)."""
+    conn.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100010)"
+        " INSERT INTO jobs (type, principal, run_at, created_at, updated_at)"
+        " SELECT CASE WHEN i > 100000 THEN 'rare' ELSE 'bulk' END, 'shop', 1, i, 1 FROM n"
+    )
+    conn.execute("ANALYZE")
+    conn.row_factory = sqlite3.Row
+    params = ClaimParams(worker_name="w", worker_id="w/1", limit=5, now=NOW, types=["rare"])
+    (claimed, _, _), steps = _counted(conn, lambda: claim(conn, params))
+    assert [job.created_at for job in claimed] == [
+        datetime.fromtimestamp(i / 1_000_000, UTC) for i in range(100001, 100006)
+    ]
+    assert steps < 100

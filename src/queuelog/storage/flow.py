@@ -59,7 +59,9 @@ def take(sql: FlowSql, params: ClaimParams) -> list[Job]:
     paused = {row["type"] for row in sql.rows("type_paused", {})}
     types = scope(params, paused)
     if types is None:
-        rows = sql.rows("job_claim", claim_params(params, sql.types(params.types)))
+        # Each named type's ready jobs are read once, however often the claim names it.
+        named = None if params.types is None else list(dict.fromkeys(params.types))
+        rows = sql.rows("job_claim", claim_params(params, sql.types(named)))
     else:
         rows = claim(sql, params, types, paused)
     jobs = sorted(map(job_from_row, rows), key=claim_order)

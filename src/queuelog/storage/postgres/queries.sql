@@ -202,16 +202,33 @@ FROM json_array_elements_text(%(ids)s::json) WITH ORDINALITY AS i (value, n)
 ORDER BY i.n;
 
 -- name: job_claim
--- One statement: the CTE locks the first ready rows in claim order, skipping rows
--- another node's claim has locked, so concurrent claimers never wait on each other
--- and never get the same job. The lease token is 128 random bits, fresh per claim.
+-- One statement: it locks the first ready rows in claim order, skipping rows another
+-- node's claim has locked, so concurrent claimers never wait on each other and never
+-- get the same job. A claim of any type walks the ready index. A claim naming types
+-- walks each type's ready index for its first :limit jobs and takes the first :limit of
+-- those: jobs of other types ahead in the queue are never read, however stale the
+-- planner's statistics (a filter on the ready index reads past them all, and is the
+-- plan taken right after a burst). Of a claim naming several types, the rows it locked
+-- and did not take are other claims' again once it commits. The lease token is 128
+-- random bits, fresh per claim.
 WITH ready AS (
     SELECT id FROM jobs
-    WHERE status = 'pending' AND NOT scheduled AND run_at <= %(now)s::bigint
-      AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]))
+    WHERE %(types)s::text[] IS NULL
+      AND status = 'pending' AND NOT scheduled AND run_at <= %(now)s::bigint
     ORDER BY priority DESC, created_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), ready_of_types AS (
+    SELECT picked.id FROM unnest(%(types)s::text[]) AS named(type)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, created_at FROM jobs
+        WHERE status = 'pending' AND NOT scheduled AND jobs.type = named.type
+          AND run_at <= %(now)s::bigint
+        ORDER BY jobs.type, priority DESC, created_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS picked
+    ORDER BY picked.priority DESC, picked.created_at, picked.id
+    LIMIT %(limit)s
 )
 UPDATE jobs
 SET status = 'running',
@@ -223,9 +240,9 @@ SET status = 'running',
         + COALESCE(%(lease_seconds)s::integer, lease_seconds)::bigint * 1000000,
     held_lease_seconds = COALESCE(%(lease_seconds)s::integer, lease_seconds),
     updated_at = %(now)s::bigint
-FROM ready
-WHERE jobs.id = ready.id AND jobs.status = 'pending'
-RETURNING jobs.*;
+WHERE id = ANY(ARRAY(SELECT id FROM ready UNION ALL SELECT id FROM ready_of_types))
+  AND status = 'pending'
+RETURNING *;
 
 -- name: job_promote_due
 -- Scheduled jobs whose run_at has come join the ready index. SKIP LOCKED: rows

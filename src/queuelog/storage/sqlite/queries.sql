@@ -164,8 +164,11 @@ FROM json_each(:ids) AS i
 ORDER BY i.key;
 
 -- name: job_claim
--- Lease the first ready jobs in claim order. INDEXED BY keeps the pick on the index
--- that is already in claim order (no sort, whatever the size); the group's
+-- Lease the first ready jobs in claim order. A claim of any type walks the ready index,
+-- already in claim order (no sort, whatever the size). A claim naming types walks each
+-- type's ready index for its first :limit jobs and takes the first :limit of those:
+-- jobs of other types ahead in the queue are never read (a filter on the ready index
+-- would read past them all). INDEXED BY keeps each pick on its index; the group's
 -- transaction holds the write lock, so nothing takes these jobs between the pick and
 -- the update. The guard (status = 'pending') keeps the hand-out atomic all the same.
 -- The lease token is 128 random bits, fresh per claim.
@@ -179,11 +182,22 @@ SET status = 'running',
     held_lease_seconds = COALESCE(:lease_seconds, lease_seconds),
     updated_at = :now
 WHERE id IN (
-    SELECT id FROM jobs INDEXED BY jobs_ready
-    WHERE status = 'pending' AND scheduled = 0 AND run_at <= :now
-      AND (:types IS NULL OR type IN (SELECT value FROM json_each(:types)))
-    ORDER BY priority DESC, created_at, id
-    LIMIT :limit)
+    SELECT id FROM (
+        SELECT id FROM jobs INDEXED BY jobs_ready
+        WHERE :types IS NULL AND status = 'pending' AND scheduled = 0 AND run_at <= :now
+        ORDER BY priority DESC, created_at, id
+        LIMIT :limit)
+    UNION ALL
+    SELECT id FROM (
+        SELECT ready.id FROM json_each(:types) AS named
+        JOIN jobs AS ready ON ready.id IN (
+            SELECT id FROM jobs INDEXED BY jobs_ready_type
+            WHERE status = 'pending' AND scheduled = 0 AND type = named.value
+              AND run_at <= :now
+            ORDER BY priority DESC, created_at, id
+            LIMIT :limit)
+        ORDER BY ready.priority DESC, ready.created_at, ready.id
+        LIMIT :limit))
   AND status = 'pending'
 RETURNING *;
 
