@@ -288,6 +288,19 @@ async def test_a_claim_naming_types_takes_them_in_claim_order_across_the_types(
     assert all(j.type != "other" for j in taken + rest)
 
 
+async def test_next_due_is_the_earliest_future_run_at_of_the_types(store: Storage) -> None:
+    assert await store.job_next_due(T0) is None
+    soon, later = T0 + timedelta(seconds=5), T0 + timedelta(seconds=9)
+    await store.job_insert_many([new_job(run_at=T0), new_job("send_email", run_at=soon)], T0)
+    await store.job_insert_many([new_job(run_at=later)], T0)
+    assert await store.job_next_due(T0) == soon
+    assert await store.job_next_due(T0, ["noop"]) == later
+    assert await store.job_next_due(T0, ["other", "noop", "send_email"]) == soon
+    assert await store.job_next_due(T0, ["other"]) is None
+    assert await store.job_next_due(soon, ["send_email", "noop"]) == later
+    assert await store.job_next_due(later) is None
+
+
 async def test_claim_skips_jobs_not_yet_due_and_other_types(store: Storage) -> None:
     await store.job_insert_many([new_job(run_at=T0 + timedelta(seconds=60))], T0)
     await store.job_insert_many([new_job("send_email")], T0)

@@ -198,3 +198,25 @@ def test_a_claim_naming_a_type_reads_none_of_the_jobs_of_others_ahead(
         datetime.fromtimestamp(i / 1_000_000, UTC) for i in range(100001, 100006)
     ]
     assert steps < 100
+
+
+def test_when_a_type_s_next_job_is_due_is_one_seek_whatever_others_scheduled(
+    conn: sqlite3.Connection,
+) -> None:
+    """100,000 jobs of one type scheduled for later: a claim naming another type that
+    finds nothing ready asks when its next job is due without reading them (a filter on
+    the scheduled jobs walked them all, at each look of a long poll)."""
+    conn.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000)"
+        " INSERT INTO jobs (type, principal, run_at, created_at, updated_at, scheduled)"
+        " SELECT 'bulk', 'shop', 1000 + i, 1, 1, 1 FROM n"
+    )
+    conn.execute(
+        "INSERT INTO jobs (type, principal, run_at, created_at, updated_at, scheduled)"
+        " VALUES ('rare', 'shop', 500000, 1, 1, 1)"
+    )
+    conn.execute("ANALYZE")
+    for types, due in (('["other"]', None), ('["other", "rare"]', 500000)):
+        args = {"now": 10, "types": types}
+        (row,), steps = _counted(conn, lambda a=args: conn.execute(Q["job_next_due"], a).fetchall())
+        assert row[0] == due and steps < 10, (types, steps)

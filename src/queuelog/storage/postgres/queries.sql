@@ -422,9 +422,18 @@ SELECT min(at) AS oldest FROM (
 SELECT count(*) AS ready FROM jobs WHERE status = 'pending' AND run_at <= %(now)s::bigint;
 
 -- name: job_next_due
-SELECT min(run_at) AS next_due FROM jobs
-WHERE status = 'pending' AND scheduled AND run_at > %(now)s::bigint
-  AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]));
+-- When the next scheduled job becomes ready: of any type, the first along the scheduled
+-- jobs in run_at order; of named types, each type's first, one seek each (a filter on
+-- the scheduled jobs would walk every other type's).
+SELECT min(at) AS next_due FROM (
+    SELECT min(run_at) AS at FROM jobs
+    WHERE %(types)s::text[] IS NULL
+      AND status = 'pending' AND scheduled AND run_at > %(now)s::bigint
+    UNION ALL
+    SELECT (SELECT min(run_at) FROM jobs
+            WHERE jobs.type = named.type AND status = 'pending' AND scheduled
+              AND run_at > %(now)s::bigint)
+    FROM unnest(%(types)s::text[]) AS named(type)) AS due;
 
 -- name: key_insert
 INSERT INTO api_keys (name, roles, max_priority, types, key_hash, prefix, created_at)
