@@ -644,6 +644,20 @@ async def test_list_filters_and_pages_newest_first(store: Storage) -> None:
     assert [j.id for j in running] == [held[0].id]
 
 
+async def test_the_running_jobs_are_listed_newest_first_by_any_filter(store: Storage) -> None:
+    await store.job_insert_many([new_job() for _ in range(4)], T0)
+    await store.job_insert_many([new_job("send_email") for _ in range(2)], T0)
+    taken = sorted(j.id for j in await claim(store, limit=5))  # one send_email left
+    running = JobStatus.RUNNING
+    ids = [j.id for j in await store.job_list(JobListParams(limit=10, status=running))]
+    assert ids == taken[::-1]
+    page = await store.job_list(JobListParams(limit=2, status=running, before_id=ids[1]))
+    assert [j.id for j in page] == ids[2:4]
+    emails = await store.job_list(JobListParams(limit=10, status=running, type="send_email"))
+    assert [(j.type, j.status) for j in emails] == [("send_email", running)]
+    assert await store.job_list(JobListParams(limit=10, status=running, holder="other")) == []
+
+
 async def test_prune_deletes_old_finished_jobs_and_their_events(store: Storage) -> None:
     await store.job_insert_many([new_job(key="k", fingerprint="f"), new_job()], T0)
     (job,) = await claim(store)

@@ -220,3 +220,26 @@ def test_when_a_type_s_next_job_is_due_is_one_seek_whatever_others_scheduled(
         args = {"now": 10, "types": types}
         (row,), steps = _counted(conn, lambda a=args: conn.execute(Q["job_next_due"], a).fetchall())
         assert row[0] == due and steps < 10, (types, steps)
+
+
+def test_the_running_jobs_are_listed_without_reading_the_others(
+    conn: sqlite3.Connection,
+) -> None:
+    """100,000 completed jobs and 2 running: the running ones (the dashboard's overview
+    asks for them every few seconds) are found through the leases' index; walking
+    every job newest first read the whole table on the server's loop."""
+    conn.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100002)"
+        " INSERT INTO jobs (type, principal, run_at, created_at, updated_at, status,"
+        " lease_expires_at, claimed_by)"
+        " SELECT 'noop', 'shop', 1, i, 1, CASE WHEN i <= 2 THEN 'running' ELSE 'completed'"
+        " END, CASE WHEN i <= 2 THEN 100 END, 'w' FROM n"
+    )
+    conn.execute("ANALYZE")
+    args = {"before_id": None, "status": "running", "type": None, "idempotency_key": None}
+    for holder in (None, "w"):
+        query = {**args, "holder": holder, "limit": 100}
+        rows, steps = _counted(
+            conn, lambda q=query: conn.execute(Q["job_list_running"], q).fetchall()
+        )
+        assert [row[0] for row in rows] == [2, 1] and steps < 10, (holder, steps)

@@ -9,7 +9,15 @@ from typing import Any
 
 from queuelog.clock import from_micros, to_micros
 from queuelog.errors import StorageUnavailable
-from queuelog.models import ApiKey, EventKind, Job, JobEvent, QueueStats, TypeEventKind
+from queuelog.models import (
+    ApiKey,
+    EventKind,
+    Job,
+    JobEvent,
+    JobStatus,
+    QueueStats,
+    TypeEventKind,
+)
 from queuelog.schedules import Schedule
 from queuelog.storage.flow import window_start
 from queuelog.storage.health import StorageHealth
@@ -97,12 +105,14 @@ class SqlReads(abc.ABC):
             rows = await self._read("job_list_dependents", args)
             return [job_from_row(r) for r in rows]
         if params.principal is None and params.holder is None:
-            return [job_from_row(r) for r in await self._read("job_list", args)]
+            running = params.status is JobStatus.RUNNING
+            rows = await self._read("job_list_running" if running else "job_list", args)
+            return [job_from_row(r) for r in rows]
         # A key with both roles sees the union: each part newest first, merged.
         found: dict[int, Job] = {}
         for query, who in (
             ("job_list_by_principal", "principal"),
-            ("job_list_by_holder", "holder"),
+            ("job_list_running", "holder"),
         ):
             if args[who] is not None:
                 rows = await self._read(query, args)

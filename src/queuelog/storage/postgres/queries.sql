@@ -166,10 +166,12 @@ WHERE principal = %(principal)s::text
 ORDER BY id DESC
 LIMIT %(limit)s;
 
--- name: job_list_by_holder
--- The jobs one worker holds now: running jobs are few, whatever the table's size.
+-- name: job_list_running
+-- The running jobs (those one worker holds, with :holder): running jobs are few,
+-- whatever the table's size, and their index finds them (job_list, filtering every job
+-- newest first, would read the whole table when fewer than :limit run).
 SELECT * FROM jobs
-WHERE status = 'running' AND claimed_by = %(holder)s::text
+WHERE status = 'running' AND (%(holder)s::text IS NULL OR claimed_by = %(holder)s::text)
   AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(type)s::text IS NULL OR type = %(type)s::text)

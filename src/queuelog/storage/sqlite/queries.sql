@@ -128,10 +128,12 @@ WHERE principal = :principal
 ORDER BY id DESC
 LIMIT :limit;
 
--- name: job_list_by_holder
--- The jobs one worker holds now: running jobs are few, whatever the table's size.
+-- name: job_list_running
+-- The running jobs (those one worker holds, with :holder): running jobs are few,
+-- whatever the table's size, and their index finds them (job_list, filtering every job
+-- newest first, would read the whole table when fewer than :limit run).
 SELECT * FROM jobs INDEXED BY jobs_leases
-WHERE status = 'running' AND claimed_by = :holder
+WHERE status = 'running' AND (:holder IS NULL OR claimed_by = :holder)
   AND (:before_id IS NULL OR id < :before_id)
   AND (:status IS NULL OR status = :status)
   AND (:type IS NULL OR type = :type)
