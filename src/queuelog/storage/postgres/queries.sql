@@ -204,33 +204,20 @@ FROM json_array_elements_text(%(ids)s::json) WITH ORDINALITY AS i (value, n)
 ORDER BY i.n;
 
 -- name: job_claim
--- One statement: it locks the first ready rows in claim order, skipping rows another
--- node's claim has locked, so concurrent claimers never wait on each other and never
--- get the same job. A claim of any type walks the ready index. A claim naming types
--- walks each type's ready index for its first :limit jobs and takes the first :limit of
--- those: jobs of other types ahead in the queue are never read, however stale the
--- planner's statistics (a filter on the ready index reads past them all, and is the
--- plan taken right after a burst). Of a claim naming several types, the rows it locked
--- and did not take are other claims' again once it commits. The lease token is 128
+-- One statement: the CTE locks the first ready rows in claim order, skipping rows
+-- another node's claim has locked, so concurrent claimers never wait on each other and
+-- never get the same job, and it locks only what the claim takes. The update finds
+-- the locked rows by id alone: a guard on their status would let the planner look for
+-- them among the pending jobs instead, which after a burst into a table the statistics
+-- last saw drained means walking the burst at every claim. The lease token is 128
 -- random bits, fresh per claim.
 WITH ready AS (
     SELECT id FROM jobs
-    WHERE %(types)s::text[] IS NULL
-      AND status = 'pending' AND NOT scheduled AND run_at <= %(now)s::bigint
+    WHERE status = 'pending' AND NOT scheduled AND run_at <= %(now)s::bigint
+      AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]))
     ORDER BY priority DESC, created_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), ready_of_types AS (
-    SELECT picked.id FROM unnest(%(types)s::text[]) AS named(type)
-    CROSS JOIN LATERAL (
-        SELECT id, priority, created_at FROM jobs
-        WHERE status = 'pending' AND NOT scheduled AND jobs.type = named.type
-          AND run_at <= %(now)s::bigint
-        ORDER BY jobs.type, priority DESC, created_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED) AS picked
-    ORDER BY picked.priority DESC, picked.created_at, picked.id
-    LIMIT %(limit)s
 )
 UPDATE jobs
 SET status = 'running',
@@ -242,8 +229,7 @@ SET status = 'running',
         + COALESCE(%(lease_seconds)s::integer, lease_seconds)::bigint * 1000000,
     held_lease_seconds = COALESCE(%(lease_seconds)s::integer, lease_seconds),
     updated_at = %(now)s::bigint
-WHERE id = ANY(ARRAY(SELECT id FROM ready UNION ALL SELECT id FROM ready_of_types))
-  AND status = 'pending'
+WHERE id = ANY(ARRAY(SELECT id FROM ready))
 RETURNING *;
 
 -- name: job_promote_due
@@ -677,7 +663,15 @@ SELECT id, priority, created_at, job_group FROM head;
 -- name: job_claim_ids
 -- job_claim for the jobs the flow claim picked (by id), under the same guard, ready
 -- still: the picks were read without row locks (the type's lock holds claims back, not
--- a replace that has since moved a job's run_at later, nor a cancel).
+-- a replace that has since moved a job's run_at later, nor a cancel). The picks are
+-- locked by id first and the guard reads what was locked: a guard beside the ids in
+-- the update would let the planner look for them among the pending jobs (see
+-- job_claim).
+WITH picked AS (
+    SELECT id, status, scheduled, run_at FROM jobs
+    WHERE id = ANY(%(ids)s::bigint[])
+    FOR UPDATE
+)
 UPDATE jobs
 SET status = 'running',
     worker_id = %(worker_id)s,
@@ -688,8 +682,9 @@ SET status = 'running',
         + COALESCE(%(lease_seconds)s::integer, lease_seconds)::bigint * 1000000,
     held_lease_seconds = COALESCE(%(lease_seconds)s::integer, lease_seconds),
     updated_at = %(now)s::bigint
-WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending'
-  AND NOT scheduled AND run_at <= %(now)s::bigint
+WHERE id = ANY(ARRAY(
+    SELECT id FROM picked
+    WHERE status = 'pending' AND NOT scheduled AND run_at <= %(now)s::bigint))
 RETURNING *;
 
 -- name: type_claims_forget
