@@ -68,8 +68,8 @@ async def test_claim_walks_the_ready_indexes_without_sorting_the_queue(tmp_path:
         # limit per type), never the pending jobs.
         assert "SCAN jobs USING INDEX jobs_ready" in steps
         assert "SEARCH jobs USING INDEX jobs_ready_type (type=?)" in steps
-        sorts = [n for n, step in enumerate(steps) if "TEMP B-TREE" in step]
-        assert sorts == [steps.index("SEARCH jobs USING INDEX jobs_ready_type (type=?)") + 1]
+        (sort,) = [n for n, step in enumerate(steps) if "TEMP B-TREE" in step]
+        assert sort > steps.index("SEARCH jobs USING INDEX jobs_ready_type (type=?)")
     finally:
         store.close()
 
