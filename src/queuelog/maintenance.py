@@ -39,6 +39,7 @@ class Maintenance:
         rescued = len(await self.service.rescue_expired())
         if self.scheduler is not None:
             await self.scheduler.fire_due()
+        await self.service.storage.statistics_refresh()
         pruned = await self.service.prune() if prune else 0
         if rescued or pruned:
             log.info("maintenance: %d expired leases rescued, %d jobs pruned", rescued, pruned)

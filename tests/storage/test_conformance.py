@@ -288,6 +288,11 @@ async def test_a_claim_naming_types_takes_them_in_claim_order_across_the_types(
     assert all(j.type != "other" for j in taken + rest)
 
 
+async def test_statistics_of_a_queue_that_barely_changed_are_left_alone(store: Storage) -> None:
+    await store.job_insert_many([new_job() for _ in range(10)], T0)
+    assert await store.statistics_refresh() is False
+
+
 async def test_next_due_is_the_earliest_future_run_at_of_the_types(store: Storage) -> None:
     assert await store.job_next_due(T0) is None
     soon, later = T0 + timedelta(seconds=5), T0 + timedelta(seconds=9)

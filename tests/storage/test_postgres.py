@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -19,15 +20,17 @@ from psycopg.rows import dict_row
 from psycopg_pool import PoolTimeout
 
 from queuelog.auth import KeyRing, display_prefix
-from queuelog.clock import SystemClock, to_micros
+from queuelog.clock import FakeClock, SystemClock, to_micros
 from queuelog.errors import IdempotencyKeyReused
+from queuelog.maintenance import Maintenance
 from queuelog.models import EventKind, Job, JobStatus, Priority, Role
+from queuelog.service import JobService
 from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.postgres.transactions import Q
 from queuelog.storage.protocol import FinishParams, JobListParams, NewJob
 from queuelog.storage.sqlfile import load_migrations, load_queries
 from queuelog.storage.subscribers import ReadySubscriber
-from tests.conftest import run_blocking
+from tests.conftest import make_settings, run_blocking
 from tests.postgres import fresh_schema, postgres_url, rows_read, subscribed
 from tests.storage.test_conformance import T0, claim, finish, new_job
 from tests.tcpproxy import TcpProxy
@@ -386,6 +389,35 @@ def test_a_claim_reads_what_it_takes_after_a_burst_into_a_drained_table(
     assert plan["Actual Rows"] == 5 and rows_read(plan) <= 100, plan
 
 
+def test_statistics_far_behind_a_burst_are_gathered_again(
+    nodes: list[PostgresStorage], schema: str, tmp_path: Path
+) -> None:
+    """The statistics last saw the queue drained; a burst of 20,000 jobs of one type
+    came, then a few of another. The maintenance pass's refresh gathers them again (as
+    autovacuum would, if it runs, within a minute), and a claim of the few then reads
+    them, not the burst ahead of them."""
+    store = nodes[0]
+    with psycopg.connect(schema, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO jobs (type, status, principal, run_at, created_at, updated_at)"
+            " SELECT (ARRAY['noop', 'send_email', 'other'])[1 + n % 3], 'completed', 'shop',"
+            " 1, n, 1 FROM generate_series(1, 5000) n"
+        )
+        conn.execute("ANALYZE jobs")
+        assert run_blocking(store.statistics_refresh()) is False
+        conn.execute("SELECT pg_stat_force_next_flush()")  # counted at once, not in 10 s
+        conn.execute(
+            "INSERT INTO jobs (type, principal, run_at, created_at, updated_at)"
+            " SELECT CASE WHEN n > 20000 THEN 'rare' ELSE 'noop' END, 'shop', 1, n, 1"
+            " FROM generate_series(1, 20005) n"
+        )
+    service = JobService(store, make_settings(tmp_path), FakeClock())
+    assert run_blocking(Maintenance(service).run_once(prune=False)) == (0, 0)
+    assert run_blocking(store.statistics_refresh()) is False  # the pass gathered them
+    plan = _claim_plan(schema, ["rare"], limit=5)
+    assert plan["Actual Rows"] == 5 and rows_read(plan) <= 100, plan
+
+
 def test_when_a_type_s_next_job_is_due_is_one_seek_whatever_others_scheduled(
     nodes: list[PostgresStorage], schema: str
 ) -> None:
@@ -417,10 +449,13 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
     }
     assert numbers["postgres"] == numbers["sqlite"]
     # Both backends run the same queries by the same names; PostgreSQL alone needs its
-    # advisory locks, NOTIFY, the session's settings, the schema's name and whether
-    # a transaction wrote (SQLite's connection counts its changes itself).
+    # advisory locks, NOTIFY, the session's settings, the schema's name, whether a
+    # transaction wrote (SQLite's connection counts its changes itself) and the
+    # planner's statistics (SQLite's claims name their indexes).
     postgres_only = {
         "admin_bootstrap_lock",
+        "jobs_analyze",
+        "jobs_statistics_stale",
         "current_schema",
         "job_finished_notify",
         "flow_lock",

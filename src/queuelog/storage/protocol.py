@@ -232,6 +232,11 @@ class Storage(Protocol):
         """What commits wait for, as the database says: ``full``, ``normal`` or ``off``."""
         ...
 
+    async def statistics_refresh(self) -> bool:
+        """Gather the planner's statistics of the jobs again if they lag far behind the
+        table (a burst); True if it did. SQLite's claims name their indexes: no-op."""
+        ...
+
     async def job_insert_many(
         self, jobs: Sequence[NewJob], now: datetime
     ) -> list[tuple[Job, bool]]:
@@ -250,8 +255,7 @@ class Storage(Protocol):
         unique index over the active holders decides between concurrent inserts, on any
         node. A job's ``trace_context`` is stored and read back with it (a replaced
         holder keeps its own). A job with dependencies is made waiting and settled in
-        the same transaction (workflows.py).
-        """
+        the same transaction (workflows.py)."""
         ...
 
     async def job_get(self, job_id: int) -> Job | None: ...
@@ -287,8 +291,7 @@ class Storage(Protocol):
         waiting dependents in the same transaction (storage/workflows.py).
 
         Without ``with_jobs``, a finished item is answered with its id and new
-        status only (its row need not be read).
-        """
+        status only (its row need not be read)."""
         ...
 
     async def job_rescue_expired(
@@ -325,8 +328,7 @@ class Storage(Protocol):
 
     async def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
         """Every ``failed`` job of ``job_type`` back to ``pending`` (as job_requeue does),
-        each with a ``requeued`` event, in one transaction. Returns how many.
-        """
+        each with a ``requeued`` event, in one transaction. Returns how many."""
         ...
 
     async def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int:
@@ -340,8 +342,7 @@ class Storage(Protocol):
     ) -> list[EventCount]:
         """Events with ``since <= at < until``, counted per kind and per bucket of
         ``bucket_seconds`` from ``since`` (empty ones left out); an event that failed its
-        job for good counts as ``failed`` (a lease that expired with no attempt left too).
-        """
+        job for good counts as ``failed`` (a lease that expired with no attempt left too)."""
         ...
 
     async def key_insert(self, key: NewKey, now: datetime) -> ApiKey: ...
@@ -357,12 +358,10 @@ class Storage(Protocol):
     # -- schedules ----------------------------------------------------------
 
     async def schedule_sync_config(self, schedules: Sequence[NewSchedule], now: datetime) -> None:
-        """Make the config's schedules what ``schedules`` says, in one transaction.
-
-        A new one is inserted; an existing one takes the given fields and source
-        but keeps its pause state, and keeps its ``next_run_at`` unless its cadence
-        changed. Config schedules not in ``schedules`` are deleted.
-        """
+        """Make the config's schedules what ``schedules`` says, in one transaction: a new
+        one is inserted; an existing one takes the given fields and source but keeps its
+        pause state, and its ``next_run_at`` unless its cadence changed. Config schedules
+        not in ``schedules`` are deleted."""
         ...
 
     async def schedule_insert(self, new: NewSchedule, now: datetime) -> Schedule | None:

@@ -409,6 +409,16 @@ SELECT min(at) AS oldest FROM (
 -- name: job_ready_count
 SELECT count(*) AS ready FROM jobs WHERE status = 'pending' AND run_at <= %(now)s::bigint;
 
+-- name: jobs_statistics_stale
+-- Whether a fifth of the jobs (at least 1,000) changed since their last ANALYZE, by
+-- anyone (autovacuum's own threshold is a tenth, but it looks once a minute, if at all).
+SELECT coalesce(bool_or(n_mod_since_analyze >= greatest(1000, n_live_tup / 5)), false)
+       AS stale
+FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass;
+
+-- name: jobs_analyze
+ANALYZE jobs;
+
 -- name: job_next_due
 -- When the next scheduled job becomes ready: of any type, the first along the scheduled
 -- jobs in run_at order; of named types, each type's first, one seek each (a filter on

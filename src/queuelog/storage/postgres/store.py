@@ -365,6 +365,9 @@ class PostgresStorage(SqlReads):
     async def type_set_paused(self, job_type: str, paused: bool, actor: str, now: datetime) -> None:
         await self._write(lambda conn: tx.set_paused(conn, job_type, paused, actor, now))
 
+    async def statistics_refresh(self) -> bool:
+        return await self._write(tx.refresh_statistics, alone=True)
+
     # -- keys --------------------------------------------------------------
 
     async def key_insert(self, key: NewKey, now: datetime) -> ApiKey:

@@ -364,3 +364,14 @@ def set_paused(conn: Conn, job_type: str, paused: bool, actor: str, now: datetim
         conn.execute(Q["type_event_insert"], {**args, "event": kind.value})
         if not paused:
             _notify_ready(conn)  # the type's jobs are claimable again, on every node
+
+
+def refresh_statistics(conn: Conn) -> bool:
+    """ANALYZE the jobs when enough of them changed since their statistics were taken
+    that the planner may misjudge the queue (a burst into a table it saw drained walks
+    the burst at every claim) and autovacuum has not caught up, or runs too seldom or
+    not at all. The same share of changes as autovacuum's, checked every sweep."""
+    if not one(conn, "jobs_statistics_stale", {})["stale"]:
+        return False
+    conn.execute(Q["jobs_analyze"])
+    return True
