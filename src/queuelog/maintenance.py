@@ -1,4 +1,5 @@
-"""Background maintenance: the lease sweeper, the schedules' fires and the pruner.
+"""Background maintenance: the lease sweeper, the schedules' fires, the planner's
+statistics (PostgreSQL) and the pruner.
 
 Each pass is a ``run_once()`` that is tested on its own, run every sweep
 interval by one task on the server's event loop.
@@ -18,8 +19,8 @@ log = logging.getLogger("queuelog.maintenance")
 
 
 class Maintenance:
-    """Rescues expired leases and fires due schedules every ``sweep_interval`` s, and
-    prunes every ``prune_interval`` s."""
+    """Rescues expired leases, fires due schedules and refreshes statistics far behind
+    every ``sweep_interval`` s, and prunes every ``prune_interval`` s."""
 
     def __init__(
         self,
