@@ -418,6 +418,32 @@ def test_statistics_far_behind_a_burst_are_gathered_again(
     assert plan["Actual Rows"] == 5 and rows_read(plan) <= 100, plan
 
 
+def test_a_refresh_does_not_wait_for_a_vacuum_holding_the_table(
+    nodes: list[PostgresStorage], schema: str
+) -> None:
+    """A VACUUM (one against wraparound does not yield) or another node's ANALYZE holds
+    the table's lock: the refresh passes it by rather than holding the maintenance pass,
+    and its lease rescues, until that ends."""
+    store = nodes[0]
+    with psycopg.connect(schema, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        conn.execute(
+            "INSERT INTO jobs (type, principal, run_at, created_at, updated_at)"
+            " SELECT 'noop', 'shop', 1, n, 1 FROM generate_series(1, 2000) n"
+        )
+    with psycopg.connect(schema) as holder:
+        holder.execute("LOCK TABLE jobs IN SHARE UPDATE EXCLUSIVE MODE")
+        done = threading.Event()
+        thread = threading.Thread(
+            target=lambda: (run_blocking(store.statistics_refresh()), done.set()), daemon=True
+        )
+        thread.start()
+        passed_by = done.wait(10)
+        holder.rollback()
+    thread.join(10)
+    assert passed_by, "the refresh waited for the table's lock"
+
+
 def test_when_a_type_s_next_job_is_due_is_one_seek_whatever_others_scheduled(
     nodes: list[PostgresStorage], schema: str
 ) -> None:

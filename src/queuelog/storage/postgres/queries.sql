@@ -417,7 +417,10 @@ SELECT coalesce(bool_or(n_mod_since_analyze >= greatest(1000, n_live_tup / 5)), 
 FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass;
 
 -- name: jobs_analyze
-ANALYZE jobs;
+-- SKIP_LOCKED: another ANALYZE or a VACUUM under way holds the table's lock (one that
+-- guards against wraparound does not yield); the next pass tries again rather than
+-- holding the maintenance pass, and its lease rescues, behind it.
+ANALYZE (SKIP_LOCKED) jobs;
 
 -- name: job_next_due
 -- When the next scheduled job becomes ready: of any type, the first along the scheduled
