@@ -227,10 +227,10 @@ class JobService:
         return types
 
     async def next_due(self, types: Sequence[str] | None) -> datetime | None:
-        """When the next scheduled job of ``types`` becomes ready, or a rate window of
-        one of them reopens, if either is ahead."""
+        """When the next scheduled job of ``types`` becomes ready (past: it is due and no
+        claim has made it ready yet), or a rate window of one of them reopens."""
         now = self.clock.now()
-        times = [await self.storage.job_next_due(now, types)]
+        times = [await self.storage.job_next_due(types)]
         times += await self.flow.windows_open(types, now)
         return min((at for at in times if at is not None), default=None)
 

@@ -293,17 +293,27 @@ async def test_statistics_of_a_queue_that_barely_changed_are_left_alone(store: S
     assert await store.statistics_refresh() is False
 
 
-async def test_next_due_is_the_earliest_future_run_at_of_the_types(store: Storage) -> None:
-    assert await store.job_next_due(T0) is None
+async def test_next_due_is_the_earliest_run_at_of_the_types_scheduled_jobs(
+    store: Storage,
+) -> None:
+    assert await store.job_next_due() is None
     soon, later = T0 + timedelta(seconds=5), T0 + timedelta(seconds=9)
     await store.job_insert_many([new_job(run_at=T0), new_job("send_email", run_at=soon)], T0)
     await store.job_insert_many([new_job(run_at=later)], T0)
-    assert await store.job_next_due(T0) == soon
-    assert await store.job_next_due(T0, ["noop"]) == later
-    assert await store.job_next_due(T0, ["other", "noop", "send_email"]) == soon
-    assert await store.job_next_due(T0, ["other"]) is None
-    assert await store.job_next_due(soon, ["send_email", "noop"]) == later
-    assert await store.job_next_due(later) is None
+    assert await store.job_next_due() == soon
+    assert await store.job_next_due(["noop"]) == later
+    assert await store.job_next_due(["other", "noop", "send_email"]) == soon
+    assert await store.job_next_due(["other"]) is None
+    # Its time come, a job no claim has made ready yet is still next, at its past time:
+    # a long poll that looked a moment before it was due looks again at once (not after
+    # its recheck interval).
+    assert await claim(store, soon - timedelta(microseconds=1), types=["send_email"]) == []
+    assert await store.job_next_due(["send_email", "noop"]) == soon
+    (taken,) = await claim(store, soon, types=["send_email"])
+    assert taken.type == "send_email"
+    assert await store.job_next_due(["send_email", "noop"]) == later
+    await claim(store, later, limit=10)
+    assert await store.job_next_due() is None
 
 
 async def test_claim_skips_jobs_not_yet_due_and_other_types(store: Storage) -> None:

@@ -458,7 +458,7 @@ def test_when_a_type_s_next_job_is_due_is_one_seek_whatever_others_scheduled(
     burst = [new_job("bulk", run_at=T0 + timedelta(seconds=n)) for n in range(1, 20_001)]
     for start in range(0, len(burst), 500):
         run_blocking(store.job_insert_many(burst[start : start + 500], T0))
-    args = {"now": to_micros(T0), "types": ["other", "noop"]}
+    args = {"types": ["other", "noop"]}
     with psycopg.connect(schema, row_factory=dict_row) as conn:
         query = "EXPLAIN (ANALYZE, FORMAT JSON) " + Q["job_next_due"]
         (row,) = conn.execute(query, args).fetchall()

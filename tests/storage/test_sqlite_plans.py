@@ -217,7 +217,7 @@ def test_when_a_type_s_next_job_is_due_is_one_seek_whatever_others_scheduled(
     )
     conn.execute("ANALYZE")
     for types, due in (('["other"]', None), ('["other", "rare"]', 500000)):
-        args = {"now": 10, "types": types}
+        args = {"types": types}
         (row,), steps = _counted(conn, lambda a=args: conn.execute(Q["job_next_due"], a).fetchall())
         assert row[0] == due and steps < 10, (types, steps)
 

@@ -268,10 +268,9 @@ class Storage(Protocol):
         """Rescue expired leases, then atomically claim up to ``limit`` ready jobs."""
         ...
 
-    async def job_next_due(
-        self, now: datetime, types: Sequence[str] | None = None
-    ) -> datetime | None:
-        """The earliest ``run_at`` after ``now`` among pending jobs (of ``types``)."""
+    async def job_next_due(self, types: Sequence[str] | None = None) -> datetime | None:
+        """The earliest ``run_at`` of the scheduled jobs (of ``types``): one that no claim
+        has made ready yet though its time has come answers that past time."""
         ...
 
     async def job_heartbeat(self, held: HeldParams) -> Job:

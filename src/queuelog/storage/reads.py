@@ -73,10 +73,8 @@ class SqlReads(abc.ABC):
     def _ids_param(self, ids: Sequence[int]) -> Any:
         """A list of job ids as the backend's queries take it."""
 
-    async def job_next_due(
-        self, now: datetime, types: Sequence[str] | None = None
-    ) -> datetime | None:
-        args = {"now": to_micros(now), "types": self._types_param(types)}
+    async def job_next_due(self, types: Sequence[str] | None = None) -> datetime | None:
+        args = {"types": self._types_param(types)}
         value = (await self._read("job_next_due", args))[0]["next_due"]
         return from_micros(value) if value is not None else None
 

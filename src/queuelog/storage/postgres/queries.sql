@@ -423,17 +423,16 @@ FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass;
 ANALYZE (SKIP_LOCKED) jobs;
 
 -- name: job_next_due
--- When the next scheduled job becomes ready: of any type, the first along the scheduled
--- jobs in run_at order; of named types, each type's first, one seek each (a filter on
--- the scheduled jobs would walk every other type's).
+-- When the next scheduled job becomes ready: the earliest run_at of the scheduled jobs
+-- (of the named types: each type's first, one seek each; a filter on the scheduled jobs
+-- would walk every other type's). One already due, that no claim has made ready yet,
+-- answers its time: a long poll whose look came a moment before it looks again at once.
 SELECT min(at) AS next_due FROM (
     SELECT min(run_at) AS at FROM jobs
-    WHERE %(types)s::text[] IS NULL
-      AND status = 'pending' AND scheduled AND run_at > %(now)s::bigint
+    WHERE %(types)s::text[] IS NULL AND status = 'pending' AND scheduled
     UNION ALL
     SELECT (SELECT min(run_at) FROM jobs
-            WHERE jobs.type = named.type AND status = 'pending' AND scheduled
-              AND run_at > %(now)s::bigint)
+            WHERE jobs.type = named.type AND status = 'pending' AND scheduled)
     FROM unnest(%(types)s::text[]) AS named(type)) AS due;
 
 -- name: key_insert

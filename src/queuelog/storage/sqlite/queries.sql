@@ -358,16 +358,16 @@ WHERE revoked_at IS NULL AND EXISTS (SELECT 1 FROM json_each(roles) WHERE value 
 LIMIT 1;
 
 -- name: job_next_due
--- When the next scheduled job becomes ready: of any type, the first along the scheduled
--- jobs in run_at order; of named types, each type's first, one seek each (a filter on
--- the scheduled jobs would walk every other type's).
+-- When the next scheduled job becomes ready: the earliest run_at of the scheduled jobs
+-- (of the named types: each type's first, one seek each; a filter on the scheduled jobs
+-- would walk every other type's). One already due, that no claim has made ready yet,
+-- answers its time: a long poll whose look came a moment before it looks again at once.
 SELECT min(at) AS next_due FROM (
     SELECT min(run_at) AS at FROM jobs INDEXED BY jobs_pending_run_at
-    WHERE :types IS NULL AND status = 'pending' AND scheduled = 1 AND run_at > :now
+    WHERE :types IS NULL AND status = 'pending' AND scheduled = 1
     UNION ALL
     SELECT (SELECT min(run_at) FROM jobs INDEXED BY jobs_scheduled_type
-            WHERE type = named.value AND status = 'pending' AND scheduled = 1
-              AND run_at > :now)
+            WHERE type = named.value AND status = 'pending' AND scheduled = 1)
     FROM json_each(:types) AS named);
 
 -- name: job_event_counts
