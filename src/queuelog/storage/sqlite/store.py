@@ -227,7 +227,7 @@ class SqliteStorage(SqlReads):
         await self._writer.run(lambda conn: tx.set_paused(conn, job_type, paused, actor, now))
 
     async def statistics_refresh(self) -> bool:
-        return False  # the claim's statements name their indexes: no plan waits on these
+        return False  # the hot statements name their indexes: no plan follows statistics
 
     # -- keys --------------------------------------------------------------
 
