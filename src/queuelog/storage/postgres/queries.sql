@@ -424,9 +424,10 @@ ANALYZE (SKIP_LOCKED) jobs;
 
 -- name: job_next_due
 -- When the next scheduled job becomes ready: the earliest run_at of the scheduled jobs
--- (of the named types: each type's first, one seek each; a filter on the scheduled jobs
--- would walk every other type's). One already due, that no claim has made ready yet,
--- answers its time: a long poll whose look came a moment before it looks again at once.
+-- (of the named types: each type's first, which jobs_scheduled_type finds in one seek;
+-- the planner may still walk the scheduled jobs instead when its statistics reckon
+-- every type alike). One already due, that no claim has made ready yet, answers its
+-- time: a long poll whose look came a moment before it looks again at once.
 SELECT min(at) AS next_due FROM (
     SELECT min(run_at) AS at FROM jobs
     WHERE %(types)s::text[] IS NULL AND status = 'pending' AND scheduled

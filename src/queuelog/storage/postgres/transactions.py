@@ -369,8 +369,8 @@ def set_paused(conn: Conn, job_type: str, paused: bool, actor: str, now: datetim
 def refresh_statistics(conn: Conn) -> bool:
     """ANALYZE the jobs when enough of them changed since their statistics were taken
     that the planner may misjudge the queue (a burst into a table it saw drained walks
-    the burst at every claim) and autovacuum has not caught up, or runs too seldom or
-    not at all. The same share of changes as autovacuum's, checked every sweep."""
+    the burst at every claim): a fifth of them, checked every sweep, where autovacuum
+    waits for a tenth but looks once a minute, if it runs at all."""
     if not one(conn, "jobs_statistics_stale", {})["stale"]:
         return False
     conn.execute(Q["jobs_analyze"])
