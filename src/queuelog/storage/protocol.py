@@ -234,7 +234,8 @@ class Storage(Protocol):
 
     async def statistics_refresh(self) -> bool:
         """Gather the planner's statistics of the jobs again if they lag far behind the
-        table (a burst); True if it did. SQLite's claims name their indexes: no-op."""
+        table (a burst); True if it asked (an ANALYZE or VACUUM under way passes it by,
+        and the next pass asks again). SQLite's claims name their indexes: no-op."""
         ...
 
     async def job_insert_many(
