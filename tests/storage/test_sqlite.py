@@ -17,7 +17,7 @@ import pytest
 from queuelog.clock import to_micros
 from queuelog.errors import IdempotencyKeyReused
 from queuelog.models import EventKind, JobStatus, Priority
-from queuelog.storage.protocol import NewJob
+from queuelog.storage.protocol import JobListParams, NewJob
 from queuelog.storage.sqlfile import load_migrations
 from queuelog.storage.sqlite.store import Q, SqliteStorage
 from queuelog.storage.sqlite.transactions import _statements
@@ -230,3 +230,32 @@ async def test_workflows_migration_keeps_every_column_and_row_whenever_it_runs(
     with sqlite3.connect(path) as conn, pytest.raises(sqlite3.IntegrityError, match="CHECK"):
         conn.execute("UPDATE jobs SET status = 'sleeping' WHERE id = ?", (kept,))
     conn.close()
+
+
+SCANS = {
+    "counts": lambda store: store.job_stats(T0),
+    "chart": lambda store: store.job_event_counts(T0 - timedelta(hours=1), T0, 60),
+    "listing": lambda store: store.job_list(JobListParams(limit=10, status=JobStatus.FAILED)),
+    "own listing": lambda store: store.job_list(JobListParams(limit=10, principal="shop")),
+}
+
+
+@pytest.mark.parametrize("scan", SCANS.values(), ids=SCANS.keys())
+async def test_a_read_that_grows_with_the_table_lets_the_loop_serve_meanwhile(
+    tmp_path: Path, scan: Any
+) -> None:
+    """A count or a listing filtered by a rare status reads every job: while it does,
+    a job's seek (what claims, enqueues and awaited results read) is answered."""
+    store = SqliteStorage(tmp_path / "s.db")
+    try:
+        ((job, _),) = await store.job_insert_many([new_job()], T0)
+        answered: list[str] = []
+
+        async def answer(name: str, read: Any) -> None:
+            await read
+            answered.append(name)
+
+        await asyncio.gather(answer("scan", scan(store)), answer("seek", store.job_get(job.id)))
+        assert answered == ["seek", "scan"]
+    finally:
+        store.close()

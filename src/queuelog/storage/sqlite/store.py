@@ -14,6 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
+
 from queuelog.clock import to_micros
 from queuelog.errors import QueueError
 from queuelog.models import TERMINAL, ApiKey, Finished, Job, JobStatus
@@ -42,6 +44,13 @@ from queuelog.storage.workflows import Released
 __all__ = ["Q", "SqliteStorage"]
 
 _BUSY_TIMEOUT_SECONDS = 30.0
+# The reads whose cost grows with the table, not with what they answer: the counts by
+# status and type, the chart's finished jobs per minute, and listings filtered by a
+# status few jobs have (read newest first through every job). On the loop, each refresh
+# of a dashboard open on a large queue held every claim and enqueue until it was done.
+_SCANS = frozenset(
+    {"job_counts", "job_ready_count", "job_event_counts", "job_list", "job_list_by_principal"}
+)
 # Free bytes a filesystem must have again before a fault for lack of space ends: room
 # for a few of the largest requests and the WAL's growth between checkpoints.
 _SPACE_HEADROOM_BYTES = 16 * 1024 * 1024
@@ -95,7 +104,14 @@ class SqliteStorage(SqlReads):
         return conn
 
     async def _read(self, name: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
-        # A read in WAL mode never waits for the writer: it runs on the loop at once.
+        # A read in WAL mode never waits for the writer: a seek runs on the loop at once.
+        # A scan runs on a thread with a read connection of its own: sqlite3 lets go of
+        # the GIL while SQLite steps, so the loop goes on serving meanwhile.
+        if name in _SCANS:
+            return await anyio.to_thread.run_sync(self._read_now, name, params)
+        return self._read_now(name, params)
+
+    def _read_now(self, name: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
         try:
             return self._reader().execute(Q[name], params).fetchall()
         except sqlite3.Error as exc:
