@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Path
 from starlette.requests import Request
@@ -15,11 +15,14 @@ from queuelog.scheduler import Scheduler
 from queuelog.service import JobService
 from queuelog.wakeup import Finishes, Wakeup
 
+if TYPE_CHECKING:  # the dashboard's package imports this module
+    from queuelog.dashboard.throughput import Throughput
+
 
 @dataclass
 class AppState:
-    """The service, the key ring, the rate limiter, the claimers' wake-ups and the
-    result requests' wake-ups of one app."""
+    """The service, the key ring, the rate limiter, the claimers' wake-ups, the
+    result requests' wake-ups and the overview's chart of one app."""
 
     settings: Settings
     service: JobService
@@ -28,6 +31,7 @@ class AppState:
     wakeup: Wakeup
     finishes: Finishes
     schedules: Scheduler
+    chart: Throughput
 
     def close_waits(self) -> None:
         """Shutdown: every long poll (claims, results) answers at once."""

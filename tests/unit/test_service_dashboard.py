@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+from types import SimpleNamespace
+
 import pytest
 
 from queuelog.clock import FakeClock
-from queuelog.dashboard.throughput import throughput
+from queuelog.dashboard.throughput import Throughput
 from queuelog.errors import Forbidden
 from queuelog.models import JobStatus
 from queuelog.service import JobService
 from queuelog.specs import EnqueueSpec, FinishSpec
+from queuelog.storage.protocol import EventCount, Storage
 from tests.conftest import KeyMaker
 
 pytestmark = pytest.mark.anyio
@@ -24,10 +28,50 @@ async def test_throughput_counts_completed_and_failed_per_minute(
     clock.advance(60)
     await service.finish(worker, FinishSpec(jobs[1].id, jobs[1].lease_token or ""))
     await service.finish(worker, FinishSpec(jobs[2].id, jobs[2].lease_token or "", error="boom"))
-    slots = await throughput(service, minutes=60)
+    slots = await Throughput(service, minutes=60).slots()
     assert len(slots) == 60 and slots[-1].start <= clock.now()
     assert [(s.completed, s.failed) for s in slots[-2:]] == [(1, 0), (1, 1)]
     assert sum(s.completed + s.failed for s in slots[:-2]) == 0
+
+
+class CountedWindows:
+    """The service's storage, noting each window of events the chart counts."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self.windows: list[tuple[datetime, datetime]] = []
+
+    async def job_event_counts(
+        self, since: datetime, until: datetime, bucket_seconds: int
+    ) -> list[EventCount]:
+        self.windows.append((since, until))
+        return await self._storage.job_event_counts(since, until, bucket_seconds)
+
+
+async def test_the_chart_counts_each_settled_minute_once_and_keeps_it(
+    service: JobService, make_key: KeyMaker, clock: FakeClock
+) -> None:
+    """A refresh reads the events of the minutes that may still change, not the hour's:
+    a busy queue's hour of events took seconds of a core to count at every refresh."""
+    producer, _ = make_key("shop", "producer")
+    worker, _ = make_key("mailer", "worker")
+    await service.enqueue_many(producer, [EnqueueSpec("noop") for _ in range(2)])
+    first, second = await service.claim(worker, limit=2, lease_seconds=3600)
+    await service.finish(worker, FinishSpec(first.id, first.lease_token or ""))
+    counted = CountedWindows(service.storage)
+    chart = Throughput(SimpleNamespace(storage=counted, clock=clock), minutes=60)  # type: ignore[arg-type]
+    before = await chart.slots()
+    assert counted.windows[0][1] - counted.windows[0][0] == timedelta(minutes=60)
+    clock.advance(300)
+    await service.finish(worker, FinishSpec(second.id, second.lease_token or ""))
+    after = await chart.slots()
+    since, until = counted.windows[1]
+    assert until - since <= timedelta(minutes=7)  # the minutes since, and one settling
+    assert [s.completed for s in after] == [s.completed for s in before[5:]] + [0] * 4 + [1]
+    assert sum(s.completed for s in after) == 2
+    await chart.slots()
+    since, until = counted.windows[2]
+    assert until - since <= timedelta(minutes=2)
 
 
 async def test_retry_failed_needs_admin_and_records_the_admin(

@@ -24,6 +24,7 @@ from queuelog.auth import KeyRing, RateLimiter
 from queuelog.clock import Clock, SystemClock
 from queuelog.config import Settings
 from queuelog.dashboard import dashboard_router
+from queuelog.dashboard.throughput import Throughput
 from queuelog.dashboard.web import SECURITY_HEADERS
 from queuelog.maintenance import Maintenance
 from queuelog.scheduler import Scheduler
@@ -200,6 +201,7 @@ def _state(settings: Settings, storage: Storage, clock: Clock) -> AppState:
         wakeup=wakeup,
         finishes=finishes,
         schedules=Scheduler(storage, settings, clock, on_ready=wakeup.notify),
+        chart=Throughput(service),
     )
 
 

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Query, Request, Response
 
 from queuelog.app_state import IdPath, state_of
 from queuelog.dashboard import views
-from queuelog.dashboard.throughput import throughput
 from queuelog.dashboard.web import ID_FILTER, TYPE_FILTER, Admin, DashboardRoute, now_of, render
 from queuelog.errors import NotFound, ValidationFailed, quoted
 from queuelog.models import JobStatus, Role
@@ -42,7 +41,8 @@ def _notice(code: str | None, count: int = 0) -> str | None:
 @router.get("")
 @router.get("/")
 async def overview(request: Request, admin: Admin) -> Response:
-    service = state_of(request).service
+    state = state_of(request)
+    service = state.service
     stats = await service.stats()
     now = now_of(request)
     leased, _ = await service.list_jobs(admin.key, LEASED_SHOWN, status=JobStatus.RUNNING)
@@ -54,7 +54,7 @@ async def overview(request: Request, admin: Admin) -> Response:
         by_type=views.by_type(stats.counts),
         ready=stats.ready,
         oldest_age=(now - oldest).total_seconds() if oldest else None,
-        chart=views.throughput_chart(await throughput(service, 60)),
+        chart=views.throughput_chart(await state.chart.slots()),
         leased=leased,
     )
 

@@ -2,25 +2,54 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 
 from queuelog.models import EventKind, MinuteCounts
 from queuelog.service import JobService
 
+MINUTE = timedelta(minutes=1)
+# A minute this long past its end has every event it will ever count: a transaction
+# takes its time before it commits, and may wait for locks meanwhile (SQLite's busy
+# timeout is half of it).
+SETTLED_AFTER = timedelta(minutes=1)
 
-async def throughput(service: JobService, minutes: int = 60) -> list[MinuteCounts]:
-    """Jobs completed and failed (for good) in each of the last ``minutes`` whole minutes.
 
-    The current, unfinished minute is the last one.
-    """
-    now = service.clock.now()
-    until = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    since = until - timedelta(minutes=minutes)
-    slots = [MinuteCounts(since + timedelta(minutes=i)) for i in range(minutes)]
-    for count in await service.storage.job_event_counts(since, until, 60):
-        index = int((count.bucket_start - since).total_seconds()) // 60
-        if count.event == EventKind.COMPLETED:
-            slots[index].completed += count.count
-        elif count.event == EventKind.FAILED:
-            slots[index].failed += count.count
-    return slots
+class Throughput:
+    """Jobs completed and failed (for good) in each of the last minutes, the current,
+    unfinished minute last.
+
+    A refresh counts the events of the minutes not yet settled only: a settled minute
+    no longer changes, so it is counted once and kept (those older than the chart
+    dropped): counting the whole hour at each refresh read every event of the hour.
+    A job purged by retention later leaves the kept counts alone: the chart shows what
+    happened in each minute."""
+
+    def __init__(self, service: JobService, minutes: int = 60) -> None:
+        self._service = service
+        self._minutes = minutes
+        self._settled: dict[datetime, MinuteCounts] = {}
+
+    async def slots(self) -> list[MinuteCounts]:
+        now = self._service.clock.now()
+        until = now.replace(second=0, microsecond=0) + MINUTE
+        since = until - self._minutes * MINUTE
+        starts = [since + i * MINUTE for i in range(self._minutes)]
+        self._settled = {s: c for s, c in self._settled.items() if s >= since}
+        unsettled = [s for s in starts if s not in self._settled]
+        counted = await self._count(unsettled[0], until) if unsettled else {}
+        for start, minute in counted.items():
+            if start + MINUTE + SETTLED_AFTER <= now:
+                self._settled[start] = minute
+        # Copies: a page's slots are its own, whatever the next refresh keeps.
+        return [replace(self._settled[s] if s in self._settled else counted[s]) for s in starts]
+
+    async def _count(self, since: datetime, until: datetime) -> dict[datetime, MinuteCounts]:
+        minutes = int((until - since) / MINUTE)
+        slots = {since + i * MINUTE: MinuteCounts(since + i * MINUTE) for i in range(minutes)}
+        for count in await self._service.storage.job_event_counts(since, until, 60):
+            if count.event == EventKind.COMPLETED:
+                slots[count.bucket_start].completed += count.count
+            elif count.event == EventKind.FAILED:
+                slots[count.bucket_start].failed += count.count
+        return slots
