@@ -9,14 +9,7 @@ from datetime import datetime, timedelta
 
 from queuelog.clock import Clock
 from queuelog.config import JobTypeConfig, Settings
-from queuelog.errors import (
-    Forbidden,
-    NotFound,
-    PayloadTooLarge,
-    QueueError,
-    UnknownJobType,
-    quoted,
-)
+from queuelog.errors import Forbidden, NotFound, PayloadTooLarge, QueueError, UnknownJobType, quoted
 from queuelog.flow import FlowControl, OnReady
 from queuelog.intake import Intake
 from queuelog.models import (
@@ -391,7 +384,12 @@ class JobService:
         """Dead-letter redrive of every failed job of one type (admin); how many moved."""
         if not caller.has(Role.ADMIN):
             raise Forbidden("Only an admin may retry jobs")
-        count = await self.storage.job_requeue_failed(job_type, caller.name, self.clock.now())
-        if count:
+        # A transaction a chunk, in id order: the server serves between two (SQLite's
+        # writer runs on the event loop), and a job failing again meanwhile stays failed.
+        moved, after = 0, 0
+        while chunk := await self.storage.job_requeue_failed(
+            job_type, caller.name, self.clock.now(), after_id=after
+        ):
+            moved, after = moved + len(chunk), chunk[-1]
             self._on_ready()
-        return count
+        return moved

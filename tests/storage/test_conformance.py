@@ -766,7 +766,7 @@ async def test_requeue_failed_moves_only_failed_jobs_of_the_type(store: Storage)
     await finish(store, jobs[2])
     await finish(store, jobs[3], error="boom", retryable=False)
     later = T0 + timedelta(seconds=5)
-    assert await store.job_requeue_failed("noop", "root", later) == 2
+    assert await store.job_requeue_failed("noop", "root", later) == [j.id for j in jobs[:2]]
     for job in jobs[:2]:
         again = await store.job_get(job.id)
         assert again is not None and again.status == JobStatus.PENDING
@@ -779,7 +779,28 @@ async def test_requeue_failed_moves_only_failed_jobs_of_the_type(store: Storage)
         )
     untouched = [await store.job_get(j.id) for j in jobs[2:]]
     assert [j.status for j in untouched if j] == [JobStatus.COMPLETED, JobStatus.FAILED]
-    assert await store.job_requeue_failed("noop", "root", later) == 0
+    assert await store.job_requeue_failed("noop", "root", later) == []
+
+
+async def test_requeue_failed_moves_a_chunk_after_the_last_in_id_order(store: Storage) -> None:
+    """A redrive moves a type's failed jobs a chunk at a time, each after the last one's
+    id: a job failing again after its chunk moved is not moved again."""
+    kinds = ["noop", "send_email", "noop", "noop", "noop", "send_email", "noop"]
+    await store.job_insert_many([new_job(kind, max_retries=0) for kind in kinds], T0)
+    for job in await claim(store, limit=len(kinds)):
+        await finish(store, job, error="boom")
+    failed = [j.id for j in await store.job_list(JobListParams(limit=10, type="noop"))][::-1]
+    first = await store.job_requeue_failed("noop", "root", T0, limit=2)
+    assert first == failed[:2]
+    (again,) = await claim(store)
+    assert again.id == first[0]
+    await finish(store, again, error="boom again")
+    second = await store.job_requeue_failed("noop", "root", T0, after_id=first[-1], limit=2)
+    assert second == failed[2:4]
+    last = await store.job_requeue_failed("noop", "root", T0, after_id=second[-1], limit=2)
+    assert last == failed[4:]
+    assert await store.job_requeue_failed("noop", "root", T0, after_id=last[-1]) == []
+    assert (await store.job_get(first[0])).status is JobStatus.FAILED  # type: ignore[union-attr]
 
 
 async def test_a_lease_past_its_deadline_is_no_longer_held(store: Storage) -> None:

@@ -389,6 +389,32 @@ def test_a_claim_reads_what_it_takes_after_a_burst_into_a_drained_table(
     assert plan["Actual Rows"] == 5 and rows_read(plan) <= 100, plan
 
 
+@pytest.mark.parametrize("analyzed", [False, True], ids=["fresh", "analyzed"])
+def test_a_redrive_chunk_reads_its_chunk_of_the_failed_jobs(
+    nodes: list[PostgresStorage], schema: str, analyzed: bool
+) -> None:
+    """An admin's redrive of a type's 5,000 failed jobs (among 100,000 jobs) moves 500 a
+    transaction: each chunk after the last one's id is one range of the index, neither a
+    sort of them all nor a walk of every job by id."""
+    with psycopg.connect(schema, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO jobs (type, status, principal, run_at, created_at, updated_at)"
+            " SELECT CASE WHEN n % 20 = 0 THEN 'other' ELSE 'noop' END,"
+            " CASE WHEN n % 10 = 0 THEN 'failed' ELSE 'completed' END, 'shop', 1, n, 1"
+            " FROM generate_series(1, 100000) n"
+        )
+        if analyzed:
+            conn.execute("ANALYZE jobs")
+    args = {"type": "other", "now": to_micros(T0), "after_id": 9_000, "limit": 500}
+    with psycopg.connect(schema, row_factory=dict_row) as conn:
+        query = "EXPLAIN (ANALYZE, FORMAT JSON) " + Q["job_requeue_failed"]
+        (row,) = conn.execute(query, args).fetchall()
+        conn.rollback()
+    plan = row["QUERY PLAN"][0]["Plan"]
+    # Each of the plan's six steps passes the chunk's 500 rows on.
+    assert plan["Actual Rows"] == 500 and rows_read(plan) <= 3_500, plan
+
+
 def test_statistics_far_behind_a_burst_are_gathered_again(
     nodes: list[PostgresStorage], schema: str, tmp_path: Path
 ) -> None:

@@ -158,7 +158,7 @@ async def test_a_redriven_job_comes_back_beside_the_keys_new_holder(store: Stora
     second, _ = await one(store, unique())
     requeued = await store.job_requeue(first, "root", T0)
     assert requeued.status == JobStatus.PENDING
-    assert await store.job_requeue_failed("noop", "root", T0) == 0
+    assert await store.job_requeue_failed("noop", "root", T0) == []
     assert (await one(store, unique()))[0] in {first, second}
 
 

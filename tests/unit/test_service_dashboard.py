@@ -8,10 +8,10 @@ import pytest
 from queuelog.clock import FakeClock
 from queuelog.dashboard.throughput import Throughput
 from queuelog.errors import Forbidden
-from queuelog.models import JobStatus
+from queuelog.models import EventKind, JobStatus
 from queuelog.service import JobService
 from queuelog.specs import EnqueueSpec, FinishSpec
-from queuelog.storage.protocol import EventCount, Storage
+from queuelog.storage.protocol import ClaimParams, EventCount, FinishParams, Storage
 from tests.conftest import KeyMaker
 
 pytestmark = pytest.mark.anyio
@@ -88,3 +88,30 @@ async def test_retry_failed_needs_admin_and_records_the_admin(
     assert await service.retry_failed(admin, "noop") == 1
     assert (await service.get(admin, job.id)).status == JobStatus.PENDING
     assert (await service.events(admin, job.id))[-1].actor == "root"
+
+
+async def test_retry_failed_moves_every_failed_job_of_the_type_a_chunk_at_a_time(
+    service: JobService, make_key: KeyMaker, clock: FakeClock
+) -> None:
+    """More failed jobs than one transaction moves (500): every one comes back, with its
+    event, and a failed job of another type stays failed."""
+    producer, _ = make_key("shop", "producer")
+    admin, _ = make_key("root", "admin")
+    kinds = ["noop"] * 1_100 + ["resize_image"]
+    for start in range(0, len(kinds), 500):
+        specs = [EnqueueSpec(kind, max_retries=0) for kind in kinds[start : start + 500]]
+        await service.enqueue_many(producer, specs)
+    held = await service.storage.job_claim(
+        ClaimParams("mailer", "mailer/1", limit=len(kinds), now=clock.now())
+    )
+    failures = [
+        FinishParams(j.id, j.lease_token or "", "mailer", clock.now(), error="boom") for j in held
+    ]
+    await service.storage.job_finish_many(failures)
+    assert await service.retry_failed(admin, "noop") == 1_100
+    counts = (await service.stats()).counts
+    assert counts.get(("pending", "noop")) == 1_100 and counts.get(("failed", "noop")) is None
+    assert counts.get(("failed", "resize_image")) == 1
+    last = await service.events(admin, held[-2].id)
+    assert (last[-1].event, last[-1].actor) == (EventKind.REQUEUED, "root")
+    assert await service.retry_failed(admin, "noop") == 0

@@ -261,7 +261,6 @@ class Storage(Protocol):
 
     async def job_get(self, job_id: int) -> Job | None: ...
     async def job_get_many(self, job_ids: Sequence[int]) -> list[Job]: ...
-
     async def job_list(self, params: JobListParams) -> list[Job]: ...
     async def job_events(self, job_id: int) -> list[JobEvent]: ...
 
@@ -326,9 +325,11 @@ class Storage(Protocol):
         jobs its failure cancelled wait again (storage/workflows.py)."""
         ...
 
-    async def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
-        """Every ``failed`` job of ``job_type`` back to ``pending`` (as job_requeue does),
-        each with a ``requeued`` event, in one transaction. Returns how many."""
+    async def job_requeue_failed(
+        self, job_type: str, actor: str, now: datetime, after_id: int = 0, limit: int = 500
+    ) -> list[int]:
+        """The first ``limit`` ``failed`` jobs of ``job_type`` after ``after_id`` (in id
+        order) back to ``pending`` as job_requeue does, in one transaction; their ids."""
         ...
 
     async def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int:

@@ -29,6 +29,11 @@ def held_params(held: HeldParams) -> dict[str, Any]:
     }
 
 
+def requeue_params(job_type: str, now: datetime, after_id: int, limit: int) -> dict[str, Any]:
+    """The bound parameters of ``job_requeue_failed``: a chunk of a type's failed jobs."""
+    return {"type": job_type, "now": to_micros(now), "after_id": after_id, "limit": limit}
+
+
 def result_text(item: FinishParams) -> str | None:
     """A completion's result as stored: the text the service measured, when it did."""
     return item.result_text if item.result_text is not None else json_text(item.result)

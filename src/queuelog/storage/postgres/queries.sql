@@ -469,13 +469,21 @@ WHERE at >= %(since)s::bigint AND at < %(until)s::bigint
 GROUP BY bucket, kind;
 
 -- name: job_requeue_failed
--- As job_requeue, for every failed job of a type.
+-- As job_requeue, for the first %(limit)s failed jobs of a type after %(after_id)s in id
+-- order: one range of jobs_status_type (migration 0015). The pick locks them, and a job
+-- another transaction moved meanwhile is read again and left out when no longer failed.
+WITH picked AS (
+    SELECT id FROM jobs
+    WHERE status = 'failed' AND type = %(type)s AND id > %(after_id)s::bigint
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE)
 UPDATE jobs
 SET status = CASE WHEN depends_on IS NULL THEN 'pending' ELSE 'waiting' END,
     cancelled_by = NULL, retry_count = 0, run_at = %(now)s::bigint, scheduled = false,
     claimed_at = NULL, worker_id = NULL, claimed_by = NULL, lease_token = NULL,
     lease_expires_at = NULL, unique_hold = NULL, updated_at = %(now)s::bigint
-WHERE status = 'failed' AND type = %(type)s
+WHERE id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING *;
 
 -- name: ping

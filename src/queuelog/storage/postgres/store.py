@@ -54,7 +54,7 @@ from queuelog.storage.protocol import (
 )
 from queuelog.storage.reads import SqlReads
 from queuelog.storage.rows import key_from_row, key_params
-from queuelog.storage.statements import held_params
+from queuelog.storage.statements import held_params, requeue_params
 
 T = TypeVar("T")
 
@@ -333,8 +333,11 @@ class PostgresStorage(SqlReads):
     async def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int:
         return await self._write(lambda conn: tx.prune(conn, cutoffs, limit))
 
-    async def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
-        return await self._write(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
+    async def job_requeue_failed(
+        self, job_type: str, actor: str, now: datetime, after_id: int = 0, limit: int = 500
+    ) -> list[int]:
+        args = requeue_params(job_type, now, after_id, limit)
+        return await self._write(lambda conn: tx.requeue_failed(conn, args, actor, now))
 
     # -- schedules ---------------------------------------------------------
 

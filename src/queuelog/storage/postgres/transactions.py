@@ -331,14 +331,13 @@ def requeue(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:
     return job
 
 
-def requeue_failed(conn: Conn, job_type: str, actor: str, now: datetime) -> int:
-    args = {"type": job_type, "now": to_micros(now)}
+def requeue_failed(conn: Conn, args: dict[str, Any], actor: str, now: datetime) -> list[int]:
     jobs = [job_from_row(r) for r in conn.execute(Q["job_requeue_failed"], args)]
     events = [event_params(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
     _record(conn, events)
     # Pending now, or waiting (a job with dependencies) until job_recount finds none left.
     _recorded(conn, [], workflows.redrive(_Sql(conn), jobs, actor, now))
-    return len(jobs)
+    return sorted(job.id for job in jobs)
 
 
 def prune(conn: Conn, cutoffs: Mapping[JobStatus, datetime], limit: int) -> int:

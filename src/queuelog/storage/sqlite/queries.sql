@@ -380,13 +380,17 @@ WHERE at >= :since AND at < :until
 GROUP BY bucket, kind;
 
 -- name: job_requeue_failed
--- As job_requeue, for every failed job of a type.
+-- As job_requeue, for the first :limit failed jobs of a type after :after_id in id order:
+-- one range of jobs_status_type, whose entries hold each row's id after its status and type.
 UPDATE jobs
 SET status = CASE WHEN depends_on IS NULL THEN 'pending' ELSE 'waiting' END,
     cancelled_by = NULL, retry_count = 0, run_at = :now, scheduled = 0, claimed_at = NULL,
     worker_id = NULL, claimed_by = NULL, lease_token = NULL, lease_expires_at = NULL,
     unique_hold = NULL, updated_at = :now
-WHERE status = 'failed' AND type = :type
+WHERE id IN (
+    SELECT id FROM jobs INDEXED BY jobs_status_type
+    WHERE status = 'failed' AND type = :type AND id > :after_id
+    ORDER BY id LIMIT :limit)
 RETURNING *;
 
 -- name: ping

@@ -38,7 +38,7 @@ from queuelog.storage.sqlite import transactions as tx
 from queuelog.storage.sqlite.faults import storage_fault
 from queuelog.storage.sqlite.transactions import Q
 from queuelog.storage.sqlite.writer import GroupWriter
-from queuelog.storage.statements import held_params
+from queuelog.storage.statements import held_params, requeue_params
 from queuelog.storage.workflows import Released
 
 __all__ = ["Q", "SqliteStorage"]
@@ -210,8 +210,11 @@ class SqliteStorage(SqlReads):
     async def job_prune(self, cutoffs: Mapping[JobStatus, datetime], limit: int = 1000) -> int:
         return await self._writer.run(lambda conn: tx.prune(conn, cutoffs, limit))
 
-    async def job_requeue_failed(self, job_type: str, actor: str, now: datetime) -> int:
-        return await self._writer.run(lambda conn: tx.requeue_failed(conn, job_type, actor, now))
+    async def job_requeue_failed(
+        self, job_type: str, actor: str, now: datetime, after_id: int = 0, limit: int = 500
+    ) -> list[int]:
+        args = requeue_params(job_type, now, after_id, limit)
+        return await self._writer.run(lambda conn: tx.requeue_failed(conn, args, actor, now))
 
     # -- schedules ---------------------------------------------------------
 

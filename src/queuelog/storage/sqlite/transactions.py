@@ -220,13 +220,14 @@ def requeue(conn: sqlite3.Connection, job_id: int, actor: str, now: datetime) ->
     return workflows.redrive(_Sql(conn), [job], actor, now)[0]
 
 
-def requeue_failed(conn: sqlite3.Connection, job_type: str, actor: str, now: datetime) -> int:
-    args = {"type": job_type, "now": to_micros(now)}
+def requeue_failed(
+    conn: sqlite3.Connection, args: dict[str, Any], actor: str, now: datetime
+) -> list[int]:
     jobs = [job_from_row(r) for r in conn.execute(Q["job_requeue_failed"], args)]
     events = [event_params(job, now, EventKind.REQUEUED, JobStatus.FAILED, actor) for job in jobs]
     record(conn, events)
     workflows.redrive(_Sql(conn), jobs, actor, now)
-    return len(jobs)
+    return sorted(job.id for job in jobs)
 
 
 def held(conn: sqlite3.Connection, query: str, args: Mapping[str, Any]) -> Job:

@@ -1,0 +1,3 @@
+-- PostgreSQL's migration 0015 puts each row's id after its status and type in the index
+-- a redrive reads (job_requeue_failed). SQLite's index entries end with the row's id
+-- already (jobs_status_type): nothing to change here.
