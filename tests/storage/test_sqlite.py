@@ -6,6 +6,7 @@ import asyncio
 import os
 import sqlite3
 import stat
+import threading
 from contextlib import closing
 from dataclasses import replace
 from datetime import timedelta
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from queuelog.clock import to_micros
-from queuelog.errors import IdempotencyKeyReused
+from queuelog.errors import IdempotencyKeyReused, StorageUnavailable
 from queuelog.models import EventKind, JobStatus, Priority
 from queuelog.storage.protocol import JobListParams, NewJob
 from queuelog.storage.sqlfile import load_migrations
@@ -257,5 +258,81 @@ async def test_a_read_that_grows_with_the_table_lets_the_loop_serve_meanwhile(
 
         await asyncio.gather(answer("scan", scan(store)), answer("seek", store.job_get(job.id)))
         assert answered == ["seek", "scan"]
+    finally:
+        store.close()
+
+
+def _many_events(store: SqliteStorage, count: int) -> None:
+    """``count`` events of one job, a microsecond apart from T0, written straight in."""
+    with closing(sqlite3.connect(store.path)) as conn, conn:
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
+            " INSERT INTO job_events (job_id, at, event, from_status, to_status, actor)"
+            " SELECT 1, ? + i, 'claimed', 'pending', 'running', 'w' FROM n",
+            (count, to_micros(T0)),
+        )
+
+
+async def test_the_loop_goes_on_while_a_long_scan_runs(tmp_path: Path) -> None:
+    """The chart's count over a large hour of events: the loop keeps turning (claims,
+    enqueues) until it answers, rather than once it has."""
+    store = SqliteStorage(tmp_path / "l.db")
+    try:
+        _many_events(store, 600_000)
+        turns = 0
+
+        async def turning() -> None:
+            nonlocal turns
+            while True:
+                await asyncio.sleep(0.001)
+                turns += 1
+
+        ticker = asyncio.ensure_future(turning())
+        await asyncio.sleep(0.01)
+        before = turns
+        counts = await store.job_event_counts(T0, T0 + timedelta(hours=1), 3600)
+        during, _ = turns - before, ticker.cancel()
+        assert [c.count for c in counts] == [600_000]
+        assert during >= 5
+    finally:
+        store.close()
+
+
+async def test_closing_the_store_stops_a_scan_under_way(tmp_path: Path) -> None:
+    """A scan on its thread when the server shuts down: close() interrupts it (closing
+    its connection under it crashed the process), and reads after close are refused."""
+    store = SqliteStorage(tmp_path / "c.db")
+    _many_events(store, 600_000)
+    scan = asyncio.ensure_future(store.job_event_counts(T0, T0 + timedelta(hours=1), 3600))
+    await asyncio.sleep(0.02)
+    store.close()
+    answer = await asyncio.gather(scan, return_exceptions=True)
+    assert isinstance(answer[0], (StorageUnavailable, list)), answer
+    with pytest.raises(StorageUnavailable):
+        await store.job_stats(T0)
+    with pytest.raises(StorageUnavailable):
+        await store.job_get(1)
+
+
+def test_scans_from_ever_new_threads_reuse_the_stores_connections(tmp_path: Path) -> None:
+    """The event loop's worker threads come and go; the scans' read connections stay
+    the store's, not one more left open with each thread."""
+    store = SqliteStorage(tmp_path / "t.db")
+    hour = (T0, T0 + timedelta(hours=1), 60)
+
+    def scans_from_a_new_thread(count: int) -> None:
+        async def at_once() -> None:
+            await asyncio.gather(*(store.job_event_counts(*hour) for _ in range(count)))
+
+        thread = threading.Thread(target=asyncio.run, args=(at_once(),))
+        thread.start()
+        thread.join()
+
+    try:
+        scans_from_a_new_thread(3)
+        files = len(os.listdir("/proc/self/fd"))
+        for _ in range(4):
+            scans_from_a_new_thread(1)
+        assert len(os.listdir("/proc/self/fd")) == files
     finally:
         store.close()

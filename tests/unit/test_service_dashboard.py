@@ -1,12 +1,13 @@
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import asyncio
+from datetime import datetime
 from types import SimpleNamespace
 
 import pytest
 
 from queuelog.clock import FakeClock
-from queuelog.dashboard.throughput import Throughput
+from queuelog.dashboard.throughput import MINUTE, SETTLED_AFTER, Throughput
 from queuelog.errors import Forbidden
 from queuelog.models import EventKind, JobStatus
 from queuelog.service import JobService
@@ -55,23 +56,62 @@ async def test_the_chart_counts_each_settled_minute_once_and_keeps_it(
     a busy queue's hour of events took seconds of a core to count at every refresh."""
     producer, _ = make_key("shop", "producer")
     worker, _ = make_key("mailer", "worker")
-    await service.enqueue_many(producer, [EnqueueSpec("noop") for _ in range(2)])
-    first, second = await service.claim(worker, limit=2, lease_seconds=3600)
+    await service.enqueue_many(producer, [EnqueueSpec("noop") for _ in range(3)])
+    first, second, third = await service.claim(worker, limit=3, lease_seconds=3600)
     await service.finish(worker, FinishSpec(first.id, first.lease_token or ""))
     counted = CountedWindows(service.storage)
     chart = Throughput(SimpleNamespace(storage=counted, clock=clock), minutes=60)  # type: ignore[arg-type]
     before = await chart.slots()
-    assert counted.windows[0][1] - counted.windows[0][0] == timedelta(minutes=60)
+    assert counted.windows[0][1] - counted.windows[0][0] == 60 * MINUTE
     clock.advance(300)
     await service.finish(worker, FinishSpec(second.id, second.lease_token or ""))
     after = await chart.slots()
     since, until = counted.windows[1]
-    assert until - since <= timedelta(minutes=7)  # the minutes since, and one settling
+    assert until - since == SETTLED_AFTER + 6 * MINUTE  # those not settled before, and 5 new
     assert [s.completed for s in after] == [s.completed for s in before[5:]] + [0] * 4 + [1]
     assert sum(s.completed for s in after) == 2
-    await chart.slots()
+    assert await chart.slots() == after
     since, until = counted.windows[2]
-    assert until - since <= timedelta(minutes=2)
+    assert until - since == SETTLED_AFTER + MINUTE  # the minutes that may still change
+    # The clock set back into minutes kept as settled: one that a job now finishes in
+    # shows it (what the clock no longer reads as settled is counted again).
+    clock.advance(-1200)
+    await service.finish(worker, FinishSpec(third.id, third.lease_token or ""))
+    assert (await chart.slots())[-1].completed == 1
+
+
+class SlowFirstCount:
+    """Storage whose second count waits until the test lets it answer."""
+
+    def __init__(self) -> None:
+        self.counts = 0
+        self.answer = asyncio.Event()
+
+    async def job_event_counts(
+        self, since: datetime, until: datetime, bucket_seconds: int
+    ) -> list[EventCount]:
+        self.counts += 1
+        if self.counts == 2:
+            await self.answer.wait()
+        return []
+
+
+async def test_two_refreshes_at_once_across_a_minute_each_answer_their_hour(
+    clock: FakeClock,
+) -> None:
+    """A refresh whose count is slow, overtaken by one in the next minute, still answers
+    every minute of its own hour (the later one drops the minute the earlier one shows
+    first)."""
+    storage = SlowFirstCount()
+    chart = Throughput(SimpleNamespace(storage=storage, clock=clock), minutes=60)  # type: ignore[arg-type]
+    await chart.slots()
+    clock.advance(60 - clock.now().second - 10)  # ten seconds before a new minute
+    slow = asyncio.ensure_future(chart.slots())
+    await asyncio.sleep(0)
+    clock.advance(15)
+    assert len(await chart.slots()) == 60
+    storage.answer.set()
+    assert len(await slow) == 60
 
 
 async def test_retry_failed_needs_admin_and_records_the_admin(

@@ -9,10 +9,11 @@ from queuelog.models import EventKind, MinuteCounts
 from queuelog.service import JobService
 
 MINUTE = timedelta(minutes=1)
-# A minute this long past its end has every event it will ever count: a transaction
-# takes its time before it commits, and may wait for locks meanwhile (SQLite's busy
-# timeout is half of it).
-SETTLED_AFTER = timedelta(minutes=1)
+# A minute this long past its end has every event it will ever count. A transaction
+# takes its time before it commits, and may wait meanwhile: for a database connection
+# (on PostgreSQL up to `connection_wait_seconds`, at most ten minutes), for locks, or
+# for SQLite's busy timeout; and nodes' clocks differ a little.
+SETTLED_AFTER = timedelta(minutes=15)
 
 
 class Throughput:
@@ -21,7 +22,8 @@ class Throughput:
 
     A refresh counts the events of the minutes not yet settled only: a settled minute
     no longer changes, so it is counted once and kept (those older than the chart
-    dropped): counting the whole hour at each refresh read every event of the hour.
+    dropped, and those not settled by the clock as it now reads, should it have gone
+    back): counting the whole hour at each refresh read every event of the hour.
     A job purged by retention later leaves the kept counts alone: the chart shows what
     happened in each minute."""
 
@@ -35,14 +37,18 @@ class Throughput:
         until = now.replace(second=0, microsecond=0) + MINUTE
         since = until - self._minutes * MINUTE
         starts = [since + i * MINUTE for i in range(self._minutes)]
-        self._settled = {s: c for s, c in self._settled.items() if s >= since}
-        unsettled = [s for s in starts if s not in self._settled]
+        # This refresh's own view: another one may change what is kept meanwhile.
+        kept = {s: c for s, c in self._settled.items() if s >= since and self._settles(s, now)}
+        unsettled = [s for s in starts if s not in kept]
         counted = await self._count(unsettled[0], until) if unsettled else {}
-        for start, minute in counted.items():
-            if start + MINUTE + SETTLED_AFTER <= now:
-                self._settled[start] = minute
+        settled = {s: c for s, c in counted.items() if self._settles(s, now)}
+        self._settled = {s: c for s, c in (self._settled | settled).items() if s >= since}
         # Copies: a page's slots are its own, whatever the next refresh keeps.
-        return [replace(self._settled[s] if s in self._settled else counted[s]) for s in starts]
+        return [replace(kept[s] if s in kept else counted[s]) for s in starts]
+
+    @staticmethod
+    def _settles(start: datetime, now: datetime) -> bool:
+        return start + MINUTE + SETTLED_AFTER <= now
 
     async def _count(self, since: datetime, until: datetime) -> dict[datetime, MinuteCounts]:
         minutes = int((until - since) / MINUTE)

@@ -17,7 +17,7 @@ from typing import Any
 import anyio.to_thread
 
 from queuelog.clock import to_micros
-from queuelog.errors import QueueError
+from queuelog.errors import QueueError, StorageUnavailable
 from queuelog.models import TERMINAL, ApiKey, Finished, Job, JobStatus
 from queuelog.schedules import Schedule
 from queuelog.storage import schedule_rows as sr
@@ -45,9 +45,10 @@ __all__ = ["Q", "SqliteStorage"]
 
 _BUSY_TIMEOUT_SECONDS = 30.0
 # The reads whose cost grows with the table, not with what they answer: the counts by
-# status and type, the chart's finished jobs per minute, and listings filtered by a
-# status few jobs have (read newest first through every job). On the loop, each refresh
-# of a dashboard open on a large queue held every claim and enqueue until it was done.
+# status and type, the chart's finished jobs per minute, and the listings (a filter
+# without an index of its own, a status few jobs have say, reads every job newest
+# first). On the loop, each refresh of a dashboard open on a large queue held every
+# claim and enqueue until it was done.
 _SCANS = frozenset(
     {"job_counts", "job_ready_count", "job_event_counts", "job_list", "job_list_by_principal"}
 )
@@ -67,7 +68,10 @@ class SqliteStorage(SqlReads):
         self._synchronous = "FULL" if durability == "full" else "NORMAL"
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
-        self._readers_lock = threading.Lock()
+        self._idle_scanners: list[sqlite3.Connection] = []
+        self._scanning = 0
+        self._closed = False
+        self._readers_changed = threading.Condition()
         self.health = StorageHealth(
             space_left=lambda: shutil.disk_usage(self.path.parent).free,
             headroom=_SPACE_HEADROOM_BYTES,
@@ -99,7 +103,7 @@ class SqliteStorage(SqlReads):
         if conn is None:
             conn = self._connect()
             self._local.conn = conn
-            with self._readers_lock:
+            with self._readers_changed:
                 self._readers.append(conn)
         return conn
 
@@ -107,14 +111,41 @@ class SqliteStorage(SqlReads):
         # A read in WAL mode never waits for the writer: a seek runs on the loop at once.
         # A scan runs on a thread with a read connection of its own: sqlite3 lets go of
         # the GIL while SQLite steps, so the loop goes on serving meanwhile.
+        if self._closed:
+            raise StorageUnavailable("The database is closed")
         if name in _SCANS:
-            return await anyio.to_thread.run_sync(self._read_now, name, params)
-        return self._read_now(name, params)
+            return await anyio.to_thread.run_sync(self._scan, name, params)
+        return self._run_read(self._reader(), name, params)
 
-    def _read_now(self, name: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
+    def _scan(self, name: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
+        """A scan on a worker thread, on one of the store's scan connections (anyio
+        replaces idle threads: a connection per thread would stay open after each)."""
+        with self._readers_changed:
+            if self._closed:
+                raise StorageUnavailable("The database is closed")
+            conn = self._idle_scanners.pop() if self._idle_scanners else None
+            self._scanning += 1
         try:
-            return self._reader().execute(Q[name], params).fetchall()
+            if conn is None:
+                conn = self._connect()
+                with self._readers_changed:
+                    self._readers.append(conn)
+            return self._run_read(conn, name, params)
+        finally:
+            with self._readers_changed:
+                self._scanning -= 1
+                if conn is not None:
+                    self._idle_scanners.append(conn)
+                self._readers_changed.notify_all()
+
+    def _run_read(
+        self, conn: sqlite3.Connection, name: str, params: Mapping[str, Any]
+    ) -> list[sqlite3.Row]:
+        try:
+            return conn.execute(Q[name], params).fetchall()
         except sqlite3.Error as exc:
+            if self._closed:  # interrupted by close()
+                raise StorageUnavailable("The database is closed") from None
             fault = storage_fault(exc)
             if fault is None:
                 raise
@@ -130,8 +161,14 @@ class SqliteStorage(SqlReads):
         return tx.types_json(types)
 
     def close(self) -> None:
+        """Close every connection; a scan under way on a thread is interrupted first
+        (closing a connection that a statement runs on crashes the process)."""
         self._writer.close()
-        with self._readers_lock:
+        with self._readers_changed:
+            self._closed = True
+            for conn in self._readers:
+                conn.interrupt()
+            self._readers_changed.wait_for(lambda: self._scanning == 0, _BUSY_TIMEOUT_SECONDS)
             for conn in self._readers:
                 conn.close()
             self._readers.clear()
