@@ -41,8 +41,10 @@ from queuelog.storage.statements import guard_failure
 from queuelog.workflows import Workflows
 
 _DEFAULT_TYPE = JobTypeConfig()
-# One prune pass deletes at most this many batches (of up to 1,000 jobs per status).
+# One prune pass deletes at most this many batches (of up to 1,000 jobs per status);
+# one redrive moves at most this many chunks of 500 (a type failing as fast ends too).
 _PRUNE_MAX_BATCHES = 100
+_REDRIVE_MAX_CHUNKS = 10_000
 
 
 def _nobody(types: Collection[str] | None = None, ready: int | None = None) -> None:
@@ -387,9 +389,12 @@ class JobService:
         # A transaction a chunk, in id order: the server serves between two (SQLite's
         # writer runs on the event loop), and a job failing again meanwhile stays failed.
         moved, after = 0, 0
-        while chunk := await self.storage.job_requeue_failed(
-            job_type, caller.name, self.clock.now(), after_id=after
-        ):
+        for _ in range(_REDRIVE_MAX_CHUNKS):
+            chunk = await self.storage.job_requeue_failed(
+                job_type, caller.name, self.clock.now(), after_id=after
+            )
+            if not chunk:
+                break
             moved, after = moved + len(chunk), chunk[-1]
             self._on_ready()
         return moved

@@ -78,6 +78,9 @@ async def test_the_chart_counts_each_settled_minute_once_and_keeps_it(
     clock.advance(-1200)
     await service.finish(worker, FinishSpec(third.id, third.lease_token or ""))
     assert (await chart.slots())[-1].completed == 1
+    minute = clock.now().replace(second=0, microsecond=0)
+    clock.advance(1200)  # and once the clock has caught up, that minute still shows it
+    assert [s.completed for s in await chart.slots() if s.start == minute] == [1]
 
 
 class SlowFirstCount:

@@ -42,7 +42,7 @@ class Throughput:
         unsettled = [s for s in starts if s not in kept]
         counted = await self._count(unsettled[0], until) if unsettled else {}
         settled = {s: c for s, c in counted.items() if self._settles(s, now)}
-        self._settled = {s: c for s, c in (self._settled | settled).items() if s >= since}
+        self._settled = kept | settled
         # Copies: a page's slots are its own, whatever the next refresh keeps.
         return [replace(kept[s] if s in kept else counted[s]) for s in starts]
 

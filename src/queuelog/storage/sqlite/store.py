@@ -52,6 +52,9 @@ _BUSY_TIMEOUT_SECONDS = 30.0
 _SCANS = frozenset(
     {"job_counts", "job_ready_count", "job_event_counts", "job_list", "job_list_by_principal"}
 )
+# How many steps of SQLite's virtual machine a scan takes between two looks at whether
+# the store is closing: a few milliseconds' work, and few takings of the GIL.
+_SCAN_CHECK_STEPS = 100_000
 # Free bytes a filesystem must have again before a fault for lack of space ends: room
 # for a few of the largest requests and the WAL's growth between checkpoints.
 _SPACE_HEADROOM_BYTES = 16 * 1024 * 1024
@@ -112,7 +115,7 @@ class SqliteStorage(SqlReads):
         # A scan runs on a thread with a read connection of its own: sqlite3 lets go of
         # the GIL while SQLite steps, so the loop goes on serving meanwhile.
         if self._closed:
-            raise StorageUnavailable("The database is closed")
+            raise _closed_error()
         if name in _SCANS:
             return await anyio.to_thread.run_sync(self._scan, name, params)
         return self._run_read(self._reader(), name, params)
@@ -122,12 +125,15 @@ class SqliteStorage(SqlReads):
         replaces idle threads: a connection per thread would stay open after each)."""
         with self._readers_changed:
             if self._closed:
-                raise StorageUnavailable("The database is closed")
+                raise _closed_error()
             conn = self._idle_scanners.pop() if self._idle_scanners else None
             self._scanning += 1
         try:
             if conn is None:
                 conn = self._connect()
+                # Checked every so many steps: a scan stops soon after close() began,
+                # whenever its statement started (an interrupt reaches running ones only).
+                conn.set_progress_handler(lambda: self._closed, _SCAN_CHECK_STEPS)
                 with self._readers_changed:
                     self._readers.append(conn)
             return self._run_read(conn, name, params)
@@ -144,8 +150,8 @@ class SqliteStorage(SqlReads):
         try:
             return conn.execute(Q[name], params).fetchall()
         except sqlite3.Error as exc:
-            if self._closed:  # interrupted by close()
-                raise StorageUnavailable("The database is closed") from None
+            if self._closed:  # stopped by close()
+                raise _closed_error() from None
             fault = storage_fault(exc)
             if fault is None:
                 raise
@@ -161,19 +167,19 @@ class SqliteStorage(SqlReads):
         return tx.types_json(types)
 
     def close(self) -> None:
-        """Close every connection; a scan under way on a thread is interrupted first
+        """Close every connection once the scans under way on threads have stopped
         (closing a connection that a statement runs on crashes the process)."""
         self._writer.close()
         with self._readers_changed:
             self._closed = True
-            for conn in self._readers:
-                conn.interrupt()
             self._readers_changed.wait_for(lambda: self._scanning == 0, _BUSY_TIMEOUT_SECONDS)
             for conn in self._readers:
                 conn.close()
             self._readers.clear()
 
     def integrity_check(self) -> str:
+        if self._closed:
+            raise _closed_error()
         row = self._reader().execute("PRAGMA integrity_check").fetchone()
         return str(row[0])
 
@@ -309,3 +315,7 @@ class SqliteStorage(SqlReads):
             return key_from_row(conn.execute(Q["key_insert"], args).fetchone())
 
         return await self._writer.run(insert_first)
+
+
+def _closed_error() -> StorageUnavailable:
+    return StorageUnavailable("The database is closed")
