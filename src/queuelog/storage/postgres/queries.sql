@@ -470,7 +470,7 @@ GROUP BY bucket, kind;
 
 -- name: job_requeue_failed
 -- As job_requeue, for the first %(limit)s failed jobs of a type after %(after_id)s in id
--- order: one range of jobs_status_type (migration 0015). The pick locks them, and a job
+-- order: one range of jobs_status_type_id (migration 0015). The pick locks them, and a job
 -- another transaction moved meanwhile is read again and left out when no longer failed.
 WITH picked AS (
     SELECT id FROM jobs

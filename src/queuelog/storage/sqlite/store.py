@@ -131,8 +131,7 @@ class SqliteStorage(SqlReads):
         try:
             if conn is None:
                 conn = self._connect()
-                # Checked every so many steps: a scan stops soon after close() began,
-                # whenever its statement started (an interrupt reaches running ones only).
+                # Looked at every so many steps: a scan stops soon after close() began.
                 conn.set_progress_handler(lambda: self._closed, _SCAN_CHECK_STEPS)
                 with self._readers_changed:
                     self._readers.append(conn)
