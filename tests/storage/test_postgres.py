@@ -411,7 +411,7 @@ def test_a_redrive_chunk_reads_its_chunk_of_the_failed_jobs(
         (row,) = conn.execute(query, args).fetchall()
         conn.rollback()
     plan = row["QUERY PLAN"][0]["Plan"]
-    # Each of the plan's six steps passes the chunk's 500 rows on.
+    # Each of the plan's seven steps passes the chunk's 500 rows on.
     assert plan["Actual Rows"] == 500 and rows_read(plan) <= 3_500, plan
 
 
