@@ -84,7 +84,11 @@ def insert(conn: Conn, q: Queries, new: NewSchedule, now: datetime) -> Schedule 
 def delete(conn: Conn, q: Queries, name: str) -> None:
     if conn.execute(q["schedule_delete"], {"name": name}).fetchone() is not None:
         return
-    if conn.execute(q["schedule_get"], {"name": name}).fetchone() is None:
+    # On PostgreSQL the delete may have waited for another request's delete of the row,
+    # and this look may see a schedule of the name made since: a schedule of the API is
+    # another one than the delete meant, which was gone (404), not one of the config.
+    row = conn.execute(q["schedule_get"], {"name": name}).fetchone()
+    if row is None or row["source"] != "config":
         raise NotFound("No such schedule")
     raise InvalidState("A schedule from the config file is deleted by removing it there")
 
