@@ -185,7 +185,9 @@ class EnqueueRequest(_Request):
         None,
         description=(
             "While a job of this principal and type with this key is waiting, pending or "
-            "running, no second one is made: see `on_duplicate`."
+            "running, no enqueue makes a second one: see `on_duplicate`. An admin's redrive "
+            "brings a job back even beside a newer holder of its key (enqueues then meet the "
+            "newest waiting or pending one)."
         ),
     )
     on_duplicate: Literal["keep", "replace"] | None = Field(

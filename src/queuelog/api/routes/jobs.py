@@ -310,7 +310,10 @@ async def cancel_job(
         "`ready` if they have). The jobs that its failure cancelled (event "
         "`dependency_failed`) wait again, recursively (event `requeued`), and so do the "
         "`run`-mode dependents of these jobs that their end made `pending` and that no "
-        "worker has held yet; one a worker held (even if it snoozed) is left alone."
+        "worker has held yet; one a worker held (even if it snoozed) is left alone. A job "
+        "brought back whose `unique_key` a newer job holds by now comes back all the same, "
+        "beside it (an explicit act): enqueues with the key then meet the newest waiting or "
+        "pending one."
     ),
     responses=problems(*AUTHED, 404, 409, *NO_BODY),
 )
