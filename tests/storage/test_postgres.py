@@ -637,7 +637,7 @@ def test_a_delete_that_lost_its_schedule_to_another_is_404_beside_one_made_since
 
         thread = threading.Thread(target=delete, daemon=True)
         thread.start()
-        _wait_for_a_lock_wait(schema)
+        _wait_for_a_session_blocked_by(schema, other.info.backend_pid)
         other.commit()
         thread.join(10)
     assert len(answers) == 1 and isinstance(answers[0], NotFound), answers
@@ -645,10 +645,11 @@ def test_a_delete_that_lost_its_schedule_to_another_is_404_beside_one_made_since
     assert made is not None and made.source == "api"
 
 
-def _wait_for_a_lock_wait(url: str) -> None:
+def _wait_for_a_session_blocked_by(url: str, holder: int) -> None:
+    blocked = "SELECT 1 FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
     with psycopg.connect(url, autocommit=True) as conn:
         for _ in range(200):
-            if conn.execute("SELECT 1 FROM pg_locks WHERE NOT granted").fetchone():
+            if conn.execute(blocked, (holder,)).fetchone():
                 return
             time.sleep(0.05)
     raise AssertionError("the delete never waited for the row")
