@@ -237,7 +237,8 @@ def payload_argument(text: str | None) -> dict[str, Any]:
 @click.option(
     "--on-duplicate",
     type=click.Choice(["keep", "replace"]),
-    help="With --unique-key: keep the active job (default), or give a pending one this payload.",
+    help="With --unique-key: keep the active job (default), or give a waiting or pending one "
+    "this payload, priority and run time (while it runs: make a new job).",
 )
 @click.option(
     "--wait",
