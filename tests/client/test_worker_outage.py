@@ -108,6 +108,43 @@ def test_an_outcome_the_server_was_away_for_reaches_it_once_it_is_back(
         assert "lease_expired" not in events and events.count("claimed") == 1, events
 
 
+def test_more_outcomes_than_one_acknowledgement_takes_reach_the_server_once_it_is_back(
+    server: RealServer,
+) -> None:
+    """Completions sent again join those finished meanwhile: more than the server takes in
+    one acknowledgement (100), which refused them all (422), so their jobs ran again."""
+    count = 150
+    worker = Worker(concurrency=count, wait_seconds=1, linger_ms=0)
+    finish = threading.Event()
+    runs: list[int] = []
+    ended: list[int] = []
+
+    @worker.handler("send_email")  # a 30 s lease: it does not run out while away
+    def handle(job: Job) -> None:
+        runs.append(job.id)
+        finish.wait(DEADLINE)
+        ended.append(job.id)
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        made = shop.enqueue_many([{"type": "send_email", "payload": {"to": "a@b.c"}}] * count)
+    ids = sorted(e.job.id for e in made)
+    proxy, transport = TcpProxy(("127.0.0.1", server.port)), Noting()
+    with running(worker, server, transport, f"http://127.0.0.1:{proxy.port}"):
+        wait_until(lambda: sorted(runs) == ids, "the jobs to start")
+        proxy.cut()
+        finish.set()
+        wait_until(lambda: len(ended) == count, "the handlers to return")
+        tried = outcome_sends(transport)
+        # Two sends' worth of tries since the last handler returned: one held them all.
+        wait_until(lambda: outcome_sends(transport) >= tried + 6, "the outcomes to be tried")
+        proxy.restore()
+        settle(server, ids, JobStatus.COMPLETED)
+    proxy.close()
+    assert sorted(runs) == ids  # each ran once
+    for events in histories(server, ids):
+        assert "lease_expired" not in events and events.count("claimed") == 1, events
+
+
 class Refusing(Noting):
     """Answers every request carrying an outcome ``status`` (503, 429) ``times`` times."""
 

@@ -181,7 +181,7 @@ class Acknowledger:
         for done in [done for done in batch if not done[1].completed]:
             if again or not self._report_one(*done):
                 again.append(done)
-        for part in _by_size([done for done in batch if done[1].completed]):
+        for part in _parts([done for done in batch if done[1].completed]):
             again += part if again else self._complete(part)
         return again
 
@@ -269,14 +269,16 @@ def unreachable(error: QueueError) -> bool:
     return isinstance(error, ServerUnavailable | RateLimited)
 
 
-def _by_size(batch: list[Done]) -> list[list[Done]]:
-    """``batch`` cut into parts whose results add up to at most ACK_BYTES each."""
+def _parts(batch: list[Done]) -> list[list[Done]]:
+    """``batch`` cut into parts the server takes in one acknowledgement: at most ACK_BATCH
+    outcomes (outcomes sent again join the next ones, so a batch may hold more), whose
+    results add up to at most ACK_BYTES."""
     parts: list[list[Done]] = []
     size = 0
     for item in batch:
         result = item[1].result
         weight = 200 + (len(json.dumps(result, ensure_ascii=False).encode()) if result else 0)
-        if not parts or size + weight > ACK_BYTES:
+        if not parts or size + weight > ACK_BYTES or len(parts[-1]) == ACK_BATCH:
             parts.append([])
             size = 0
         parts[-1].append(item)
