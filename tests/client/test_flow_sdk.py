@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from queuelog.client import AsyncClient, Client, Job, Snooze, Worker
+from queuelog.client import AsyncClient, Client, Job, Retry, Snooze, Worker
 from queuelog.errors import NotFound
 from queuelog.models import JobStatus
 from tests.client.test_cli import cli
@@ -106,6 +106,14 @@ def test_snooze_refuses_a_delay_out_of_range() -> None:
         Snooze(-1)
     with pytest.raises(ValueError):
         Snooze(86_401)
+
+
+def test_retry_refuses_a_delay_the_server_would_refuse() -> None:
+    # A failure the server refused (422) left its job held until the lease ran out.
+    for after in (-1, 366 * 86_400 + 1, float("nan")):
+        with pytest.raises(ValueError):
+            Retry("busy", after=after)
+    assert Retry("busy", after=366 * 86_400).after == 366 * 86_400
 
 
 def test_cli_types_list_pause_and_resume(server: RealServer) -> None:

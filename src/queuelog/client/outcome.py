@@ -10,6 +10,7 @@ from queuelog.client.types import JsonObject
 
 # The server keeps 2,000 characters of an error; sending far more only risks a refusal.
 ERROR_CHARS = 4000
+MAX_RETRY_IN_SECONDS = 366 * 86_400  # the server's bound on a failure's retry_in_seconds
 
 
 class Retry(Exception):
@@ -17,11 +18,16 @@ class Retry(Exception):
 
     Args:
         reason: Stored as the job's error.
-        after: Seconds until the next attempt (``retry_in_seconds``); default: the type's
-            backoff. The job still fails for good once it has no retries left.
+        after: Seconds until the next attempt (``retry_in_seconds``, 0 to 366 days);
+            default: the type's backoff. The job still fails for good once it has no
+            retries left.
     """
 
     def __init__(self, reason: str = "retry requested", *, after: float | None = None) -> None:
+        # Checked here, as the server checks it: a failure it refused left the job held
+        # until its lease ran out, each attempt.
+        if after is not None and not 0 <= after <= MAX_RETRY_IN_SECONDS:
+            raise ValueError("a retry comes 0 to 31,622,400 seconds (366 days) later")
         super().__init__(reason)
         self.reason = reason
         self.after = after
