@@ -25,7 +25,7 @@ from queuelog.client import (
 from queuelog.client.awaiting import Awaiting
 from queuelog.errors import NotFound
 from queuelog.models import JobStatus
-from tests.client.pools import Noting, Sent
+from tests.client.pools import Noting, Sent, answer
 from tests.client.test_worker import DEADLINE, running, wait_until
 from tests.realserver import RealServer
 
@@ -212,3 +212,63 @@ def test_progress_goes_out_at_most_once_a_second(server: RealServer) -> None:
     assert 1 <= len(sent) <= reporting + 1
     assert all(later - earlier >= 0.9 for earlier, later in itertools.pairwise(sent))
     assert done.progress is not None and done.progress["step"] <= done.result["steps"]
+
+
+def test_progress_is_what_was_reported_even_if_the_handler_changes_its_object_after(
+    server: RealServer,
+) -> None:
+    worker = Worker(concurrency=1, wait_seconds=1)
+    release = threading.Event()
+
+    @worker.handler("noop")
+    def handle(job: Job) -> Any:
+        progress: dict[str, Any] = {"done": [1]}
+        job.report_progress(progress)
+        progress["done"].extend(range(2, 2_000))  # far past 4,096 bytes, never reported
+        release.wait(DEADLINE)
+        return None
+
+    with _client(server, "shop") as shop, running(worker, server):
+        job = shop.enqueue("noop")
+        wait_until(lambda: shop.get(job).progress == {"done": [1]}, "the progress reported")
+        release.set()
+        done = shop.wait(job, timeout=DEADLINE)
+    assert done.progress == {"done": [1]} and done.status is JobStatus.COMPLETED
+
+
+class RefusingProgress(Noting):
+    """Refuses every heartbeat that carries progress, as a server with a lower limit would."""
+
+    def forward(self, sent: Sent, send: Callable[[], Any]) -> Any:
+        if sent.path.endswith("/heartbeat") and "progress" in sent.json():
+            problem = {"type": "payload-too-large", "status": 422, "detail": "too large"}
+            return answer(422, problem)
+        return send()
+
+
+def test_a_heartbeat_refused_for_its_progress_renews_the_lease_without_it(
+    server: RealServer,
+) -> None:
+    # A 3 s lease, renewed every second: a progress sent again and again left it to run out.
+    worker = Worker(concurrency=1, wait_seconds=1, lease_seconds=3)
+
+    @worker.handler("noop")
+    def handle(job: Job) -> Any:
+        job.report_progress({"step": 1})
+        time.sleep(5)
+        return None
+
+    client = Client(server.url, server.keys["mailer"], transport=RefusingProgress())
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        with _client(server, "shop") as shop, _client(server, "root") as root:
+            job = shop.enqueue("noop")
+            done = shop.wait(job, timeout=DEADLINE)
+            events = [e.event for e in root.events(job)]
+    finally:
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+        client.close()
+    assert done.status is JobStatus.COMPLETED and done.progress is None
+    assert "lease_expired" not in events, events

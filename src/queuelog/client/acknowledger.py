@@ -17,14 +17,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from queuelog.client.errors import BodyTooLarge, ServerError, ServerUnavailable
+from queuelog.client.errors import BodyTooLarge
 from queuelog.client.heartbeater import Heartbeater
 from queuelog.client.outcome import Outcome
-from queuelog.client.policy import TRANSIENT_STATUS, RetryPolicy
+from queuelog.client.policy import RetryPolicy, unreachable
 from queuelog.client.running import LATE_SECONDS, LOST, Running, log, log_outcome
 from queuelog.client.sync import Client
 from queuelog.client.types import Acknowledged
-from queuelog.errors import QueueError, RateLimited
+from queuelog.errors import QueueError
 
 ACK_BATCH = 100
 # Results in one acknowledgement stay well under the server's 1 MiB request limit; a
@@ -259,14 +259,6 @@ class Acknowledger:
         except Exception as error:  # left to its lease, which expires as an attempt
             log_outcome(running, f"abandoned, unreported ({error})", logging.WARNING)
         self._leases.release(running)
-
-
-def unreachable(error: QueueError) -> bool:
-    """Whether ``error`` says the server could not take the request for now (down, busy,
-    restarting, its database away), so the same request may be sent again later."""
-    if isinstance(error, ServerError):
-        return error.status in TRANSIENT_STATUS
-    return isinstance(error, ServerUnavailable | RateLimited)
 
 
 def _parts(batch: list[Done]) -> list[list[Done]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+from queuelog.client.policy import unreachable
 from queuelog.client.running import LOST, Running, log
 from queuelog.client.sync import Client
 from queuelog.errors import QueueError
@@ -75,5 +76,7 @@ class Heartbeater:
             self.release(running)
         except QueueError as error:
             log.warning("job_id=%s heartbeat failed: %s", running.job.id, error.detail)
-            running.keep_progress(progress)
+            if unreachable(error):
+                running.keep_progress(progress)
+            # else refused for what it carried: the lease is renewed soon, without it
             running.next_beat = time.monotonic() + min(1.0, running.lease / 6)

@@ -30,6 +30,14 @@ NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, NotSent
 BROKEN = (httpx.TransportError, NoAnswer)
 
 
+def unreachable(error: QueueError) -> bool:
+    """Whether ``error`` says the server could not take the request for now (down, busy,
+    restarting, its database away), so the same request may be sent again later."""
+    if isinstance(error, ServerError):
+        return error.status in TRANSIENT_STATUS
+    return isinstance(error, ServerUnavailable | RateLimited)
+
+
 def server_url(url: str) -> str:
     """``url``, if it can name a queuelog server: http:// or https:// with a host (and a
     port within range); ValueError otherwise. libcurl would speak FTP, or read a local

@@ -88,7 +88,8 @@ class Running:
         if size > MAX_PROGRESS_BYTES:
             raise ValueError(f"progress is {size} bytes as JSON; at most {MAX_PROGRESS_BYTES}")
         with self.lock:
-            self.progress = dict(progress)
+            # A copy of what was measured: the handler may go on changing its own object.
+            self.progress = json.loads(text)
             soonest = max(self.last_beat + PROGRESS_SECONDS, time.monotonic())
             self.next_beat = min(self.next_beat, soonest)
 
