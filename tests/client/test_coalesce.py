@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from queuelog.client import Client, Job
+from queuelog.client.policy import RetryPolicy
 from queuelog.errors import QueueError
-from tests.client.pools import Noting, Sent
+from tests.client.pools import Noting, Sent, answer
 from tests.realserver import RealServer, wait_until
 
 DEADLINE = 60.0  # seconds any single wait here may take, on a busy machine
@@ -32,17 +33,20 @@ class FirstHeldBack(Noting):
         return send()
 
 
-def enqueue_at_once(server: RealServer, jobs: list[dict[str, Any]]) -> tuple[list[Any], list[str]]:
+def enqueue_at_once(
+    server: RealServer, jobs: list[dict[str, Any]], transport: FirstHeldBack | None = None
+) -> tuple[list[Any], list[str]]:
     """Each job enqueued by a thread of its own on one client, the others calling while
     the first one's request is held back; each call's job or error, and the requests."""
-    transport = FirstHeldBack()
-    client = Client(server.url, server.keys["shop"], transport=transport)
+    transport = transport or FirstHeldBack()
+    policy = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02)
+    client = Client(server.url, server.keys["shop"], transport=transport, retry_policy=policy)
     answers: list[Any] = [None] * len(jobs)
 
     def call(i: int) -> None:
         try:
             answers[i] = client.enqueue(**jobs[i])
-        except QueueError as error:
+        except (QueueError, ValueError) as error:
             answers[i] = error
 
     threads = [threading.Thread(target=call, args=(i,), daemon=True) for i in range(len(jobs))]
@@ -85,6 +89,37 @@ def test_a_batch_refused_as_a_whole_answers_each_call_with_its_own_outcome(
     assert answers[3].status == 422
     assert [a.payload["n"] for i, a in enumerate(answers) if i != 3] == [0, 1, 2, 4, 5]
     assert "POST /jobs/batch" in sent  # refused, then each job sent alone
+
+
+def test_a_body_that_is_not_json_is_the_error_of_its_own_call_only(
+    real_server: RealServer,
+) -> None:
+    jobs: list[dict[str, Any]] = [{"type": "noop", "payload": {"n": n}} for n in range(6)]
+    jobs[3] = {"type": "noop", "payload": {"n": float("nan")}}
+    answers, _ = enqueue_at_once(real_server, jobs)
+    assert isinstance(answers[3], ValueError)  # every call of its batch had this error
+    assert [a.payload["n"] for i, a in enumerate(answers) if i != 3] == [0, 1, 2, 4, 5]
+
+
+class AwayAfterTheFirst(FirstHeldBack):
+    """Answers every enqueue 503 once the first is let through: a server away for now."""
+
+    def forward(self, sent: Sent, send: Callable[[], Any]) -> Any:
+        if sent is self.sent[0]:
+            assert self.gate.wait(DEADLINE)
+        problem = {"type": "unavailable", "status": 503, "detail": "not now"}
+        return answer(503, problem, {"Retry-After": "0"})
+
+
+def test_a_batch_the_server_cannot_take_for_now_is_each_call_s_error_not_sent_alone(
+    real_server: RealServer,
+) -> None:
+    jobs: list[dict[str, Any]] = [{"type": "noop", "payload": {"n": n}} for n in range(20)]
+    answers, sent = enqueue_at_once(real_server, jobs, AwayAfterTheFirst())
+    assert all(isinstance(a, QueueError) and a.status == 503 for a in answers), answers
+    # The first alone, then the others' batch, each tried twice; not each call alone after
+    # (each would have tried as long again, one after another: 38 more requests).
+    assert "POST /jobs/batch" in sent and sent.count("POST /jobs") <= 4, sent
 
 
 def test_enqueues_one_after_another_are_sent_alone(real_server: RealServer) -> None:

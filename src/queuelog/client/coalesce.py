@@ -12,9 +12,11 @@ answered only once the request holding its job is answered: its own job, stored.
 A batch is all or nothing, but each call keeps its own answer: a batch the server
 refuses as a whole (one job of a type it does not know, a priority the key may not
 use, too large a body) is sent again job by job, so each call gets its own job or its
-own error. Each job carries its own idempotency key, so a job whose batch was stored
-after all is found by that resend, never made twice. A server that cannot be reached
-is the error of every call of the batch, after the client's own tries.
+own error; so is a batch with a body that is not JSON (nothing of it was sent). Each job
+carries its own idempotency key, so a job whose batch was stored after all is found by
+that resend, never made twice. A server that cannot take it for now (unreachable, 502,
+503, 504, 507, 429), after the client's own tries, is the error of every call of the
+batch.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from typing import Any
 
 from queuelog.client import calls, tracing
 from queuelog.client.calls import Call
-from queuelog.client.errors import ServerUnavailable
+from queuelog.client.policy import unreachable
 from queuelog.client.types import Job, JsonObject
 from queuelog.errors import QueueError
 
 BATCH_LIMIT = 500  # the API's most jobs per batch
+# What serialising a body that is not JSON raises (NaN, a set, a lone surrogate).
+NOT_JSON = (TypeError, ValueError)
 
 
 class _Call:
@@ -98,12 +102,14 @@ class Coalescer:
                 return
             try:
                 answers = self._send(calls.enqueue_many(c.body for c in batch))
-            except ServerUnavailable as error:
-                for c in batch:
-                    c.error = error
-            except QueueError:  # refused as a whole: each alone, for its own answer
-                for c in batch:
-                    self._send_alone(c)
+            except QueueError as error:
+                if not unreachable(error):  # refused as a whole: each alone, its own answer
+                    self._send_each_alone(batch)
+                else:  # not now, after the client's own tries: alone, each would try again
+                    for c in batch:
+                        c.error = error
+            except NOT_JSON:  # a body not JSON: nothing was sent; each alone, its own error
+                self._send_each_alone(batch)
             else:
                 for c, answer in zip(batch, answers, strict=True):
                     c.job = answer.job
@@ -116,8 +122,12 @@ class Coalescer:
             for c in batch:
                 c.woken.set()
 
+    def _send_each_alone(self, batch: list[_Call]) -> None:
+        for c in batch:
+            self._send_alone(c)
+
     def _send_alone(self, caller: _Call) -> None:
         try:
             caller.job = self._send(calls.enqueue_job(caller.body))
-        except QueueError as error:
+        except (QueueError, *NOT_JSON) as error:
             caller.error = error
