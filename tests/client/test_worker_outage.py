@@ -145,6 +145,38 @@ def test_more_outcomes_than_one_acknowledgement_takes_reach_the_server_once_it_i
         assert "lease_expired" not in events and events.count("claimed") == 1, events
 
 
+class FirstBeatAnsweredLate(Noting):
+    """Holds back the answer to the first heartbeat (the server has it) for ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.held = threading.Lock()
+        self.late = False
+
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
+        got = send()
+        with self.held:
+            first = sent.path.endswith("/heartbeat") and not self.late
+            self.late = self.late or first
+        if first:
+            time.sleep(self.seconds)
+        return got
+
+
+def test_a_heartbeat_answered_late_holds_up_no_other_job_s_lease(server: RealServer) -> None:
+    # A 3 s lease, renewed every second, and handlers that run past it: the others'
+    # heartbeats went after the late one's answer (5 s), and their leases ran out.
+    worker = Worker(concurrency=4, wait_seconds=1, linger_ms=0, lease_seconds=3)
+    worker.handler("noop")(lambda job: time.sleep(4.5))
+    ids = enqueued(server, "noop", 4)
+    with running(worker, server, FirstBeatAnsweredLate(5.0), server.url):
+        settle(server, ids, JobStatus.COMPLETED)
+    expired = [events for events in histories(server, ids) if "lease_expired" in events]
+    # The late one's own lease may run out: its next heartbeat waits for that answer.
+    assert len(expired) <= 1, expired
+
+
 class Refusing(Noting):
     """Answers every request carrying an outcome ``status`` (503, 429) ``times`` times."""
 

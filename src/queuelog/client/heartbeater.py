@@ -1,8 +1,9 @@
 """The heartbeater: keeps the lease of every held job alive until the server has its
-outcome, from a thread of its own."""
+outcome, from threads of its own: one finds the heartbeats due, a few send them."""
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 
@@ -12,6 +13,10 @@ from queuelog.client.sync import Client
 from queuelog.errors import QueueError
 
 TICK_SECONDS = 0.1  # how often due heartbeats are looked for
+# Heartbeats sent at once: one whose answer is slow, or that waits out a 429's
+# Retry-After, holds up no other job's. Sent one after another, such a heartbeat let
+# every other lease run out, and those jobs ran again.
+SENDERS = 8
 
 
 class Heartbeater:
@@ -21,8 +26,14 @@ class Heartbeater:
         self._client = client
         self._lock = threading.Lock()
         self._held: dict[int, Running] = {}
+        self._sending: set[int] = set()  # id() of each Running whose heartbeat is on its way
+        self._due: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="queuelog-heartbeat", daemon=True)
+        self._senders = [
+            threading.Thread(target=self._send_due, name=f"queuelog-heartbeat-{n}", daemon=True)
+            for n in range(SENDERS)
+        ]
 
     def hold(self, running: Running) -> None:
         """Keep ``running``'s lease alive from now on."""
@@ -44,23 +55,42 @@ class Heartbeater:
 
     def start(self) -> None:
         self._thread.start()
+        for sender in self._senders:
+            sender.start()
 
     def finish(self, timeout: float) -> None:
-        """Stop renewing leases; wait up to ``timeout`` for a heartbeat in flight."""
+        """Stop renewing leases; wait up to ``timeout`` for the heartbeats in flight."""
+        deadline = time.monotonic() + timeout
         self._done.set()
         self._thread.join(timeout=timeout)
+        for _ in self._senders:
+            self._due.put(None)
+        for sender in self._senders:
+            sender.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def _beat(self) -> None:
         while not self._done.wait(TICK_SECONDS):
             now = time.monotonic()
             with self._lock:
-                due = [r for r in self._held.values() if r.next_beat <= now]
+                due = [
+                    r
+                    for r in self._held.values()
+                    if r.next_beat <= now and id(r) not in self._sending
+                ]
+                self._sending.update(map(id, due))
             for running in due:
-                try:
-                    self._beat_one(running)
-                except Exception:  # a surprise must not end heartbeats for every other job
-                    log.exception("job_id=%s heartbeat failed", running.job.id)
-                    running.next_beat = time.monotonic() + min(1.0, running.lease / 6)
+                self._due.put(running)
+
+    def _send_due(self) -> None:
+        while (running := self._due.get()) is not None:
+            try:
+                self._beat_one(running)
+            except Exception:  # a surprise must not end heartbeats for every other job
+                log.exception("job_id=%s heartbeat failed", running.job.id)
+                running.next_beat = time.monotonic() + min(1.0, running.lease / 6)
+            finally:
+                with self._lock:
+                    self._sending.discard(id(running))
 
     def _beat_one(self, running: Running) -> None:
         progress = running.take_progress()
