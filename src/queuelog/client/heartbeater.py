@@ -7,16 +7,18 @@ import queue
 import threading
 import time
 
-from queuelog.client.policy import unreachable
+from queuelog.client.errors import BodyTooLarge
 from queuelog.client.running import LOST, Running, log
 from queuelog.client.sync import Client
-from queuelog.errors import QueueError
+from queuelog.errors import PayloadTooLarge, QueueError, ValidationFailed
 
 TICK_SECONDS = 0.1  # how often due heartbeats are looked for
-# Heartbeats sent at once: one whose answer is slow, or that waits out a 429's
-# Retry-After, holds up no other job's. Sent one after another, such a heartbeat let
-# every other lease run out, and those jobs ran again.
+# Heartbeats sent at once, so that one whose answer is slow, or that waits out a 429's
+# Retry-After, holds up no other job's renewal (whose lease would run out meanwhile).
 SENDERS = 8
+# A heartbeat refused for its progress (larger than the server takes): sent again as it
+# is, it would be refused again until the lease ran out.
+REFUSED_FOR_WHAT_IT_CARRIED = (ValidationFailed, PayloadTooLarge, BodyTooLarge)
 
 
 class Heartbeater:
@@ -26,7 +28,7 @@ class Heartbeater:
         self._client = client
         self._lock = threading.Lock()
         self._held: dict[int, Running] = {}
-        self._sending: set[int] = set()  # id() of each Running whose heartbeat is on its way
+        self._sending: set[Running] = set()  # whose heartbeat is on its way
         self._due: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="queuelog-heartbeat", daemon=True)
@@ -59,7 +61,8 @@ class Heartbeater:
             sender.start()
 
     def finish(self, timeout: float) -> None:
-        """Stop renewing leases; wait up to ``timeout`` for the heartbeats in flight."""
+        """Stop renewing leases (heartbeats queued are not sent); wait up to ``timeout``
+        for those in flight."""
         deadline = time.monotonic() + timeout
         self._done.set()
         self._thread.join(timeout=timeout)
@@ -72,25 +75,29 @@ class Heartbeater:
         while not self._done.wait(TICK_SECONDS):
             now = time.monotonic()
             with self._lock:
-                due = [
-                    r
-                    for r in self._held.values()
-                    if r.next_beat <= now and id(r) not in self._sending
-                ]
-                self._sending.update(map(id, due))
+                due = [r for r in self._held.values() if r.next_beat <= now]
+                due = [r for r in due if r not in self._sending]
+                self._sending.update(due)
             for running in due:
                 self._due.put(running)
 
     def _send_due(self) -> None:
         while (running := self._due.get()) is not None:
             try:
-                self._beat_one(running)
+                if self._still_held(running):
+                    self._beat_one(running)
             except Exception:  # a surprise must not end heartbeats for every other job
                 log.exception("job_id=%s heartbeat failed", running.job.id)
                 running.next_beat = time.monotonic() + min(1.0, running.lease / 6)
             finally:
                 with self._lock:
-                    self._sending.discard(id(running))
+                    self._sending.discard(running)
+
+    def _still_held(self, running: Running) -> bool:
+        """Whether ``running``'s lease is still to be renewed: not released since its
+        heartbeat was queued, and the run not finishing."""
+        with self._lock:
+            return not self._done.is_set() and self._held.get(running.job.id) is running
 
     def _beat_one(self, running: Running) -> None:
         progress = running.take_progress()
@@ -106,7 +113,7 @@ class Heartbeater:
             self.release(running)
         except QueueError as error:
             log.warning("job_id=%s heartbeat failed: %s", running.job.id, error.detail)
-            if unreachable(error):
+            if not isinstance(error, REFUSED_FOR_WHAT_IT_CARRIED):
                 running.keep_progress(progress)
-            # else refused for what it carried: the lease is renewed soon, without it
+            # else the lease is renewed soon, without that progress
             running.next_beat = time.monotonic() + min(1.0, running.lease / 6)
