@@ -13,6 +13,7 @@ import pytest
 
 from queuelog.client import Client, Job
 from queuelog.client.policy import RetryPolicy
+from queuelog.client.transport import Answer
 from queuelog.errors import QueueError
 from tests.client.pools import Noting, Sent, answer
 from tests.realserver import RealServer, wait_until
@@ -119,7 +120,24 @@ def test_a_batch_the_server_cannot_take_for_now_is_each_call_s_error_not_sent_al
     assert all(isinstance(a, QueueError) and a.status == 503 for a in answers), answers
     # The first alone, then the others' batch, each tried twice; not each call alone after
     # (each would have tried as long again, one after another: 38 more requests).
-    assert "POST /jobs/batch" in sent and sent.count("POST /jobs") <= 4, sent
+    assert "POST /jobs/batch" in sent and sent.count("POST /jobs") < len(jobs), sent
+
+
+class BatchAnswerUnread(FirstHeldBack):
+    """Stores every batch but answers it with a body that is not JSON."""
+
+    def forward(self, sent: Sent, send: Callable[[], Any]) -> Any:
+        got = super().forward(sent, send)
+        return Answer(200, b"<html>", None) if sent.path == "/jobs/batch" else got
+
+
+def test_a_batch_stored_but_its_answer_not_read_answers_each_call_with_its_own_job(
+    real_server: RealServer,
+) -> None:
+    jobs: list[dict[str, Any]] = [{"type": "noop", "payload": {"n": n}} for n in range(8)]
+    answers, sent = enqueue_at_once(real_server, jobs, BatchAnswerUnread())
+    assert [a.payload["n"] for a in answers] == list(range(8)), answers
+    assert len({a.id for a in answers}) == 8 and "POST /jobs/batch" in sent
 
 
 def test_enqueues_one_after_another_are_sent_alone(real_server: RealServer) -> None:

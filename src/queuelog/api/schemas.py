@@ -185,7 +185,8 @@ class EnqueueRequest(_Request):
         None,
         description=(
             "While a job of this principal and type with this key is waiting, pending or "
-            "running, no enqueue makes a second one: see `on_duplicate`. An admin's redrive "
+            "running, no enqueue makes a second one (but a `replace` while it runs): see "
+            "`on_duplicate`. An admin's redrive "
             "brings a job back even beside a newer holder of its key (enqueues then meet the "
             "newest waiting or pending one)."
         ),

@@ -103,12 +103,13 @@ class Coalescer:
             try:
                 answers = self._send(calls.enqueue_many(c.body for c in batch))
             except QueueError as error:
-                if not unreachable(error):  # refused as a whole: each alone, its own answer
-                    self._send_each_alone(batch)
-                else:  # not now, after the client's own tries: alone, each would try again
+                if unreachable(error) and error.slug != "not-json":
+                    # Not now, after the client's own tries: alone, each would try again.
                     for c in batch:
                         c.error = error
-            except NOT_JSON:  # a body not JSON: nothing was sent; each alone, its own error
+                else:  # refused as a whole, or its answer not read: each alone, its own
+                    self._send_each_alone(batch)  # (their keys find jobs stored)
+            except NOT_JSON:  # a body that is not JSON: each alone, its own error
                 self._send_each_alone(batch)
             else:
                 for c, answer in zip(batch, answers, strict=True):
