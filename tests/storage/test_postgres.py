@@ -21,7 +21,7 @@ from psycopg_pool import PoolTimeout
 
 from queuelog.auth import KeyRing, display_prefix
 from queuelog.clock import FakeClock, SystemClock, to_micros
-from queuelog.errors import IdempotencyKeyReused, InvalidState, NotFound
+from queuelog.errors import IdempotencyKeyReused
 from queuelog.maintenance import Maintenance
 from queuelog.models import EventKind, Job, JobStatus, Priority, Role
 from queuelog.service import JobService
@@ -33,7 +33,6 @@ from queuelog.storage.subscribers import ReadySubscriber
 from tests.conftest import make_settings, run_blocking
 from tests.postgres import fresh_schema, postgres_url, rows_read, subscribed
 from tests.storage.test_conformance import T0, claim, finish, new_job
-from tests.storage.test_schedules import schedule
 from tests.tcpproxy import TcpProxy
 
 T = TypeVar("T")
@@ -613,46 +612,6 @@ def test_a_job_made_while_its_dependency_ends_on_another_node_is_never_left_wait
         after = run_blocking(nodes[2].job_get(made))
         assert after is not None and after.status == JobStatus.PENDING, round_
         run_blocking(finish(nodes[2], run_blocking(claim(nodes[2]))[0]))
-
-
-def test_a_delete_that_lost_its_schedule_to_another_is_404_beside_one_made_since(
-    nodes: list[PostgresStorage], schema: str
-) -> None:
-    """Another request deletes the API schedule and one of its name is made again while
-    this delete waits for the row: the schedule it meant is gone (404). It answered 409,
-    "a schedule from the config file", for a schedule of the API."""
-    run_blocking(nodes[0].schedule_insert(schedule("tick"), T0))
-    with psycopg.connect(schema) as other:
-        other.execute("CREATE TEMP TABLE made_again AS SELECT * FROM schedules")
-        other.execute("DELETE FROM schedules WHERE name = 'tick'")
-        other.execute("INSERT INTO schedules SELECT * FROM made_again")
-        answers: list[BaseException | None] = []
-
-        def delete() -> None:
-            try:
-                run_blocking(nodes[1].schedule_delete("tick"))
-                answers.append(None)
-            except (NotFound, InvalidState) as exc:
-                answers.append(exc)
-
-        thread = threading.Thread(target=delete, daemon=True)
-        thread.start()
-        _wait_for_a_session_blocked_by(schema, other.info.backend_pid)
-        other.commit()
-        thread.join(10)
-    assert len(answers) == 1 and isinstance(answers[0], NotFound), answers
-    made = run_blocking(nodes[2].schedule_get("tick"))
-    assert made is not None and made.source == "api"
-
-
-def _wait_for_a_session_blocked_by(url: str, holder: int) -> None:
-    blocked = "SELECT 1 FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
-    with psycopg.connect(url, autocommit=True) as conn:
-        for _ in range(200):
-            if conn.execute(blocked, (holder,)).fetchone():
-                return
-            time.sleep(0.05)
-    raise AssertionError("the delete never waited for the row")
 
 
 def test_hardening_17_two_requests_with_one_key_settled_at_once_make_one_answer(
