@@ -23,11 +23,13 @@ from queuelog.client import (
     Worker,
 )
 from queuelog.client.awaiting import Awaiting
+from queuelog.client.policy import RetryPolicy
 from queuelog.errors import NotFound
 from queuelog.models import JobStatus
 from tests.client.pools import Noting, Sent, answer
 from tests.client.test_worker import DEADLINE, running, wait_until
 from tests.realserver import RealServer
+from tests.tcpproxy import TcpProxy
 
 
 def _client(server: RealServer, name: str) -> Client:
@@ -272,3 +274,56 @@ def test_a_heartbeat_refused_for_its_progress_renews_the_lease_without_it(
         client.close()
     assert done.status is JobStatus.COMPLETED and done.progress is None
     assert "lease_expired" not in events, events
+
+
+def _await_across_an_outage(server: RealServer, wait: Callable[[str, int], Any]) -> Any:
+    """``wait(url, job_id)`` through a forwarder cut for longer than the client's own tries
+    (a server restarting), the job completed once it is back; what the wait answered."""
+    with _client(server, "shop") as shop:
+        job = shop.enqueue("noop")
+    proxy = TcpProxy(("127.0.0.1", server.port))
+    answered: list[Any] = []
+
+    def run() -> None:
+        try:
+            answered.append(wait(f"http://127.0.0.1:{proxy.port}", job.id))
+        except Exception as error:
+            answered.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    time.sleep(0.5)  # the wait's read is held by the server
+    proxy.cut()
+    time.sleep(2.0)
+    proxy.restore()
+    with _client(server, "mailer") as mailer:
+        (held,) = mailer.claim(types=["noop"], limit=1)
+        mailer.complete(held, {"done": True})
+    thread.join(DEADLINE)
+    proxy.close()
+    assert len(answered) == 1, "the wait never ended"
+    return answered[0]
+
+
+SHORT_TRIES = RetryPolicy(attempts=2, base_delay=0.05, max_delay=0.1)
+
+
+def test_a_wait_with_time_left_reads_again_through_a_server_away_for_a_while(
+    server: RealServer,
+) -> None:
+    def wait(url: str, job_id: int) -> Any:
+        with Client(url, server.keys["shop"], retry_policy=SHORT_TRIES) as waiter:
+            return waiter.result(job_id, timeout=DEADLINE)
+
+    assert _await_across_an_outage(server, wait) == {"done": True}
+
+
+def test_an_async_wait_with_time_left_reads_again_through_a_server_away_for_a_while(
+    server: RealServer,
+) -> None:
+    async def wait(url: str, job_id: int) -> Any:
+        async with AsyncClient(url, server.keys["shop"], retry_policy=SHORT_TRIES) as waiter:
+            return await waiter.result(job_id, timeout=DEADLINE)
+
+    answer = _await_across_an_outage(server, lambda url, i: asyncio.run(wait(url, i)))
+    assert answer == {"done": True}

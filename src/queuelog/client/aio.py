@@ -16,7 +16,7 @@ from queuelog.client.errors import ServerError
 from queuelog.client.transport import Outgoing
 from queuelog.client.types import Job
 from queuelog.client.verbs import Verbs
-from queuelog.errors import RateLimited
+from queuelog.errors import QueueError, RateLimited
 
 T = TypeVar("T")
 
@@ -56,7 +56,10 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
     async def follow(self, waiting: Awaiting[T]) -> T:
         """Send the reads of a wait (``wait``, ``result``) until it is over; its answer."""
         while (call := waiting.next_call()) is not None:
-            waiting.take(await self.send(call))
+            try:
+                waiting.take(await self.send(call))
+            except QueueError as error:
+                await asyncio.sleep(waiting.pause_after(error))
         return waiting.finished()
 
     async def list(

@@ -11,11 +11,15 @@ from typing import Generic, TypeVar
 from queuelog.client import calls
 from queuelog.client.calls import Call, JobRef
 from queuelog.client.errors import JobCancelled, JobFailed, JobTimeout
+from queuelog.client.policy import unreachable
 from queuelog.client.types import Job, JsonObject
+from queuelog.errors import QueueError
 from queuelog.models import TERMINAL, JobStatus
 
 # The longest wait the server holds one read for.
 MAX_WAIT_SECONDS = 30.0
+# Between reads the server could not take for now, once the client's own tries are spent.
+REREAD_PAUSE_SECONDS = 1.0
 R = TypeVar("R")
 
 
@@ -54,6 +58,15 @@ class Awaiting(Generic[R]):
     def take(self, job: Job) -> None:
         """The answer to the last read."""
         self._job = job
+
+    def pause_after(self, error: QueueError) -> float:
+        """A read the server could not take for now (a restart, a 503), after the client's
+        own tries: the pause before reading again, while the wait has time left (a wait
+        with a timeout outlasts a restart); otherwise ``error`` is raised."""
+        remaining = self._deadline - self._clock()
+        if not unreachable(error) or math.isinf(remaining) or remaining <= 0:
+            raise error
+        return min(REREAD_PAUSE_SECONDS, remaining)
 
     def finished(self) -> R:
         """What the wait answers (``then`` of the finished job); JobTimeout (with the job as

@@ -16,7 +16,7 @@ from queuelog.client.policy import BROKEN
 from queuelog.client.transport import CurlTransport, Outgoing, Transport
 from queuelog.client.types import Job, JsonObject
 from queuelog.client.verbs import Verbs
-from queuelog.errors import RateLimited
+from queuelog.errors import QueueError, RateLimited
 
 T = TypeVar("T")
 
@@ -67,7 +67,10 @@ class Client(Verbs[Transport, Transport]):
     def follow(self, waiting: Awaiting[T]) -> T:
         """Send the reads of a wait (``wait``, ``result``) until it is over; its answer."""
         while (call := waiting.next_call()) is not None:
-            waiting.take(self.send(call))
+            try:
+                waiting.take(self.send(call))
+            except QueueError as error:
+                time.sleep(waiting.pause_after(error))
         return waiting.finished()
 
     def list(
