@@ -122,6 +122,29 @@ def test_async_client_waits_and_reads_results(real_server: RealServer) -> None:
     asyncio.run(main())
 
 
+def test_an_async_client_with_many_waits_in_flight_still_sends_other_calls(
+    real_server: RealServer,
+) -> None:
+    """A wait holds its connection while the server holds its read; more waits at once
+    than a capped pool holds made an enqueue on the same client queue behind them, until
+    a wait ended."""
+
+    async def main() -> None:
+        async with AsyncClient(real_server.url, real_server.keys["shop"]) as shop:
+            later = await shop.enqueue("noop", delay_seconds=3600)
+            waits = [asyncio.ensure_future(shop.wait(later, timeout=20)) for _ in range(110)]
+            await asyncio.sleep(1.0)  # every wait's read sent, or queued for a connection
+            try:
+                await shop.enqueue("noop")
+                assert not any(wait.done() for wait in waits)
+            finally:
+                for wait in waits:
+                    wait.cancel()
+                await asyncio.gather(*waits, return_exceptions=True)
+
+    asyncio.run(main())
+
+
 def test_enqueue_takes_unique_key_and_on_duplicate(real_server: RealServer) -> None:
     with _client(real_server, "shop") as shop:
         first = shop.enqueue("noop", {"v": 1}, unique_key="nightly", delay_seconds=3600)

@@ -13,7 +13,7 @@ from queuelog.client import calls, tracing
 from queuelog.client.awaiting import Awaiting
 from queuelog.client.calls import Call, JobRef, answer
 from queuelog.client.errors import ServerError
-from queuelog.client.transport import Outgoing
+from queuelog.client.transport import KEPT_CONNECTIONS, Outgoing
 from queuelog.client.types import Job
 from queuelog.client.verbs import Verbs
 from queuelog.errors import QueueError, RateLimited
@@ -25,7 +25,11 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
     """An asyncio queuelog client over httpx; the same methods as ``Client``, awaited."""
 
     def _open(self, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
-        return httpx.AsyncClient(transport=transport)
+        # As many connections as calls in flight, as ``Client`` opens: a wait holds its
+        # connection while the server holds its read (up to 30 s), so httpx's cap of 100
+        # would queue every other call behind a crowd of waits, and overrun their timeouts.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEPT_CONNECTIONS)
+        return httpx.AsyncClient(transport=transport, limits=limits)
 
     async def send(self, call: Call[T]) -> T:
         """Send one call, trying again after connection failures where that is safe (an
