@@ -1,6 +1,6 @@
-"""The Worker's heartbeater against a real server whose heartbeats answer slowly: a
-job's heartbeat is not queued again while one is on its way, and a job released, or a
-run finishing, sends no heartbeat still queued."""
+"""The Worker's heartbeats against a real server whose heartbeats travel slowly: a job's
+heartbeat is not sent again while one is on its way, and no heartbeat still queued goes
+out for a job whose outcome has reached the server."""
 
 from __future__ import annotations
 
@@ -8,70 +8,67 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from queuelog.client import Client
-from queuelog.client.heartbeater import SENDERS, Heartbeater
-from queuelog.client.running import Running
+from queuelog.client import Job, Worker
+from queuelog.client.heartbeater import SENDERS
 from queuelog.client.transport import Answer
+from queuelog.models import JobStatus
 from tests.client.pools import Noting, Sent
-from tests.client.test_worker import DEADLINE
-from tests.realserver import RealServer, wait_until
+from tests.client.test_worker_outage import enqueued, running, settle
+from tests.realserver import RealServer
+
+LEASE_SECONDS = 3  # a heartbeat falls due a second after the claim
 
 
 class SlowBeats(Noting):
-    """Each heartbeat takes half a second before it is sent."""
+    """Each heartbeat waits ``before`` seconds to be sent, and its answer ``after``."""
+
+    def __init__(self, before: float = 0.0, after: float = 0.0) -> None:
+        super().__init__()
+        self.before, self.after = before, after
 
     def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
-        if sent.path.endswith("/heartbeat"):
-            time.sleep(0.5)
-        return send()
+        if not sent.path.endswith("/heartbeat"):
+            return send()
+        time.sleep(self.before)
+        answered = send()
+        time.sleep(self.after)
+        return answered
 
-    def beats(self) -> list[str]:
-        return [path for path in self.paths() if path.endswith("/heartbeat")]
+    def beats(self) -> Counter[str]:
+        return Counter(path for path in self.paths() if path.endswith("/heartbeat"))
 
 
-def held_by_a_heartbeater(
-    server: RealServer, count: int, transport: SlowBeats, then: Callable[[], None]
+def beats_while_running(
+    server: RealServer, count: int, seconds: float, transport: SlowBeats
 ) -> Counter[str]:
-    """``count`` jobs claimed and held, all due at once, by a heartbeater sending through
-    ``transport``; once ``then`` returns they are released and the heartbeater finishes.
-    How many heartbeats went out for each job."""
-    with Client(server.url, server.keys["shop"]) as shop:
-        shop.enqueue_many([{"type": "noop", "payload": {}}] * count)
-    with Client(server.url, server.keys["mailer"], transport=transport) as mailer:
-        held = [Running(job, 30.0) for job in mailer.claim(types=["noop"], limit=count)]
-        assert len(held) == count
-        leases = Heartbeater(mailer)
-        for running in held:
-            running.next_beat = 0.0
-            leases.hold(running)
-        leases.start()
-        then()
-        for running in held:
-            leases.release(running)
-        leases.finish(timeout=DEADLINE)
-        sent = Counter(transport.beats())
-        for running in held:
-            mailer.complete(running.job)
-    return sent
+    """``count`` jobs run for ``seconds`` each at once by one worker whose heartbeats go
+    through ``transport``; how many heartbeats went out for each job."""
+    ids = enqueued(server, "noop", count)
+    worker = Worker(concurrency=count, wait_seconds=1, linger_ms=0, lease_seconds=LEASE_SECONDS)
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        time.sleep(seconds)
+
+    with running(worker, server, transport, server.url):
+        settle(server, ids, JobStatus.COMPLETED)
+    return transport.beats()
 
 
-def test_a_job_s_heartbeat_is_not_queued_again_while_one_is_on_its_way(
+def test_a_job_s_heartbeat_is_not_sent_again_while_one_is_on_its_way(
     real_server: RealServer,
 ) -> None:
-    # Two slow heartbeats and idle senders: each tick finds the two jobs due until their
-    # answers come; queued again, idle senders would send them again.
-    sent = held_by_a_heartbeater(real_server, 2, SlowBeats(), lambda: time.sleep(1.5))
+    # Each job's first heartbeat renews its lease at once but is answered two seconds
+    # later, after the job ended: until then the job is due at every look, and queued
+    # again, idle senders would send it again.
+    sent = beats_while_running(real_server, 2, 2.5, SlowBeats(after=2.0))
     assert sorted(sent.values()) == [1, 1], sent
 
 
-def test_heartbeats_queued_for_jobs_since_released_are_not_sent(
+def test_heartbeats_queued_for_jobs_whose_outcome_arrived_are_not_sent(
     real_server: RealServer,
 ) -> None:
-    transport = SlowBeats()
-
-    def senders_busy() -> None:
-        wait_until(lambda: len(transport.beats()) >= SENDERS, "the senders busy")
-
-    sent = held_by_a_heartbeater(real_server, 5 * SENDERS, transport, senders_busy)
-    # Those on their way when released, and a few taken meanwhile: not the other 30.
+    # Every job's heartbeat falls due at once; the senders take a few, each held back
+    # half a second, while the jobs end and are acknowledged: the rest stay unsent.
+    sent = beats_while_running(real_server, 5 * SENDERS, 1.2, SlowBeats(before=0.5))
     assert sum(sent.values()) <= 2 * SENDERS, sent
