@@ -307,7 +307,8 @@ async def cancel_job(
     description=(
         "`failed` or `cancelled` -> `pending` with `retry_count = 0` and `run_at = now`; a "
         "job with dependencies -> `waiting` until they have ended as it needs (at once "
-        "`ready` if they have). The jobs that its failure cancelled (event "
+        "`ready` if they have; a dependency it needs that failed or was cancelled keeps it "
+        "waiting until that one is redriven too). The jobs that its failure cancelled (event "
         "`dependency_failed`) wait again, recursively (event `requeued`), and so do the "
         "`run`-mode dependents of these jobs that their end made `pending` and that no "
         "worker has held yet; one a worker held (even if it snoozed) is left alone. A job "
