@@ -31,7 +31,7 @@ from queuelog.cli_output import (
 )
 from queuelog.client import Client, Job, JobTimeout, Worker
 from queuelog.client.calls import EnqueueOptions
-from queuelog.client.policy import server_url
+from queuelog.client.policy import api_key_of, server_url
 from queuelog.clock import rfc3339
 from queuelog.models import PRIORITY_LABELS, JobStatus
 from queuelog.plain_json import strict_json
@@ -60,6 +60,13 @@ def _server_url(_: click.Context, __: click.Parameter, url: str | None) -> str |
         raise click.BadParameter(str(exc)) from None
 
 
+def _api_key(_: click.Context, __: click.Parameter, key: str | None) -> str | None:
+    try:
+        return api_key_of(key or None)  # "": the environment's
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 url_option = click.option(
     "--url",
     envvar="QUEUELOG_URL",
@@ -67,7 +74,10 @@ url_option = click.option(
     help="Server address (default: $QUEUELOG_URL, else local).",
 )
 key_option = click.option(
-    "--api-key", envvar="QUEUELOG_API_KEY", help="API key (default: $QUEUELOG_API_KEY)."
+    "--api-key",
+    envvar="QUEUELOG_API_KEY",
+    callback=_api_key,
+    help="API key (default: $QUEUELOG_API_KEY).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON, not a table.")
 

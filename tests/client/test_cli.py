@@ -180,6 +180,19 @@ def test_hardening_27_a_server_url_that_is_not_http_is_bad_usage(
     assert done.returncode == 2 and "--url" in done.stderr
 
 
+@pytest.mark.parametrize("key", ["cl\u00e9", "ql_a\nb", "ql_a\r\nX-Admin: 1"])
+def test_hardening_33_a_key_no_header_can_carry_is_bad_usage(
+    real_server: RealServer, key: str
+) -> None:
+    by_option = cli(real_server, "shop", "jobs", "list", "--api-key", key)
+    from_environment = cli(real_server, key, "jobs", "list")
+    for done in (by_option, from_environment):
+        assert done.returncode == 2 and "visible ASCII" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and key not in done.stderr
+    bad_url = cli(real_server, "shop", "jobs", "list", "--url", f"{real_server.url}/caf\u00e9")
+    assert bad_url.returncode == 2 and "Traceback" not in bad_url.stderr
+
+
 def test_an_empty_url_is_the_environment_s(real_server: RealServer) -> None:
     assert cli(real_server, "shop", "jobs", "list", "--url", "").returncode == 0
 

@@ -186,6 +186,34 @@ def test_hardening_27_a_url_that_cannot_name_a_server_is_refused_before_any_requ
         Client()
 
 
+@pytest.mark.parametrize(
+    "url",
+    [f"http://127.0.0.1:8000/{path}" for path in ("caf\u00e9", "a b", "\r\nX: 1")],
+)
+def test_hardening_33_a_url_libcurl_cannot_send_as_it_is_is_refused_before_any_request(
+    url: str,
+) -> None:
+    """libcurl takes ASCII only: the SDK raised UnicodeEncodeError from inside it."""
+    for client in (Client, AsyncClient):
+        with pytest.raises(ValueError, match="visible ASCII"):
+            client(url, "ql_x")
+
+
+@pytest.mark.parametrize("key", ["cl\u00e9", "ql_a\nb", "ql_a\r\nX-Admin: 1", "ql_a b", "ql_\x7f"])
+def test_hardening_33_a_key_no_header_can_carry_is_refused_before_any_request(
+    key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line break in the key split the Authorization header (or added one); a key
+    outside ASCII raised UnicodeEncodeError from inside libcurl."""
+    for client in (Client, AsyncClient):
+        with pytest.raises(ValueError, match="visible ASCII") as refused:
+            client("http://127.0.0.1:8000", key)
+        assert key not in str(refused.value)  # a secret: never in a message
+    monkeypatch.setenv("QUEUELOG_API_KEY", key)
+    with pytest.raises(ValueError, match="visible ASCII"):
+        Client("http://127.0.0.1:8000")
+
+
 def test_url_and_key_come_from_the_environment(
     real_server: RealServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -49,7 +49,25 @@ def server_url(url: str) -> str:
         parts = None
     if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise ValueError("the server URL must be an http:// or https:// URL with a host")
+    if not _visible_ascii(url):  # libcurl takes ASCII only, and a line break splits a request
+        raise ValueError(
+            "the server URL must be visible ASCII, with no space or line break: percent-encode "
+            "the other characters (an international host name in its xn-- form)"
+        )
     return url
+
+
+def api_key_of(key: str | None) -> str | None:
+    """``key``, if an ``Authorization`` header can carry it: visible ASCII, with no space
+    or line break (one would split the header, or add another). ValueError otherwise,
+    quoting none of it: it is a secret."""
+    if key is not None and not _visible_ascii(key):
+        raise ValueError("the API key must be visible ASCII, with no space or line break")
+    return key
+
+
+def _visible_ascii(text: str) -> bool:
+    return text.isascii() and text.isprintable() and " " not in text
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +83,7 @@ class Connection:
         cls, url: str | None = None, api_key: str | None = None, timeout: float = 10.0
     ) -> Connection:
         url = server_url(url or os.environ.get("QUEUELOG_URL") or DEFAULT_URL)
-        api_key = api_key or os.environ.get("QUEUELOG_API_KEY") or None
+        api_key = api_key_of(api_key or os.environ.get("QUEUELOG_API_KEY") or None)
         return cls(url.rstrip("/"), api_key, timeout)
 
     def __repr__(self) -> str:
