@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -23,6 +25,8 @@ from queuelog.models import PRIORITY_LABELS, Priority, Role
 if TYPE_CHECKING:
     from queuelog.config import Settings
     from queuelog.storage.protocol import Storage
+
+T = TypeVar("T")
 
 
 class MissingExtra(click.ClickException):
@@ -169,11 +173,23 @@ def _checked(settings: Settings) -> Settings:
     return settings
 
 
+def _stored(what: str, work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` on the database; a storage fault (a database that cannot be written,
+    is full, or stays locked) is one line saying what could not be done, no traceback."""
+    from queuelog.errors import StorageUnavailable
+
+    try:
+        return asyncio.run(work)
+    except StorageUnavailable as exc:
+        raise click.ClickException(f"cannot {what}: {exc.detail}") from None
+
+
 def _bootstrap_admin(storage: Storage) -> None:
     from queuelog.auth import KeyRing
     from queuelog.clock import SystemClock
 
-    plaintext = asyncio.run(KeyRing(storage, SystemClock()).bootstrap_admin())
+    ring = KeyRing(storage, SystemClock())
+    plaintext = _stored("make the first admin key", ring.bootstrap_admin())
     if plaintext is not None:
         click.echo("No active admin key was found; created one. It is shown only this once:")
         click.echo(plaintext)
@@ -201,6 +217,9 @@ def migrate(config_path: str | None) -> None:
 def keys() -> None:
     """Create, list and revoke API keys (opens the database directly)."""
     require("server", "queuelog keys")
+    # The store logs a storage fault for a server's operator ("refused until a write
+    # stores again"); a command that meets one says so itself, in its one line.
+    logging.getLogger("queuelog.storage").addHandler(logging.NullHandler())
 
 
 @keys.command("create")
@@ -239,13 +258,14 @@ def keys_create(
     storage = _open(settings)
     try:
         ring = KeyRing(storage, SystemClock())
-        key, plaintext = asyncio.run(
+        key, plaintext = _stored(
+            "create the key",
             ring.create(
                 name,
                 frozenset(Role(r) for r in roles),
                 Priority.from_label(max_priority),
                 types or None,
-            )
+            ),
         )
     except ValidationFailed as exc:
         raise click.BadParameter(exc.detail, param_hint="--name") from exc
@@ -265,7 +285,7 @@ def keys_list(config_path: str | None, as_json: bool) -> None:
 
     storage = _open(_settings(config_path), existing=True)
     try:
-        rows = asyncio.run(KeyRing(storage, SystemClock()).list())
+        rows = _stored("list the keys", KeyRing(storage, SystemClock()).list())
     finally:
         storage.close()
     if as_json:
@@ -296,7 +316,7 @@ def keys_revoke(config_path: str | None, key_id: int) -> None:
 
     storage = _open(_settings(config_path), existing=True)
     try:
-        asyncio.run(KeyRing(storage, SystemClock()).revoke(key_id))
+        _stored(f"revoke key {key_id}", KeyRing(storage, SystemClock()).revoke(key_id))
     except NotFound as exc:
         raise click.ClickException(f"no active key with id {key_id}") from exc
     finally:

@@ -4,6 +4,7 @@ setting it cannot run with: one line, exit 1."""
 from __future__ import annotations
 
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 
 from queuelog.cli import main
 from tests.postgres import postgres_url
+from tests.realserver import QUEUELOG
 
 
 def test_serve_on_a_taken_port_exits_3_before_it_migrates_or_makes_a_key(
@@ -121,3 +123,36 @@ def test_a_postgresql_schema_that_does_not_exist_is_one_line_saying_so(
         "(the URL's options, else the server's default) names none that exists "
         "(CREATE SCHEMA it first)"
     )
+
+
+@pytest.fixture
+def unwritable_database(tmp_path: Path) -> Path:
+    """The config of a migrated SQLite database that SQLite opens for reading only: its
+    header's write version is raised past the 2 it knows (file modes would not stop
+    root, as the tests may run)."""
+    config = tmp_path / "q.toml"
+    config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n')
+    assert CliRunner().invoke(main, ["migrate", "--config", str(config)]).exit_code == 0
+    with (tmp_path / "q.db").open("r+b") as database:
+        database.seek(18)  # the file format's write version
+        database.write(bytes([3]))
+    return config
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["keys", "create", "--name", "k2", "--role", "admin"], ["keys", "revoke", "1"], ["serve"]],
+)
+def test_a_database_that_cannot_be_written_is_one_line_from_keys_and_serve(
+    unwritable_database: Path, command: list[str]
+) -> None:
+    args = [QUEUELOG, *command, "--config", str(unwritable_database)]
+    if command == ["serve"]:
+        args += ["--port", "0"]  # its first admin key cannot be stored: it stops there
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stderr
+    said = done.stderr.strip().splitlines()[-1]
+    assert said.startswith("Error: cannot ") and said.endswith("The database cannot be written")
+    assert "Traceback" not in done.stderr
+    if command[0] == "keys":
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
