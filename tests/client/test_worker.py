@@ -157,6 +157,34 @@ def test_async_handlers_run_on_the_worker_loop(server: RealServer) -> None:
         assert [root.get(i).result for i in ids] == [{"n": n * 2} for n in range(10)]
 
 
+@pytest.mark.parametrize("raised", [SystemExit(1), KeyboardInterrupt()])
+def test_an_async_handler_that_raises_an_exit_fails_its_job_alone(
+    server: RealServer, raised: BaseException
+) -> None:
+    # asyncio lets SystemExit and KeyboardInterrupt out of its loop, which ended the loop
+    # that every other async handler runs on.
+    worker = Worker(concurrency=2, wait_seconds=1)
+
+    @worker.handler("noop")
+    async def handle(job: Job) -> dict[str, Any]:
+        if job.payload.get("exit"):
+            raise raised
+        await asyncio.sleep(0.05)
+        return {"ran": True}
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        exits = shop.enqueue("noop", {"exit": True}, max_retries=0).id
+    with running(worker, server):
+        wait_until(settled(server, exits), "the job that exits")
+        with Client(server.url, server.keys["shop"]) as shop:
+            after = [shop.enqueue("noop").id for _ in range(3)]
+        wait_until(settled(server, *after), "the jobs after it")
+    with admin(server) as root:
+        failed = root.get(exits)
+        assert failed.status is JobStatus.FAILED and type(raised).__name__ in (failed.error or "")
+        assert [root.get(i).result for i in after] == [{"ran": True}] * 3
+
+
 def test_arun_runs_async_handlers_on_the_callers_loop(server: RealServer) -> None:
     worker = Worker(concurrency=3, wait_seconds=1)
     loops: list[asyncio.AbstractEventLoop] = []

@@ -96,10 +96,27 @@ class Handlers:
 
     def _await(self, running: Running, awaitable: Awaitable[Any]) -> Any:
         async def wrapped() -> Any:
-            return await awaitable
+            try:
+                return await awaitable
+            except (SystemExit, KeyboardInterrupt) as raised:
+                # asyncio lets these out of its loop, ending it for every async handler:
+                # carried out as an ordinary error, they fail this job alone.
+                raise _Exited(raised) from None
 
         running.future = asyncio.run_coroutine_threadsafe(wrapped(), self._loop)
-        return running.future.result()
+        try:
+            return running.future.result()
+        except _Exited as exited:
+            raise exited.raised from None
+
+
+class _Exited(Exception):
+    """A SystemExit or KeyboardInterrupt an async handler raised, on its way out of the
+    loop (see ``Handlers._await``)."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(raised)
+        self.raised = raised
 
 
 async def _settle_pending() -> None:
