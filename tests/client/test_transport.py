@@ -3,6 +3,7 @@ connection fails, which requests it may send twice, and TLS with the default tru
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from queuelog.client import Client, RetryPolicy, ServerUnavailable, calls
+from queuelog.client import AsyncClient, Client, RetryPolicy, ServerUnavailable, calls
 from queuelog.client.transport import Broken, CurlTransport, NotSent, Outgoing
 
 FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.02)
@@ -25,8 +26,8 @@ OK = b'{"keys": []}'
 class RawServer:
     """An HTTP/1.1 server on 127.0.0.1 whose ``script`` says what to do with the n-th
     request (counting from 1): "answer" (200, kept alive), "drop" (close unanswered),
-    "retry-later" (429 with Retry-After), "slow" (200 after 1.5 s) or "hang" (never
-    answer)."""
+    "retry-later" (429 with Retry-After), "slow" (200 after 1.5 s), "trickle" (200, its
+    body a byte every 0.2 s: 10 s in all) or "hang" (never answer)."""
 
     def __init__(self, script: Callable[[int], str], tls: ssl.SSLContext | None = None):
         self.script = script
@@ -70,8 +71,12 @@ class RawServer:
                     time.sleep(1.5)  # a long poll's wait
                 status = b"429 Too Many Requests" if action == "retry-later" else b"200 OK"
                 extra = b"Retry-After: 7\r\n" if action == "retry-later" else b""
-                head = b"HTTP/1.1 %s\r\nContent-Length: %d\r\n%s\r\n" % (status, len(OK), extra)
-                conn.sendall(head + OK)
+                body = OK.ljust(50) if action == "trickle" else OK
+                head = b"HTTP/1.1 %s\r\nContent-Length: %d\r\n%s\r\n" % (status, len(body), extra)
+                conn.sendall(head if action == "trickle" else head + body)
+                for byte in body if action == "trickle" else b"":
+                    time.sleep(0.2)
+                    conn.sendall(bytes([byte]))
 
 
 def _read_request(reader: object) -> bytes | None:
@@ -184,6 +189,27 @@ def test_an_answer_may_take_the_read_timeout_however_short_the_connect_timeout(
     slow = request(server.port, resend=False)
     waiting = Outgoing(slow.method, slow.url, slow.headers, slow.body, 0.1, 3, resend=False)
     assert CurlTransport(slow.url).send(waiting).body == OK
+
+
+@pytest.mark.parametrize("client", [Client, AsyncClient])
+def test_an_answer_that_trickles_in_is_cut_at_the_request_s_deadline(
+    serve: Callable[..., RawServer], client: type[Client] | type[AsyncClient]
+) -> None:
+    """``timeout`` is to connect, then to be answered: the whole answer, not each read of
+    it (httpx's read timeout, which a byte every so often resets)."""
+    server = serve(lambda n: "trickle")
+    url = f"http://127.0.0.1:{server.port}"
+    once = RetryPolicy(attempts=1)
+    with pytest.raises(ServerUnavailable, match="cannot reach"):
+        if client is Client:
+            Client(url, "ql_x", timeout=0.5, retry_policy=once).list_keys()
+        else:
+
+            async def listed() -> object:
+                async with AsyncClient(url, "ql_x", timeout=0.5, retry_policy=once) as slow:
+                    return await slow.list_keys()
+
+            asyncio.run(asyncio.wait_for(listed(), timeout=30))
 
 
 def test_each_request_on_a_kept_connection_carries_only_its_own_method_and_body(

@@ -46,13 +46,21 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
                 attempt += 1
 
     async def _exchange(self, call: Call[T], request: Outgoing) -> T:
-        response = await self._http.request(
-            request.method,
-            request.url,
-            content=request.body,
-            headers=request.headers,
-            timeout=httpx.Timeout(request.read_timeout, connect=request.connect_timeout),
-        )
+        # The whole answer within the connect and read timeouts, as libcurl's deadline
+        # for ``Client``: httpx's read timeout bounds each read, which every byte of an
+        # answer that trickles in starts again.
+        deadline = request.connect_timeout + request.read_timeout
+        try:
+            async with asyncio.timeout(deadline):
+                response = await self._http.request(
+                    request.method,
+                    request.url,
+                    content=request.body,
+                    headers=request.headers,
+                    timeout=httpx.Timeout(request.read_timeout, connect=request.connect_timeout),
+                )
+        except TimeoutError:
+            raise httpx.ReadTimeout(f"no whole answer within {deadline:g} s") from None
         return answer(
             call, response.status_code, response.content, response.headers.get("Retry-After")
         )
