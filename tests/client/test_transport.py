@@ -212,6 +212,28 @@ def test_an_answer_that_trickles_in_is_cut_at_the_request_s_deadline(
             asyncio.run(asyncio.wait_for(listed(), timeout=30))
 
 
+@pytest.mark.parametrize("client", [Client, AsyncClient])
+def test_a_wait_s_read_is_not_sent_again_once_the_wait_s_time_is_up(
+    serve: Callable[..., RawServer], client: type[Client] | type[AsyncClient]
+) -> None:
+    """A server that takes a wait's read and never answers: the read times out after
+    the wait's time, and sent again it would hold the caller a read timeout more each
+    time (the retry policy's four tries)."""
+    server = serve(lambda n: "hang")
+    url = f"http://127.0.0.1:{server.port}"
+    with pytest.raises(ServerUnavailable):
+        if client is Client:
+            Client(url, "ql_x", timeout=0.5).wait(1, timeout=0.5)
+        else:
+
+            async def waited() -> object:
+                async with AsyncClient(url, "ql_x", timeout=0.5) as waiting:
+                    return await waiting.wait(1, timeout=0.5)
+
+            asyncio.run(asyncio.wait_for(waited(), timeout=60))
+    assert len(server.requests) == 1, server.requests
+
+
 def test_each_request_on_a_kept_connection_carries_only_its_own_method_and_body(
     serve: Callable[..., RawServer],
 ) -> None:

@@ -3,6 +3,7 @@ what ``result`` makes of the finished job. Pure: no I/O."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -53,7 +54,11 @@ class Awaiting(Generic[R]):
         remaining = self._deadline - self._clock()
         if self._job is not None and (self._job.status in TERMINAL or remaining <= 0):
             return None
-        return calls.get(self._job_id, wait_seconds=min(max(remaining, 0.0), MAX_WAIT_SECONDS))
+        read = calls.get(self._job_id, wait_seconds=min(max(remaining, 0.0), MAX_WAIT_SECONDS))
+        return dataclasses.replace(read, expired=self._expired)
+
+    def _expired(self) -> bool:
+        return self._clock() >= self._deadline
 
     def take(self, job: Job) -> None:
         """The answer to the last read."""

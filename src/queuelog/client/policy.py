@@ -137,7 +137,7 @@ class RetryPolicy:
         return random.uniform(ceiling / 2, ceiling)
 
     def should_retry(self, call: Call[Any], error: Exception, attempt: int) -> bool:
-        if attempt >= self.attempts:
+        if attempt >= self.attempts or (call.expired is not None and call.expired()):
             return False
         if isinstance(error, RateLimited):
             return True  # refused before the server did anything: safe for every call
