@@ -16,13 +16,10 @@ import asyncio
 import dataclasses
 import os
 import re
-import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from queuelog.client.acknowledger import Acknowledger
@@ -30,6 +27,7 @@ from queuelog.client.claimer import Claimer
 from queuelog.client.handlers import Handlers
 from queuelog.client.heartbeater import Heartbeater
 from queuelog.client.running import LATE_SECONDS, Handler, Options
+from queuelog.client.signals import stopped_by_signals
 from queuelog.client.sync import Client
 
 H = TypeVar("H", bound=Handler)
@@ -189,7 +187,7 @@ class Worker:
         """
         if not self.handlers:
             raise ValueError("register at least one handler before run()")
-        with self._signals():
+        with stopped_by_signals(self._on_signal):
             self._serve(client, url, api_key)
 
     def _serve(
@@ -199,6 +197,10 @@ class Worker:
         api_key: str | None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
+        if client is not None and not isinstance(client, Client):
+            # The worker's threads block on their client; an AsyncClient would hand them
+            # coroutines.
+            raise TypeError(f"a Worker runs on a Client, not {type(client).__name__}")
         own = client is None
         client = client or Client(url, api_key, timeout=30.0)
         self._run = Run(client, self.handlers, self.options, loop)
@@ -222,21 +224,17 @@ class Worker:
         if not self.handlers:
             raise ValueError("register at least one handler before arun()")
         loop = asyncio.get_running_loop()
-        signals = (signal.SIGTERM, signal.SIGINT)
-        if threading.current_thread() is threading.main_thread():
-            for signum in signals:
-                loop.add_signal_handler(signum, self._on_signal)
-        serving = asyncio.ensure_future(asyncio.to_thread(self._serve, client, url, api_key, loop))
-        try:
-            await asyncio.shield(serving)
-        except asyncio.CancelledError:
-            self.stop()
-            await serving  # running jobs may finish (within shutdown_seconds) on this loop
-            raise
-        finally:
-            if threading.current_thread() is threading.main_thread():
-                for signum in signals:
-                    loop.remove_signal_handler(signum)
+        # Acted on by the loop, not inside whatever the signal interrupted.
+        with stopped_by_signals(lambda: loop.call_soon_threadsafe(self._on_signal)):
+            serving = asyncio.ensure_future(
+                asyncio.to_thread(self._serve, client, url, api_key, loop)
+            )
+            try:
+                await asyncio.shield(serving)
+            except asyncio.CancelledError:
+                self.stop()
+                await serving  # running jobs may finish (within shutdown_seconds) on this loop
+                raise
 
     def _on_signal(self) -> None:
         self._signals_seen += 1
@@ -247,19 +245,3 @@ class Worker:
         self._stop_requested.set()
         if self._run is not None:
             self._run.stop(force)
-
-    @contextmanager
-    def _signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def on_signal(signum: int, _: FrameType | None) -> None:
-            self._on_signal()
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
