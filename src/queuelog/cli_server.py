@@ -208,7 +208,7 @@ def _redact(settings: Settings) -> str:
 def migrate(config_path: str | None) -> None:
     """Apply the database migrations that have not been applied yet."""
     require("server", "queuelog migrate")
-    storage = _open(_settings(config_path))
+    storage = _open(_checked(_settings(config_path)))
     storage.close()
     click.echo("migrations applied")
 

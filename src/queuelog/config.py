@@ -16,6 +16,7 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -32,9 +33,11 @@ POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 
 
 class _Strict(BaseModel):
-    # Every number finite: TOML and the environment can say inf and nan, and a sweep
-    # every inf seconds, or a rate window of inf, stops the queue instead.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # Every value of its setting's type as TOML wrote it (true is no number of seconds,
+    # "2048" no number of bytes); the environment's text is read as its setting's type
+    # first (_typed). Every number finite: TOML and the environment can say inf and nan,
+    # and a sweep every inf seconds, or a rate window of inf, stops the queue instead.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 _MIB = 1024 * 1024
@@ -250,12 +253,25 @@ def load_settings(
             target = data.setdefault(section, {}) if section else data
             if not isinstance(target, dict):
                 raise ConfigError(f"{section}: must be a table ([{section}])")
-            target[key] = env[var]
+            target[key] = _typed(var, section, key, env[var])
             overridden[f"{section}.{key}" if section else key] = var
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_first_problem(exc, overridden)) from None
+
+
+def _typed(var: str, section: str | None, key: str, text: str) -> Any:
+    """The text of environment variable ``var`` as the type of the setting it sets."""
+    model = Settings if section is None else Settings.model_fields[section].annotation
+    assert isinstance(model, type) and issubclass(model, BaseModel), section
+    annotation = model.model_fields[key].annotation
+    assert annotation is not None, key
+    try:
+        return TypeAdapter(annotation).validate_python(text)
+    except ValidationError as exc:
+        where = f"{section}.{key}" if section else key
+        raise ConfigError(f"{var} ({where}): {field_message(exc.errors()[0], {})}") from None
 
 
 class ConfigError(ValueError):

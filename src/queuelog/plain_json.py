@@ -19,6 +19,10 @@ HIDDEN_CHARACTERS = "\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\
 MAX_JSON_DEPTH = 64
 
 
+# What JSON text reads as in Python.
+_JSON_TYPES = (dict, list, str, int, float, bool, type(None))
+
+
 def strict_json(text: str) -> Any:
     """``text`` as JSON, refusing (ValueError) what the server refuses and Python's reader
     allows: NaN, Infinity, numbers beyond a float, lone surrogates, deep nesting."""
@@ -29,12 +33,17 @@ def strict_json(text: str) -> Any:
 
 def check_plain(value: Any) -> None:
     """Refuse (ValueError) what JSON cannot carry back out (NaN/Infinity, lone
-    surrogates) and nesting deeper than ``MAX_JSON_DEPTH`` objects and arrays."""
+    surrogates, values of other types than JSON's) and nesting deeper than
+    ``MAX_JSON_DEPTH`` objects and arrays."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
             raise ValueError("numbers must be finite (no NaN or Infinity)")
+        if not isinstance(item, _JSON_TYPES):  # TOML's dates and times, say
+            raise ValueError(
+                f"values must be JSON's (a {type(item).__name__} is not one: write it as a string)"
+            )
         if isinstance(item, str):
             _utf8(item)
         elif isinstance(item, dict | list):

@@ -125,6 +125,23 @@ def test_a_postgresql_schema_that_does_not_exist_is_one_line_saying_so(
     )
 
 
+@pytest.mark.parametrize("command", [["migrate"], ["serve", "--port", "0"]])
+def test_a_schedule_its_type_would_refuse_stops_migrate_and_serve_alike(
+    tmp_path: Path, command: list[str]
+) -> None:
+    config = tmp_path / "q.toml"
+    config.write_text(
+        f'database = "sqlite:///{tmp_path / "q.db"}"\n'
+        '[types.mail]\npayload_schema = { type = "object", required = ["to"] }\n'
+        '[schedules.tick]\nevery_seconds = 60\ntype = "mail"\npayload = { subject = "hi" }\n'
+    )
+    result = CliRunner().invoke(main, [*command, "--config", str(config)])
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("Error: cannot load the configuration: schedules.tick: "), line
+    assert not (tmp_path / "q.db").exists()
+
+
 @pytest.fixture
 def unwritable_database(tmp_path: Path) -> Path:
     """The config of a migrated SQLite database that SQLite opens for reading only: its

@@ -77,3 +77,52 @@ def test_hardening_21_a_schedule_payload_json_cannot_carry_is_refused(tmp_path: 
     toml += "payload = { x = nan }\n"
     line = refused(tmp_path, toml)
     assert line.startswith("schedules.tick.payload: ") and "finite" in line, line
+
+
+@pytest.mark.parametrize("value", ["1979-05-27", "07:32:00", "1979-05-27T07:32:00Z"])
+def test_hardening_34_a_schedule_payload_with_a_toml_date_or_time_is_refused(
+    tmp_path: Path, value: str
+) -> None:
+    """JSON has no dates: ``serve`` stopped with a traceback when it stored the payload."""
+    toml = '[types.noop]\n[schedules.tick]\nevery_seconds = 60\ntype = "noop"\n'
+    line = refused(tmp_path, toml + f"payload = {{ when = {value} }}\n")
+    assert line.startswith("schedules.tick.payload: ") and "write it as a string" in line, line
+
+
+@pytest.mark.parametrize(
+    ("toml", "setting"),
+    [
+        ("[types.t]\nlease_seconds = true\n", "types.t.lease_seconds"),
+        ("[types.t]\nmax_retries = 2.0\n", "types.t.max_retries"),
+        ('sweep_interval_seconds = "1"\n', "sweep_interval_seconds"),
+        ('[limits]\nmax_request_bytes = "2048"\n', "limits.max_request_bytes"),
+        ("[limits]\nmax_request_bytes = true\n", "limits.max_request_bytes"),
+        ("[server]\notel = 1\n", "server.otel"),
+        ('[server]\notel = "yes"\n', "server.otel"),
+        ("[retention]\ncompleted_seconds = false\n", "retention.completed_seconds"),
+    ],
+)
+def test_hardening_34_a_setting_of_another_type_than_its_own_is_refused(
+    tmp_path: Path, toml: str, setting: str
+) -> None:
+    """true was taken for 1 second, "2048" for a number, 1 for true: each setting read its
+    own way, where others (concurrency = "2") were refused."""
+    line = refused(tmp_path, toml)
+    assert line.startswith(f"{setting}: ") and "should be a valid" in line, line
+
+
+def test_hardening_34_the_environment_s_text_is_read_as_its_setting_s_type(
+    tmp_path: Path,
+) -> None:
+    environ = {
+        "QUEUELOG_OTEL": "true",
+        "QUEUELOG_RATE_BURST": "10",
+        "QUEUELOG_SWEEP_INTERVAL_SECONDS": "0.5",
+        "QUEUELOG_DURABILITY": "normal",
+    }
+    settings = load_settings(None, environ=environ)
+    assert settings.server.otel is True and settings.limits.rate_burst == 10
+    assert settings.sweep_interval_seconds == 0.5 and settings.durability == "normal"
+    assert load_settings(None, environ={"QUEUELOG_OTEL": "1"}).server.otel is True
+    line = refused(tmp_path, "", {"QUEUELOG_RATE_BURST": "ten"})
+    assert line.startswith("QUEUELOG_RATE_BURST (limits.rate_burst): "), line

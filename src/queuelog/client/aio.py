@@ -22,7 +22,11 @@ T = TypeVar("T")
 
 
 class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
-    """An asyncio queuelog client over httpx; the same methods as ``Client``, awaited."""
+    """An asyncio queuelog client over httpx; the same methods as ``Client``, awaited.
+
+    Like the httpx client under it, one belongs to the event loop it is used on: a
+    program with several loops (``asyncio.run`` called again, threads each with their
+    own) makes one per loop, or uses ``Client``, which any thread may share."""
 
     def _open(self, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
         # As many connections as calls in flight, as ``Client`` opens: a wait holds its
