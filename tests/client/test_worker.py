@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import pytest
 
-from queuelog.client import AsyncClient, Client, Fail, Job, Retry, Worker
+from queuelog.client import Client, Fail, Job, Retry, Worker
 from queuelog.client.acknowledger import ACK_BYTES
 from queuelog.client.claimer import AHEAD_SECONDS
 from queuelog.models import JobStatus
@@ -183,61 +183,6 @@ def test_an_async_handler_that_raises_an_exit_fails_its_job_alone(
         failed = root.get(exits)
         assert failed.status is JobStatus.FAILED and type(raised).__name__ in (failed.error or "")
         assert [root.get(i).result for i in after] == [{"ran": True}] * 3
-
-
-def idle_worker() -> Worker:
-    worker = Worker(concurrency=1, wait_seconds=1)
-    worker.handler("noop")(lambda job: None)
-    return worker
-
-
-def test_sigterm_stops_run_and_still_reaches_the_handler_the_process_had(
-    server: RealServer,
-) -> None:
-    heard: list[int] = []
-    before = signal.signal(signal.SIGTERM, lambda signum, _: heard.append(signum))
-    try:
-        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
-        with Client(server.url, server.keys["mailer"]) as client:
-            idle_worker().run(client)  # on this, the main thread: returns once stopped
-        assert heard == [signal.SIGTERM]
-    finally:
-        signal.signal(signal.SIGTERM, before)
-
-
-def test_sigterm_stops_every_arun_and_leaves_the_loop_s_own_handler(server: RealServer) -> None:
-    # arun took the loop's SIGTERM handler for its own (an application's, a server's that
-    # hosts the worker), removed it at the end, and a second arun took it from the first.
-    async def main() -> list[str]:
-        loop = asyncio.get_running_loop()
-        heard: list[str] = []
-        loop.add_signal_handler(signal.SIGTERM, heard.append, "application")
-        try:
-            with (
-                Client(server.url, server.keys["mailer"]) as one,
-                Client(server.url, server.keys["mailer"]) as two,
-            ):
-                runs = [asyncio.create_task(idle_worker().arun(c)) for c in (one, two)]
-                await asyncio.sleep(1.0)
-                os.kill(os.getpid(), signal.SIGTERM)
-                await asyncio.wait_for(asyncio.gather(*runs), timeout=30)
-            assert heard == ["application"]
-            os.kill(os.getpid(), signal.SIGTERM)  # the application's handler, still there
-            await asyncio.sleep(0.2)
-            return heard
-        finally:
-            loop.remove_signal_handler(signal.SIGTERM)
-
-    assert asyncio.run(main()) == ["application", "application"]
-
-
-def test_a_worker_refuses_an_async_client() -> None:
-    async def main() -> None:
-        async with AsyncClient("http://127.0.0.1:8000", "ql_x") as client:
-            with pytest.raises(TypeError, match="runs on a Client"):
-                await idle_worker().arun(cast(Client, client))
-
-    asyncio.run(main())
 
 
 def test_arun_runs_async_handlers_on_the_callers_loop(server: RealServer) -> None:

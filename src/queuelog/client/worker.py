@@ -37,6 +37,15 @@ H = TypeVar("H", bound=Handler)
 LINGER_MS = 10
 
 
+def _check(handlers: dict[str, Handler], client: object, verb: str) -> None:
+    """Refuse a run that could not start, before it takes the process's signals."""
+    if not handlers:
+        raise ValueError(f"register at least one handler before {verb}()")
+    if client is not None and not isinstance(client, Client):
+        # The worker's threads block on their client: an AsyncClient hands back coroutines.
+        raise TypeError(f"a Worker runs on a Client, not {type(client).__name__}")
+
+
 def default_instance() -> str:
     """``<host>-<pid>``, cut to what the API accepts: ``[A-Za-z0-9._-]{1,64}``."""
     host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()) or "host"
@@ -185,8 +194,7 @@ class Worker:
         Raises the claim's error if this worker cannot claim at all (bad key, forbidden or
         unknown job type).
         """
-        if not self.handlers:
-            raise ValueError("register at least one handler before run()")
+        _check(self.handlers, client, "run")
         with stopped_by_signals(self._on_signal):
             self._serve(client, url, api_key)
 
@@ -197,10 +205,6 @@ class Worker:
         api_key: str | None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
-        if client is not None and not isinstance(client, Client):
-            # The worker's threads block on their client; an AsyncClient would hand them
-            # coroutines.
-            raise TypeError(f"a Worker runs on a Client, not {type(client).__name__}")
         own = client is None
         client = client or Client(url, api_key, timeout=30.0)
         self._run = Run(client, self.handlers, self.options, loop)
@@ -221,8 +225,7 @@ class Worker:
         """``run`` from asyncio: ``async def`` handlers run on the caller's event loop, so
         they may use its resources; the rest of the worker runs on threads meanwhile.
         SIGTERM and SIGINT stop it as in ``run``; so does cancelling the awaiting task."""
-        if not self.handlers:
-            raise ValueError("register at least one handler before arun()")
+        _check(self.handlers, client, "arun")
         loop = asyncio.get_running_loop()
         # Acted on by the loop, not inside whatever the signal interrupted.
         with stopped_by_signals(lambda: loop.call_soon_threadsafe(self._on_signal)):
