@@ -56,7 +56,8 @@ class Call(Generic[T]):
     headers: dict[str, str] = field(default_factory=dict)
     wait_seconds: float = 0.0  # the server may hold the answer this long (long-poll)
     produces: Produces | None = None  # an enqueue: traced as a producer's send
-    # A wait's read: true once the wait's time is up, when it is not sent again.
+    # A wait's read: true once the wait's time is up, when it is not sent again after a
+    # connection that broke or timed out on the way (a quick refusal still is).
     expired: Callable[[], bool] | None = None
 
 

@@ -137,14 +137,16 @@ class RetryPolicy:
         return random.uniform(ceiling / 2, ceiling)
 
     def should_retry(self, call: Call[Any], error: Exception, attempt: int) -> bool:
-        if attempt >= self.attempts or (call.expired is not None and call.expired()):
+        if attempt >= self.attempts:
             return False
         if isinstance(error, RateLimited):
             return True  # refused before the server did anything: safe for every call
         if isinstance(error, NOT_SENT):
             return True  # the request never reached the server
         if isinstance(error, BROKEN):
-            return call.resend  # it may have reached the server and been acted on
+            # It may have reached the server and been acted on; or it was held for as
+            # long as the server could hold it: a wait's read, after the wait's time.
+            return call.resend and not (call.expired is not None and call.expired())
         return isinstance(error, ServerError) and error.status in TRANSIENT_STATUS and call.resend
 
     def retry_or_raise(
