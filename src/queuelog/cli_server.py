@@ -219,7 +219,9 @@ def keys() -> None:
     require("server", "queuelog keys")
     # The store logs a storage fault for a server's operator ("refused until a write
     # stores again"); a command that meets one says so itself, in its one line.
-    logging.getLogger("queuelog.storage").addHandler(logging.NullHandler())
+    store_log = logging.getLogger("queuelog.storage")
+    if not any(isinstance(handler, logging.NullHandler) for handler in store_log.handlers):
+        store_log.addHandler(logging.NullHandler())
 
 
 @keys.command("create")

@@ -54,8 +54,9 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         # for ``Client``: httpx's read timeout bounds each read, which every byte of an
         # answer that trickles in starts again.
         deadline = request.connect_timeout + request.read_timeout
+        whole = asyncio.timeout(deadline)
         try:
-            async with asyncio.timeout(deadline):
+            async with whole:
                 response = await self._http.request(
                     request.method,
                     request.url,
@@ -64,6 +65,8 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
                     timeout=httpx.Timeout(request.read_timeout, connect=request.connect_timeout),
                 )
         except TimeoutError:
+            if not whole.expired():
+                raise
             raise httpx.ReadTimeout(f"no whole answer within {deadline:g} s") from None
         return answer(
             call, response.status_code, response.content, response.headers.get("Retry-After")
