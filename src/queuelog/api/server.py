@@ -8,6 +8,7 @@ import logging
 import signal
 import socket
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import httptools
@@ -217,9 +218,15 @@ def run(app: FastAPI, listening: socket.socket, access_log: bool = False) -> Non
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
     server = _Server(config, on_shutdown=state.close_waits)
-    # uvicorn re-raises the signal that stopped it once it has shut down; with
-    # SIGTERM ignored by then, a graceful stop ends the process with status 0.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        server.should_exit = True
+
+    # A SIGTERM that comes before uvicorn takes the signals (while the collector runs,
+    # the loop starts) stops the server once it has started, instead of being lost;
+    # and the one uvicorn raises again once it has shut down lands here too, so a
+    # graceful stop ends the process with status 0.
+    signal.signal(signal.SIGTERM, stop)
     tune_gc()
     server.run(sockets=[listening])
 
