@@ -130,6 +130,7 @@ def serve(
     app = create_app(settings, storage=storage)
     durability = asyncio.run(storage.durability())  # as the database says, not the config
     database = f"database: {_redact(settings)}, durability: {durability}"
+    port = listening.getsockname()[1]  # the one the system chose, for --port 0
     click.echo(f"queuelog serving on http://{host}:{port} ({database})")
     run(app, listening, access_log=access_log)
 

@@ -3,8 +3,13 @@ setting it cannot run with: one line, exit 1."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -140,6 +145,53 @@ def test_a_schedule_its_type_would_refuse_stops_migrate_and_serve_alike(
     (line,) = result.output.strip().splitlines()
     assert line.startswith("Error: cannot load the configuration: schedules.tick: "), line
     assert not (tmp_path / "q.db").exists()
+
+
+def _serving(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
+    """``queuelog serve --port 0`` started, and the address it says it serves on."""
+    config = tmp_path / "q.toml"
+    config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n')
+    args = [QUEUELOG, "serve", "--port", "0", "--config", str(config)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its lines as it prints them
+    server = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    )
+    assert server.stdout is not None
+    said = next(line for line in server.stdout if "serving on" in line)
+    return server, said.split("serving on ")[1].split()[0]
+
+
+def test_serve_on_port_0_says_the_port_it_serves_on(tmp_path: Path) -> None:
+    server, url = _serving(tmp_path)
+    try:
+        assert not url.endswith(":0")
+        deadline = time.monotonic() + 60
+        while True:  # it listens once it has started
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=30) as answer:
+                    assert answer.status == 200
+                    break
+            except urllib.error.URLError:
+                assert time.monotonic() < deadline, "the server never answered"
+                time.sleep(0.05)
+    finally:
+        server.terminate()
+        assert server.wait(timeout=60) == 0
+
+
+@pytest.mark.parametrize("after", [0.005, 0.015, 0.025])
+def test_a_sigterm_while_serve_starts_stops_it(tmp_path: Path, after: float) -> None:
+    """SIGTERM was ignored from just before the HTTP server took the signals (while it
+    started): one that came then was lost, and the server never stopped."""
+    server, _ = _serving(tmp_path)
+    time.sleep(after)
+    server.terminate()
+    try:
+        # Stopped: gracefully (0), or by the signal itself if it came first of all.
+        assert server.wait(timeout=30) in (0, -signal.SIGTERM)
+    finally:
+        server.kill()
+        server.wait()
 
 
 @pytest.fixture
