@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trustme
@@ -20,6 +21,7 @@ from queuelog.client import AsyncClient, Client, RetryPolicy, ServerUnavailable,
 from queuelog.client.transport import Broken, CurlTransport, NotSent, Outgoing
 
 FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.02)
+ONCE = RetryPolicy(attempts=1)
 OK = b'{"keys": []}'
 
 
@@ -191,46 +193,47 @@ def test_an_answer_may_take_the_read_timeout_however_short_the_connect_timeout(
     assert CurlTransport(slow.url).send(waiting).body == OK
 
 
-@pytest.mark.parametrize("client", [Client, AsyncClient])
+def through(
+    kind: type[Client] | type[AsyncClient],
+    port: int,
+    call: Callable[[Any], Any],
+    policy: RetryPolicy = ONCE,
+) -> Any:
+    """``call`` on a client of ``kind`` with a half-second timeout (awaited on an
+    ``AsyncClient``)."""
+    url = f"http://127.0.0.1:{port}"
+    if kind is Client:
+        with Client(url, "ql_x", timeout=0.5, retry_policy=policy) as client:
+            return call(client)
+
+    async def main() -> Any:
+        async with AsyncClient(url, "ql_x", timeout=0.5, retry_policy=policy) as client:
+            return await call(client)
+
+    return asyncio.run(asyncio.wait_for(main(), timeout=60))
+
+
+@pytest.mark.parametrize("kind", [Client, AsyncClient])
 def test_an_answer_that_trickles_in_is_cut_at_the_request_s_deadline(
-    serve: Callable[..., RawServer], client: type[Client] | type[AsyncClient]
+    serve: Callable[..., RawServer], kind: type[Client] | type[AsyncClient]
 ) -> None:
     """``timeout`` is to connect, then to be answered: the whole answer, not each read of
     it (httpx's read timeout, which a byte every so often resets)."""
     server = serve(lambda n: "trickle")
-    url = f"http://127.0.0.1:{server.port}"
-    once = RetryPolicy(attempts=1)
     with pytest.raises(ServerUnavailable, match="cannot reach"):
-        if client is Client:
-            Client(url, "ql_x", timeout=0.5, retry_policy=once).list_keys()
-        else:
-
-            async def listed() -> object:
-                async with AsyncClient(url, "ql_x", timeout=0.5, retry_policy=once) as slow:
-                    return await slow.list_keys()
-
-            asyncio.run(asyncio.wait_for(listed(), timeout=30))
+        through(kind, server.port, lambda client: client.list_keys())
 
 
-@pytest.mark.parametrize("client", [Client, AsyncClient])
+@pytest.mark.parametrize("kind", [Client, AsyncClient])
 def test_a_wait_s_read_is_not_sent_again_once_the_wait_s_time_is_up(
-    serve: Callable[..., RawServer], client: type[Client] | type[AsyncClient]
+    serve: Callable[..., RawServer], kind: type[Client] | type[AsyncClient]
 ) -> None:
     """A server that takes a wait's read and never answers: the read times out after
     the wait's time, and sent again it would hold the caller a read timeout more each
-    time (the retry policy's four tries)."""
+    time (however many tries the retry policy gives a read)."""
     server = serve(lambda n: "hang")
-    url = f"http://127.0.0.1:{server.port}"
     with pytest.raises(ServerUnavailable):
-        if client is Client:
-            Client(url, "ql_x", timeout=0.5).wait(1, timeout=0.5)
-        else:
-
-            async def waited() -> object:
-                async with AsyncClient(url, "ql_x", timeout=0.5) as waiting:
-                    return await waiting.wait(1, timeout=0.5)
-
-            asyncio.run(asyncio.wait_for(waited(), timeout=60))
+        through(kind, server.port, lambda client: client.wait(1, timeout=0.5), FAST)
     assert len(server.requests) == 1, server.requests
 
 
