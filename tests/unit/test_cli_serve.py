@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from queuelog.cli import main
 from tests.postgres import postgres_url
-from tests.realserver import QUEUELOG
+from tests.realserver import QUEUELOG, wait_until
 
 
 def test_serve_on_a_taken_port_exits_3_before_it_migrates_or_makes_a_key(
@@ -161,22 +161,23 @@ def _serving(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
     return server, said.split("serving on ")[1].split()[0]
 
 
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return bool(answer.status == 200)
+    except urllib.error.URLError:
+        return False  # it listens once it has started
+
+
 def test_serve_on_port_0_says_the_port_it_serves_on(tmp_path: Path) -> None:
     server, url = _serving(tmp_path)
-    try:
-        assert not url.endswith(":0")
-        deadline = time.monotonic() + 60
-        while True:  # it listens once it has started
-            try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=30) as answer:
-                    assert answer.status == 200
-                    break
-            except urllib.error.URLError:
-                assert time.monotonic() < deadline, "the server never answered"
-                time.sleep(0.05)
-    finally:
-        server.terminate()
-        assert server.wait(timeout=60) == 0
+    with server:
+        try:
+            assert not url.endswith(":0")
+            wait_until(lambda: _answers(f"{url}/healthz"), "the server to answer")
+        finally:
+            server.terminate()
+    assert server.returncode == 0
 
 
 @pytest.mark.parametrize("after", [0.005, 0.015, 0.025])
@@ -184,14 +185,14 @@ def test_a_sigterm_while_serve_starts_stops_it(tmp_path: Path, after: float) -> 
     """SIGTERM was ignored from just before the HTTP server took the signals (while it
     started): one that came then was lost, and the server never stopped."""
     server, _ = _serving(tmp_path)
-    time.sleep(after)
-    server.terminate()
-    try:
-        # Stopped: gracefully (0), or by the signal itself if it came first of all.
-        assert server.wait(timeout=30) in (0, -signal.SIGTERM)
-    finally:
-        server.kill()
-        server.wait()
+    with server:
+        time.sleep(after)
+        server.terminate()
+        try:
+            # Stopped: gracefully (0), or by the signal itself if it came first of all.
+            assert server.wait(timeout=30) in (0, -signal.SIGTERM)
+        finally:
+            server.kill()
 
 
 @pytest.fixture
