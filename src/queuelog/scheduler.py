@@ -123,7 +123,13 @@ class Scheduler:
     async def sync_config(self) -> None:
         """Create or update the config file's schedules (their pause state is kept)."""
         now = self.clock.now()
-        await self.storage.schedule_sync_config(self.intake.config_schedules(now), now)
+        replaced = await self.storage.schedule_sync_config(self.intake.config_schedules(now), now)
+        for name in replaced:  # the file is the truth for its names, but say what it overrode
+            log.warning(
+                "schedule %s from the config file replaces the schedule of that name made "
+                "through the API (POST /schedules); its pause state and next run are kept",
+                quoted(name),
+            )
 
     # -- the API's verbs ---------------------------------------------------------
 

@@ -432,6 +432,32 @@ async def test_a_schedule_whose_type_left_the_config_is_skipped_and_reported(
         await later.trigger("tick")
 
 
+async def test_a_config_schedule_taking_an_api_schedules_name_is_logged(
+    tmp_path: Path,
+    admin: Api,
+    storage: Storage,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    create(admin, name="digest", every_seconds=300, type="noop")
+    create(admin, name="kept", every_seconds=300, type="noop")
+    # The server restarts with a config file that names a schedule "digest" too.
+    filed = {**CONFIGURED, "digest": {"every_seconds": 60, "type": "noop"}}
+    restarted = Scheduler(storage, make_settings(tmp_path, schedules=filed), clock)
+    await restarted.sync_config()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        'schedule "digest" from the config file replaces the schedule of that name made '
+        "through the API (POST /schedules); its pause state and next run are kept"
+    ]
+    digest = admin.get("/schedules/digest").json()
+    assert (digest["source"], digest["every_seconds"]) == ("config", 60)
+    assert admin.get("/schedules/kept").json()["source"] == "api"
+    caplog.clear()
+    await restarted.sync_config()  # the next start: the name is the file's already
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 def test_no_key_may_take_a_schedules_principal(admin: Api) -> None:
     body = {"name": "schedule:tick", "roles": ["producer"]}
     response = admin.post("/keys", json=body)

@@ -190,9 +190,10 @@ async def test_delete(store: Storage) -> None:
 
 
 async def test_config_sync_keeps_pause_and_next_time_and_drops_removed(store: Storage) -> None:
-    await store.schedule_sync_config(
+    replaced = await store.schedule_sync_config(
         [schedule("a", source="config"), schedule("b", source="config")], T0
     )
+    assert replaced == []
     await store.schedule_insert(schedule("api"), T0)
     await store.schedule_set_paused("a", True, None, T0)
     # A restart later: same cadence, new payload; "b" removed from the file.
@@ -211,6 +212,11 @@ async def test_config_sync_keeps_pause_and_next_time_and_drops_removed(store: St
     )
     assert await store.schedule_get("b") is None
     assert await store.schedule_get("api") is not None
+    # A config schedule of an API schedule's name takes it over, and says so.
+    taken = await store.schedule_sync_config([changed, schedule("api", source="config")], later)
+    assert taken == ["api"]
+    api = await store.schedule_get("api")
+    assert api is not None and api.source == "config"
     # A new cadence takes the new first fire time.
     hourly = Cadence.parse("0 * * * *", None, "Europe/Paris")
     recut = NewSchedule(ScheduleSpec("a", hourly, "noop"), "config", later + timedelta(hours=1))

@@ -358,11 +358,14 @@ class Storage(Protocol):
 
     # -- schedules ----------------------------------------------------------
 
-    async def schedule_sync_config(self, schedules: Sequence[NewSchedule], now: datetime) -> None:
+    async def schedule_sync_config(
+        self, schedules: Sequence[NewSchedule], now: datetime
+    ) -> list[str]:
         """Make the config's schedules what ``schedules`` says, in one transaction: a new
         one is inserted; an existing one takes the given fields and source but keeps its
         pause state, and its ``next_run_at`` unless its cadence changed. Config schedules
-        not in ``schedules`` are deleted."""
+        not in ``schedules`` are deleted. Answers the names of the schedules made through
+        the API that a config schedule of the same name took over."""
         ...
 
     async def schedule_insert(self, new: NewSchedule, now: datetime) -> Schedule | None:

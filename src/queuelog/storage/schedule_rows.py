@@ -67,13 +67,20 @@ def schedule_params(new: NewSchedule, now: datetime) -> dict[str, Any]:
     }
 
 
-def sync_config(conn: Conn, q: Queries, schedules: Sequence[NewSchedule], now: datetime) -> None:
+def sync_config(
+    conn: Conn, q: Queries, schedules: Sequence[NewSchedule], now: datetime
+) -> list[str]:
+    replaced = []  # schedules of the API that a config schedule of their name takes over
     for new in schedules:
+        row = conn.execute(q["schedule_get"], {"name": new.spec.name}).fetchone()
+        if row is not None and row["source"] != new.source:
+            replaced.append(new.spec.name)
         conn.execute(q["schedule_upsert_config"], schedule_params(new, now))
     kept = {new.spec.name for new in schedules}
     for row in conn.execute(q["schedule_config_names"], {}).fetchall():
         if row["name"] not in kept:
             conn.execute(q["schedule_delete_config"], {"name": row["name"]})
+    return replaced
 
 
 def insert(conn: Conn, q: Queries, new: NewSchedule, now: datetime) -> Schedule | None:

@@ -123,7 +123,9 @@ def _problems(
     response_model=ScheduleOut,
     summary="Create a schedule (admin)",
     description="It first fires at its cadence's next time after now (`every_seconds`: the "
-    "next multiple of the interval since the Unix epoch).",
+    "next multiple of the interval since the Unix epoch). Should the config file later "
+    "name a schedule of the same name, the file's takes this one over when a node starts "
+    "(its pause state and next run kept), and the node logs a warning.",
     responses=_problems(
         *AUTHED,
         409,

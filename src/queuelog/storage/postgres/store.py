@@ -341,8 +341,10 @@ class PostgresStorage(SqlReads):
 
     # -- schedules ---------------------------------------------------------
 
-    async def schedule_sync_config(self, schedules: Sequence[NewSchedule], now: datetime) -> None:
-        await self._write(lambda conn: sr.sync_config(conn, Q, schedules, now))
+    async def schedule_sync_config(
+        self, schedules: Sequence[NewSchedule], now: datetime
+    ) -> list[str]:
+        return await self._write(lambda conn: sr.sync_config(conn, Q, schedules, now))
 
     async def schedule_insert(self, new: NewSchedule, now: datetime) -> Schedule | None:
         return await self._write(lambda conn: sr.insert(conn, Q, new, now))

@@ -260,8 +260,10 @@ class SqliteStorage(SqlReads):
 
     # -- schedules ---------------------------------------------------------
 
-    async def schedule_sync_config(self, schedules: Sequence[NewSchedule], now: datetime) -> None:
-        await self._writer.run(lambda conn: sr.sync_config(conn, Q, schedules, now))
+    async def schedule_sync_config(
+        self, schedules: Sequence[NewSchedule], now: datetime
+    ) -> list[str]:
+        return await self._writer.run(lambda conn: sr.sync_config(conn, Q, schedules, now))
 
     async def schedule_insert(self, new: NewSchedule, now: datetime) -> Schedule | None:
         return await self._writer.run(lambda conn: sr.insert(conn, Q, new, now))
