@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Path
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 
 from queuelog.auth import KeyRing, RateLimiter
@@ -46,3 +47,21 @@ def state_of(request: Request) -> AppState:
 
 # A job's or a key's id in a path: a positive 64-bit integer, else 422 (404 on the dashboard).
 IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
+
+
+class IdConvertor(Convertor[int]):
+    """``{name:id}`` in a route's path: digits only, as Starlette's ``int``. Digits too
+    many for any id (int() refuses over 4,300 of them) read as one past the largest id,
+    which ``IdPath`` then refuses, instead of failing the request."""
+
+    regex = "[0-9]+"
+
+    def convert(self, value: str) -> int:
+        digits = value.lstrip("0") or "0"
+        return int(digits) if len(digits) <= len(str(MAX_ID)) else MAX_ID + 1
+
+    def to_string(self, value: int) -> str:
+        return str(value)
+
+
+register_url_convertor("id", IdConvertor())

@@ -130,6 +130,22 @@ def test_ids_outside_64_bits_or_below_1_are_422(producer: Api, worker: Api) -> N
     assert worker.post("/jobs/batch/complete", json={"items": items}).status_code == 422
 
 
+def test_hardening_35_a_path_id_of_more_digits_than_int_reads_is_422(
+    producer: Api, worker: Api, admin: Api
+) -> None:
+    digits = "9" * 5000  # Python's int() reads at most 4,300 digits
+    for response in (
+        producer.get(f"/jobs/{digits}"),
+        producer.post(f"/jobs/{digits}/cancel"),
+        worker.post(f"/jobs/{digits}/complete", json={"lease_token": "t"}),
+        admin.delete(f"/keys/{digits}"),
+    ):
+        assert response.status_code == 422 and response.json()["type"] == "validation"
+    job = enqueue(producer)
+    padded = "0" * 5000 + str(job["id"])  # leading zeros: still the job's id, as "01" is
+    assert producer.get(f"/jobs/{padded}").json()["id"] == job["id"]
+
+
 def test_a_type_filter_with_control_characters_is_422(producer: Api) -> None:
     for type_filter in ["noop\x00", "\x07", ""]:
         response = producer.get("/jobs", params={"type": type_filter})

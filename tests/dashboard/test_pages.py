@@ -214,11 +214,27 @@ def test_hardening_02_the_page_of_a_big_payload_stays_bounded(
 
 
 def test_hardening_09_ids_beyond_the_api_s_bounds_are_404(browser: Browser) -> None:
-    for job_id in ("9223372036854775808", "0", "-1", "1" * 40):
+    for job_id in ("9223372036854775808", "0", "-1", "1" * 40, "9" * 5000):
+        assert browser.get(f"/ui/jobs/{job_id}").status_code == 404, job_id[:40]
+        for action in ("retry", "cancel"):
+            assert browser.post(f"/ui/jobs/{job_id}/{action}").status_code == 404, job_id[:40]
+    assert browser.post("/ui/keys/9223372036854775808/revoke").status_code == 404
+
+
+def test_hardening_36_an_id_the_api_would_not_read_names_no_dashboard_page(
+    browser: Browser, producer: Api
+) -> None:
+    jobs = [enqueue(producer) for _ in range(10)]
+    assert jobs[-1]["id"] == 10 and jobs[0]["id"] == 1
+    # int() reads each of these as a job's id (10 or 1); the API's paths take digits alone.
+    for job_id in ("1_0", "+1", "1.0", "%201", "1%20", "%2B1"):
         assert browser.get(f"/ui/jobs/{job_id}").status_code == 404, job_id
+        assert producer.get(f"/jobs/{job_id}").status_code == 404, job_id
         for action in ("retry", "cancel"):
             assert browser.post(f"/ui/jobs/{job_id}/{action}").status_code == 404, job_id
-    assert browser.post("/ui/keys/9223372036854775808/revoke").status_code == 404
+    assert browser.post("/ui/keys/+1/revoke").status_code == 404
+    assert all(producer.get(f"/jobs/{job['id']}").json()["status"] == "pending" for job in jobs)
+    assert browser.get("/ui/jobs/010").status_code == 200  # digits: the job's id, as the API reads
 
 
 def test_progress_shows_on_the_job_page_the_leases_and_the_jobs_list(
@@ -243,6 +259,17 @@ def test_progress_shows_on_the_job_page_the_leases_and_the_jobs_list(
         assert cell.startswith('{"done": 3, "notes": "nnn') and cell.endswith("…")
         assert len(cell) == 120
     assert "None reported." in browser.get(f"/ui/jobs/{enqueue(producer)['id']}").text
+
+
+def test_hardening_37_an_idempotency_key_filter_no_key_could_match_is_422(
+    browser: Browser,
+) -> None:
+    # PostgreSQL's text holds no NUL: the filter is refused before any query, as on SQLite.
+    for value in ("a%00b", "%00", "%C3%A9", "k" * 256):
+        page = browser.get(f"/ui/jobs?idempotency_key={value}")
+        assert page.status_code == 422, value
+        assert "idempotency_key: String should be at most 255 printable ASCII" in page.text
+    assert browser.get("/ui/jobs?idempotency_key=order-7%20x").status_code == 200
 
 
 def test_a_query_value_out_of_bounds_is_a_422_page_naming_it(browser: Browser) -> None:

@@ -26,14 +26,14 @@ def _see(url: str) -> Response:
     return RedirectResponse(url, status_code=303)
 
 
-@router.post("/jobs/{job_id}/retry")
+@router.post("/jobs/{job_id:id}/retry")
 async def retry_job(request: Request, job_id: IdPath, posted: Posted) -> Response:
     job = await state_of(request).service.retry(posted.admin, job_id)
     waits = job.status is JobStatus.WAITING
     return _see(f"/ui/jobs/{job_id}?notice={'retried-waiting' if waits else 'retried'}")
 
 
-@router.post("/jobs/{job_id}/cancel")
+@router.post("/jobs/{job_id:id}/cancel")
 async def cancel_job(request: Request, job_id: IdPath, posted: Posted) -> Response:
     await state_of(request).service.cancel(posted.admin, job_id)
     return _see(f"/ui/jobs/{job_id}?notice=cancelled")
@@ -119,7 +119,7 @@ def _key_fields(
     return name, chosen, ceiling, tuple(types) if types else None
 
 
-@router.post("/keys/{key_id}/revoke")
+@router.post("/keys/{key_id:id}/revoke")
 async def revoke_key(request: Request, key_id: IdPath, posted: Posted) -> Response:
     await state_of(request).keys.revoke(key_id)
     return _see("/ui/keys?notice=key-revoked")

@@ -9,7 +9,15 @@ from fastapi import APIRouter, Query, Request, Response
 
 from queuelog.app_state import IdPath, state_of
 from queuelog.dashboard import views
-from queuelog.dashboard.web import ID_FILTER, TYPE_FILTER, Admin, DashboardRoute, now_of, render
+from queuelog.dashboard.web import (
+    ID_FILTER,
+    KEY_FILTER,
+    TYPE_FILTER,
+    Admin,
+    DashboardRoute,
+    now_of,
+    render,
+)
 from queuelog.errors import NotFound, ValidationFailed, quoted
 from queuelog.models import JobStatus, Role
 from queuelog.specs import TYPE_FILTER_PATTERN
@@ -74,7 +82,7 @@ async def jobs(
     admin: Admin,
     status: Annotated[str | None, Query(max_length=20)] = None,
     job_type: Annotated[str | None, Query(alias="type", pattern=TYPE_FILTER)] = None,
-    idempotency_key: Annotated[str | None, Query(max_length=255)] = None,
+    idempotency_key: Annotated[str | None, Query(pattern=KEY_FILTER)] = None,
     cursor: Annotated[str | None, Query(max_length=100)] = None,
     notice: Annotated[str | None, Query(max_length=30)] = None,
     count: Annotated[int, Query(ge=0)] = 0,
@@ -109,7 +117,7 @@ async def jobs(
     )
 
 
-@router.get("/jobs/{job_id}")
+@router.get("/jobs/{job_id:id}")
 async def job(
     request: Request,
     admin: Admin,
@@ -175,7 +183,8 @@ async def key_page(request: Request) -> dict[str, object]:
     }
 
 
-@router.get("/{path:path}")
+@router.api_route("/{path:path}", methods=["GET", "POST"])
 def unknown(request: Request, path: str) -> Response:
-    """Anything else under /ui: an HTML 404 with the dashboard's headers."""
+    """Anything else under /ui, a page or a form's action: an HTML 404 with the
+    dashboard's headers."""
     raise NotFound("No such page")

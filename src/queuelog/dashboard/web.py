@@ -187,7 +187,9 @@ class DashboardRoute(APIRoute):
 # The filters' patterns (each may be empty: a form's blank field), and their words.
 TYPE_FILTER = r"^[^\x00-\x1f\x7f]{0,100}$"
 ID_FILTER = r"^[0-9]{0,18}$"
+KEY_FILTER = r"^[ -~]{0,255}$"  # as an idempotency key may be: printable ASCII
 _FILTERS_SAY = {
+    KEY_FILTER: "at most 255 printable ASCII characters",
     TYPE_FILTER: "at most 100 characters, none of them a control character",
     TYPE_FILTER_PATTERN: "1-100 characters, none of them a control character",
     ID_FILTER: "a job id",

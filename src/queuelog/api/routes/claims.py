@@ -306,7 +306,7 @@ def _item(job_id: IdPath, outcome: Job | Finished | QueueError, admin: bool) -> 
 
 
 @router.post(
-    "/{job_id:int}/heartbeat",
+    "/{job_id:id}/heartbeat",
     response_model=JobOut,
     summary="Extend the lease of a held job",
     description=(
@@ -337,7 +337,7 @@ async def heartbeat(
 
 
 @router.post(
-    "/{job_id:int}/release",
+    "/{job_id:id}/release",
     response_model=JobOut,
     summary="Give a held job back unrun, now or after a delay (snooze)",
     description=(
@@ -358,7 +358,7 @@ async def release(
 
 
 @router.post(
-    "/{job_id:int}/complete",
+    "/{job_id:id}/complete",
     response_model=JobOut,
     summary="Complete a held job",
     description="`result` is at most `max_result_bytes` serialised (422)." + _HELD,
@@ -373,7 +373,7 @@ async def complete(
 
 
 @router.post(
-    "/{job_id:int}/fail",
+    "/{job_id:id}/fail",
     response_model=JobOut,
     summary="Fail a held job (retried while attempts remain)",
     description=(

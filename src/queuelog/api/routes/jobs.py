@@ -218,7 +218,7 @@ async def list_jobs(
 
 
 @router.get(
-    "/{job_id:int}",
+    "/{job_id:id}",
     response_model=JobOut,
     summary="Get one job, or await its result",
     description=(
@@ -256,7 +256,7 @@ async def get_job(
 
 
 @router.get(
-    "/{job_id:int}/events",
+    "/{job_id:id}/events",
     response_model=EventsOut,
     summary="A job's history, oldest first",
     responses=problems(*AUTHED, 404),
@@ -268,7 +268,7 @@ async def job_events(job_id: IdPath, caller: Reader, service: ServiceDep) -> Res
 
 
 @router.get(
-    "/{job_id:int}/dependencies",
+    "/{job_id:id}/dependencies",
     response_model=DependenciesOut,
     summary="The jobs a job depends on, with what they produced",
     description=(
@@ -286,7 +286,7 @@ async def job_dependencies(job_id: IdPath, caller: Reader, service: ServiceDep) 
 
 
 @router.post(
-    "/{job_id:int}/cancel",
+    "/{job_id:id}/cancel",
     **NO_FIELDS,
     response_model=JobOut,
     summary="Cancel a waiting or pending job (owning producer or admin)",
@@ -300,7 +300,7 @@ async def cancel_job(
 
 
 @router.post(
-    "/{job_id:int}/retry",
+    "/{job_id:id}/retry",
     **NO_FIELDS,
     response_model=JobOut,
     summary="Redrive a failed or cancelled job (admin)",

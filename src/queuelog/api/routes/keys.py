@@ -47,7 +47,7 @@ async def list_keys(_: Admin, keys: KeyRingDep) -> Response:
 
 
 @router.delete(
-    "/{key_id:int}",
+    "/{key_id:id}",
     status_code=204,
     summary="Revoke an API key",
     description="The key stops working at once.",
