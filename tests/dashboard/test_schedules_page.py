@@ -35,14 +35,14 @@ def test_the_page_lists_schedules_with_next_and_last_run(browser: Browser) -> No
 def test_pause_resume_and_trigger_buttons(browser: Browser, admin: Api) -> None:
     paused = browser.post("/ui/schedules/tick/pause")
     assert paused.status_code == 303
-    assert paused.headers["location"] == "/ui/schedules?notice=paused"
+    assert paused.headers["location"] == "/ui/schedules"
     page = browser.get(paused.headers["location"]).text
     assert "The schedule is paused" in page and 'action="/ui/schedules/tick/resume"' in page
     assert admin.get("/schedules/tick").json()["paused"] is True
     triggered = browser.post("/ui/schedules/tick/trigger")
     assert triggered.status_code == 303
     job_id = admin.get("/schedules/tick").json()["last_job_id"]
-    assert triggered.headers["location"] == f"/ui/jobs/{job_id}?notice=triggered"
+    assert triggered.headers["location"] == f"/ui/jobs/{job_id}"
     assert "The schedule made this job now." in browser.get(triggered.headers["location"]).text
     page = browser.get("/ui/schedules").text
     assert f'<a href="/ui/jobs/{job_id}">{job_id}</a>' in page

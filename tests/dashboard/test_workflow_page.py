@@ -56,7 +56,7 @@ def test_a_retried_job_with_a_failed_dependency_is_said_to_wait(
     b = enqueue(producer, depends_on=[a["id"]])
     run(worker, a, fail=True)
     done = browser.post(f"/ui/jobs/{b['id']}/retry")
-    assert done.headers["location"] == f"/ui/jobs/{b['id']}?notice=retried-waiting"
+    assert done.headers["location"] == f"/ui/jobs/{b['id']}"
     assert (
         "The job is waiting again, for its dependencies."
         in browser.get(done.headers["location"]).text

@@ -7,11 +7,10 @@ import re
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import RedirectResponse
 
 from queuelog.app_state import IdPath, state_of
 from queuelog.dashboard.pages import key_page
-from queuelog.dashboard.web import DashboardRoute, Posted, dashboard_of, field_of, render
+from queuelog.dashboard.web import DashboardRoute, Posted, dashboard_of, field_of, render, see
 from queuelog.errors import QueueError, ValidationFailed, quoted
 from queuelog.models import JobStatus, Priority, Role
 from queuelog.specs import TYPE_FILTER_PATTERN
@@ -22,21 +21,18 @@ KEY_NAME = re.compile(r"[A-Za-z0-9._:@-]{1,64}")  # as POST /keys
 FORM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # as pages.key_page makes them
 
 
-def _see(url: str) -> Response:
-    return RedirectResponse(url, status_code=303)
-
-
 @router.post("/jobs/{job_id:id}/retry")
 async def retry_job(request: Request, job_id: IdPath, posted: Posted) -> Response:
     job = await state_of(request).service.retry(posted.admin, job_id)
-    waits = job.status is JobStatus.WAITING
-    return _see(f"/ui/jobs/{job_id}?notice={'retried-waiting' if waits else 'retried'}")
+    if job.status is JobStatus.WAITING:
+        return see(request, f"/ui/jobs/{job_id}", "The job is waiting again, for its dependencies.")
+    return see(request, f"/ui/jobs/{job_id}", "The job is pending again.")
 
 
 @router.post("/jobs/{job_id:id}/cancel")
 async def cancel_job(request: Request, job_id: IdPath, posted: Posted) -> Response:
     await state_of(request).service.cancel(posted.admin, job_id)
-    return _see(f"/ui/jobs/{job_id}?notice=cancelled")
+    return see(request, f"/ui/jobs/{job_id}", "The job was cancelled.")
 
 
 @router.post("/retry-failed")
@@ -46,20 +42,20 @@ async def retry_failed(request: Request, posted: Posted) -> Response:
     if not re.fullmatch(TYPE_FILTER_PATTERN, job_type):
         raise ValidationFailed("Name the job type whose failed jobs to retry (1-100 characters)")
     count = await state_of(request).service.retry_failed(posted.admin, job_type)
-    query = urlencode({"type": job_type, "notice": "requeued", "count": count})
-    return _see(f"/ui/jobs?{query}")
+    said = f"{count} failed job(s) of this type are pending again."
+    return see(request, f"/ui/jobs?{urlencode({'type': job_type})}", said)
 
 
 @router.post("/types/{job_type:path}/pause")
 async def pause_type(request: Request, job_type: str, posted: Posted) -> Response:
     await state_of(request).service.flow.set_paused(posted.admin, job_type, True)
-    return _see("/ui/types?notice=type-paused")
+    return see(request, "/ui/types", "The type is paused: its jobs are not claimed until resumed.")
 
 
 @router.post("/types/{job_type:path}/resume")
 async def resume_type(request: Request, job_type: str, posted: Posted) -> Response:
     await state_of(request).service.flow.set_paused(posted.admin, job_type, False)
-    return _see("/ui/types?notice=type-resumed")
+    return see(request, "/ui/types", "The type is resumed: its jobs are claimed again.")
 
 
 @router.post("/keys")
@@ -73,7 +69,7 @@ async def create_key(request: Request, posted: Posted) -> Response:
         raise ValidationFailed("This form did not come from this page: reload it")
     if form_id and not sent.first(form_id):
         page = (await key_page(request)) | {"form_error": _SENT_AGAIN}
-        return render(request, "keys.html", 409, **page, notice=None)
+        return render(request, "keys.html", 409, **page)
     try:
         name, roles, priority, types = _key_fields(
             field_of(form, "name"),
@@ -86,12 +82,12 @@ async def create_key(request: Request, posted: Posted) -> Response:
     except QueueError as exc:
         sent.forget(form_id)  # no key was made: the same form may be sent again
         page = (await key_page(request)) | {"form_error": exc.detail}
-        return render(request, "keys.html", 422, **page, notice=None)
+        return render(request, "keys.html", 422, **page)
     except BaseException:
         sent.forget(form_id)
         raise
     page = (await key_page(request)) | {"created": key, "plaintext": plaintext}
-    return render(request, "keys.html", 201, **page, notice=None)
+    return render(request, "keys.html", 201, **page)
 
 
 _SENT_AGAIN = (
@@ -122,4 +118,4 @@ def _key_fields(
 @router.post("/keys/{key_id:id}/revoke")
 async def revoke_key(request: Request, key_id: IdPath, posted: Posted) -> Response:
     await state_of(request).keys.revoke(key_id)
-    return _see("/ui/keys?notice=key-revoked")
+    return see(request, "/ui/keys", "The key was revoked; it stops working at once.")

@@ -28,23 +28,6 @@ PAGE_SIZE = 50
 LEASED_SHOWN = 100
 DEPENDENTS_SHOWN = 100  # a fan-out may have thousands: the rest are a filtered list away
 
-# Fixed texts for ?notice=...: the query string never puts its own words on the page.
-NOTICES = {
-    "retried": "The job is pending again.",
-    "retried-waiting": "The job is waiting again, for its dependencies.",
-    "cancelled": "The job was cancelled.",
-    "requeued": "{count} failed job(s) of this type are pending again.",
-    "key-revoked": "The key was revoked; it stops working at once.",
-    "type-paused": "The type is paused: its jobs are not claimed until it is resumed.",
-    "type-resumed": "The type is resumed: its jobs are claimed again.",
-    "triggered": "The schedule made this job now.",
-}
-
-
-def _notice(code: str | None, count: int = 0) -> str | None:
-    text = NOTICES.get(code or "")
-    return text.format(count=count) if text else None
-
 
 @router.get("")
 @router.get("/")
@@ -84,8 +67,6 @@ async def jobs(
     job_type: Annotated[str | None, Query(alias="type", pattern=TYPE_FILTER)] = None,
     idempotency_key: Annotated[str | None, Query(pattern=KEY_FILTER)] = None,
     cursor: Annotated[str | None, Query(max_length=100)] = None,
-    notice: Annotated[str | None, Query(max_length=30)] = None,
-    count: Annotated[int, Query(ge=0)] = 0,
     depends_on: Annotated[str | None, Query(pattern=ID_FILTER)] = None,
 ) -> Response:
     service = state_of(request).service
@@ -113,7 +94,6 @@ async def jobs(
         statuses=views.STATUSES,
         types=sorted(service.settings.types),
         first_page=not cursor,
-        notice=_notice(notice, count),
     )
 
 
@@ -122,7 +102,6 @@ async def job(
     request: Request,
     admin: Admin,
     job_id: IdPath,
-    notice: Annotated[str | None, Query(max_length=30)] = None,
 ) -> Response:
     service = state_of(request).service
     found = await service.get(admin.key, job_id)
@@ -135,7 +114,6 @@ async def job(
         dependencies=await service.dependencies(admin.key, job_id),
         dependents=dependents,
         more_dependents=more is not None,
-        notice=_notice(notice),
     )
 
 
@@ -151,18 +129,14 @@ async def confirm_retry_failed(
 
 
 @router.get("/types")
-async def types(
-    request: Request, admin: Admin, notice: Annotated[str | None, Query(max_length=30)] = None
-) -> Response:
+async def types(request: Request, admin: Admin) -> Response:
     states = await state_of(request).service.flow.list_types()
-    return render(request, "types.html", types=states, notice=_notice(notice))
+    return render(request, "types.html", types=states)
 
 
 @router.get("/keys")
-async def keys(
-    request: Request, admin: Admin, notice: Annotated[str | None, Query(max_length=30)] = None
-) -> Response:
-    return render(request, "keys.html", 200, **(await key_page(request)), notice=_notice(notice))
+async def keys(request: Request, admin: Admin) -> Response:
+    return render(request, "keys.html", 200, **(await key_page(request)))
 
 
 async def key_page(request: Request) -> dict[str, object]:

@@ -3,27 +3,16 @@ through the Scheduler, exactly as the API does, and needs the session's CSRF tok
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query, Request, Response
-from fastapi.responses import RedirectResponse
+from fastapi import APIRouter, Request, Response
 
 from queuelog.app_state import state_of
-from queuelog.dashboard.web import Admin, DashboardRoute, Posted, render
+from queuelog.dashboard.web import Admin, DashboardRoute, Posted, render, see
 
 router = APIRouter(prefix="/ui", route_class=DashboardRoute)
 
-# Fixed texts for ?notice=...: the query string never puts its own words on the page.
-NOTICES = {
-    "paused": "The schedule is paused: it makes no job until resumed.",
-    "resumed": "The schedule is resumed from its next fire time.",
-}
-
 
 @router.get("/schedules")
-async def schedules_page(
-    request: Request, admin: Admin, notice: Annotated[str | None, Query(max_length=30)] = None
-) -> Response:
+async def schedules_page(request: Request, admin: Admin) -> Response:
     state = state_of(request)
     schedules = await state.schedules.list()
     # A schedule whose type left the config skips its fires: say so next to it.
@@ -33,23 +22,22 @@ async def schedules_page(
         "schedules.html",
         schedules=schedules,
         unconfigured=unconfigured,
-        notice=NOTICES.get(notice or ""),
     )
 
 
 @router.post("/schedules/{name}/pause")
 async def pause(request: Request, name: str, posted: Posted) -> Response:
     await state_of(request).schedules.pause(name)
-    return RedirectResponse("/ui/schedules?notice=paused", status_code=303)
+    return see(request, "/ui/schedules", "The schedule is paused: it makes no job until resumed.")
 
 
 @router.post("/schedules/{name}/resume")
 async def resume(request: Request, name: str, posted: Posted) -> Response:
     await state_of(request).schedules.resume(name)
-    return RedirectResponse("/ui/schedules?notice=resumed", status_code=303)
+    return see(request, "/ui/schedules", "The schedule is resumed from its next fire time.")
 
 
 @router.post("/schedules/{name}/trigger")
 async def trigger(request: Request, name: str, posted: Posted) -> Response:
     job = await state_of(request).schedules.trigger(name)
-    return RedirectResponse(f"/ui/jobs/{job.id}?notice=triggered", status_code=303)
+    return see(request, f"/ui/jobs/{job.id}", "The schedule made this job now.")

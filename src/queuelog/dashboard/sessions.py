@@ -42,6 +42,7 @@ class SessionStore:
         self.lifetime = timedelta(seconds=lifetime_seconds)
         self._capacity = capacity
         self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._notices: dict[str, str] = {}  # by session id: what a form did, shown once
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -60,9 +61,9 @@ class SessionStore:
         with self._lock:
             if len(self._sessions) >= self._capacity:
                 for sid in [sid for sid, s in self._sessions.items() if s.expires_at <= now]:
-                    del self._sessions[sid]
+                    self._drop(sid)
             while len(self._sessions) >= self._capacity:
-                self._sessions.popitem(last=False)
+                self._drop(next(iter(self._sessions)))
             self._sessions[session.id] = session
         return session
 
@@ -80,7 +81,24 @@ class SessionStore:
 
     def end(self, session_id: str) -> None:
         with self._lock:
-            self._sessions.pop(session_id, None)
+            self._drop(session_id)
+
+    def _drop(self, session_id: str) -> None:
+        """Forget a session and its notice (the lock held)."""
+        self._sessions.pop(session_id, None)
+        self._notices.pop(session_id, None)
+
+    def leave_notice(self, session_id: str, text: str) -> None:
+        """What a form did, for the session's next page to say. It lives on the server, so
+        no link can make a page claim what was not done."""
+        with self._lock:
+            if session_id in self._sessions:
+                self._notices[session_id] = text
+
+    def take_notice(self, session_id: str) -> str | None:
+        """The notice left for the session, once."""
+        with self._lock:
+            return self._notices.pop(session_id, None)
 
 
 class SentForms:

@@ -133,15 +133,27 @@ def render(request: Request, template: str, status: int = 200, **context: object
     admin's name available to every form."""
     session: Session | None = getattr(request.state, "ui_session", None)
     admin: ApiKey | None = getattr(request.state, "ui_admin", None)
-    page = dashboard_of(request).templates.get_template(template)
+    ui = dashboard_of(request)
+    page = ui.templates.get_template(template)
+    notice = None  # what the form before this page did: said on the page it led to
+    if session is not None and request.method == "GET":
+        notice = ui.sessions.take_notice(session.id)
     values: dict[str, object] = {
-        "notice": None,
+        "notice": notice,
         "page": None,
         "csrf_token": session.csrf_token if session else "",
         **context,
     }
     html = page.render(admin=admin, now=now_of(request), **values)
     return HTMLResponse(html, status_code=status)
+
+
+def see(request: Request, url: str, notice: str) -> Response:
+    """After a form: to ``url`` (303), whose page then says ``notice``, once."""
+    session: Session | None = getattr(request.state, "ui_session", None)
+    if session is not None:
+        dashboard_of(request).sessions.leave_notice(session.id, notice)
+    return RedirectResponse(url, status_code=303)
 
 
 def error_page(request: Request, status: int, title: str, detail: str) -> Response:
