@@ -157,8 +157,10 @@ async def key_page(request: Request) -> dict[str, object]:
     }
 
 
-@router.api_route("/{path:path}", methods=["GET", "POST"])
-def unknown(request: Request, path: str) -> Response:
-    """Anything else under /ui, a page or a form's action: an HTML 404 with the
+@router.post("/jobs/{job_id}/{action}")
+@router.post("/keys/{key_id}/revoke")
+@router.get("/{path:path}")
+def unknown(request: Request, path: str = "") -> Response:
+    """Anything else under /ui, or a job's or key's form for no id: an HTML 404 with the
     dashboard's headers."""
     raise NotFound("No such page")
