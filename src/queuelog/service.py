@@ -24,6 +24,7 @@ from queuelog.models import (
     QueueStats,
     Role,
 )
+from queuelog.redrive import Redrive
 from queuelog.retry import backoff_seconds
 from queuelog.sanitize import sanitize_error
 from queuelog.specs import (
@@ -41,10 +42,8 @@ from queuelog.storage.statements import guard_failure
 from queuelog.workflows import Workflows
 
 _DEFAULT_TYPE = JobTypeConfig()
-# One prune pass deletes at most this many batches (of up to 1,000 jobs per status);
-# one redrive moves at most this many chunks of 500 (a type failing as fast ends too).
+# One prune pass deletes at most this many batches (of up to 1,000 jobs per status).
 _PRUNE_MAX_BATCHES = 100
-_REDRIVE_MAX_CHUNKS = 10_000
 
 
 def _nobody(types: Collection[str] | None = None, ready: int | None = None) -> None:
@@ -78,6 +77,7 @@ class JobService:
         self._intake = Intake(settings)
         self.flow = FlowControl(storage, settings, clock, self._on_ready)
         self.workflows = Workflows(storage, self._visible)
+        self.redrive = Redrive(storage, settings, clock, self._on_ready)
 
     # -- producers ---------------------------------------------------------
 
@@ -115,12 +115,6 @@ class JobService:
         cancelled = await self.storage.job_cancel(job_id, caller.name, self.clock.now())
         self._on_finished([cancelled.id])
         return cancelled
-
-    async def retry(self, caller: ApiKey, job_id: int) -> Job:
-        """Dead-letter redrive (admin): failed or cancelled back to pending."""
-        job = await self.storage.job_requeue(job_id, caller.name, self.clock.now())
-        self._on_ready()
-        return job
 
     # -- reading -----------------------------------------------------------
 
@@ -379,22 +373,3 @@ class JobService:
             if deleted == 0:
                 break
         return pruned
-
-    # -- dashboard -----------------------------------------------------------
-
-    async def retry_failed(self, caller: ApiKey, job_type: str) -> int:
-        """Dead-letter redrive of every failed job of one type (admin); how many moved."""
-        if not caller.has(Role.ADMIN):
-            raise Forbidden("Only an admin may retry jobs")
-        # A transaction a chunk, in id order: the server serves between two (SQLite's
-        # writer runs on the event loop), and a job failing again meanwhile stays failed.
-        moved, after = 0, 0
-        for _ in range(_REDRIVE_MAX_CHUNKS):
-            chunk = await self.storage.job_requeue_failed(
-                job_type, caller.name, self.clock.now(), after_id=after
-            )
-            if not chunk:
-                break
-            moved, after = moved + len(chunk), chunk[-1]
-            self._on_ready()
-        return moved

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
-from tests.conftest import Api, claim_one, enqueue
+from fastapi.testclient import TestClient
+
+from queuelog.api.app import create_app
+from queuelog.clock import FakeClock
+from queuelog.storage.protocol import Storage
+from tests.conftest import TYPES, Api, claim_one, enqueue, make_settings
 
 
 def test_list_is_newest_first_and_pages_with_a_cursor(producer: Api) -> None:
@@ -119,6 +125,30 @@ def test_redrive_of_a_failed_job_resets_retries(producer: Api, worker: Api, admi
     assert admin.get(f"/jobs/{job['id']}").json()["status"] == "failed"
     assert admin.post(f"/jobs/{job['id']}/retry").json()["status"] == "pending"
     assert claim_one(worker)["id"] == job["id"]
+
+
+def test_a_redrive_of_a_job_whose_type_left_the_config_is_422(
+    tmp_path: Path, storage: Storage, clock: FakeClock, producer: Api, worker: Api, admin: Api
+) -> None:
+    gone = enqueue(producer, "resize_image", max_retries=0)
+    kept = enqueue(producer, "noop", max_retries=0)
+    for _ in range(2):
+        held = claim_one(worker)
+        worker.post(
+            f"/jobs/{held['id']}/fail", json={"lease_token": held["lease_token"], "error": "x"}
+        )
+    # The server restarts with a config that no longer has the type.
+    types = {name: value for name, value in TYPES.items() if name != "resize_image"}
+    app = create_app(make_settings(tmp_path, types=types), storage=storage, clock=clock)
+    restarted = Api(TestClient(app), admin.headers["Authorization"].removeprefix("Bearer "))
+    refused = restarted.post(f"/jobs/{gone['id']}/retry")
+    assert refused.status_code == 422 and refused.json()["type"] == "unknown-job-type"
+    assert refused.json()["detail"] == (
+        'Job type "resize_image" is not configured: a retried job would never run'
+    )
+    assert admin.get(f"/jobs/{gone['id']}").json()["status"] == "failed"  # nothing changed
+    assert restarted.post(f"/jobs/{kept['id']}/retry").json()["status"] == "pending"
+    assert restarted.post(f"/jobs/{10**6}/retry").status_code == 404
 
 
 def test_ids_outside_64_bits_or_below_1_are_422(producer: Api, worker: Api) -> None:

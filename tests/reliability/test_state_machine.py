@@ -264,7 +264,7 @@ class QueueMachine(RuleBasedStateMachine):
             return
         redrivable = job.status in (JobStatus.FAILED, JobStatus.CANCELLED)
         expected = "ok" if redrivable else "invalid-state"
-        assert _slug(lambda: run_blocking(self.service.retry(self.root, job.id))) == expected
+        assert _slug(lambda: run_blocking(self.service.redrive.job(self.root, job.id))) == expected
         if expected == "ok":
             job.status = JobStatus.PENDING
             job.retry_count = 0

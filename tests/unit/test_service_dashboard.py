@@ -2,18 +2,19 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from queuelog.clock import FakeClock
 from queuelog.dashboard.throughput import MINUTE, SETTLED_AFTER, Throughput
-from queuelog.errors import Forbidden
+from queuelog.errors import Forbidden, UnknownJobType
 from queuelog.models import EventKind, JobStatus
 from queuelog.service import JobService
 from queuelog.specs import EnqueueSpec, FinishSpec
 from queuelog.storage.protocol import ClaimParams, EventCount, FinishParams, Storage
-from tests.conftest import KeyMaker
+from tests.conftest import KeyMaker, make_settings
 
 pytestmark = pytest.mark.anyio
 
@@ -127,10 +128,29 @@ async def test_retry_failed_needs_admin_and_records_the_admin(
     (held,) = await service.claim(worker)
     await service.finish(worker, FinishSpec(held.id, held.lease_token or "", error="boom"))
     with pytest.raises(Forbidden):
-        await service.retry_failed(producer, "noop")
-    assert await service.retry_failed(admin, "noop") == 1
+        await service.redrive.failed_of_type(producer, "noop")
+    assert await service.redrive.failed_of_type(admin, "noop") == 1
     assert (await service.get(admin, job.id)).status == JobStatus.PENDING
     assert (await service.events(admin, job.id))[-1].actor == "root"
+
+
+async def test_retry_failed_of_a_type_that_left_the_config_is_refused(
+    tmp_path: Path, service: JobService, make_key: KeyMaker, clock: FakeClock
+) -> None:
+    producer, _ = make_key("shop", "producer")
+    worker, _ = make_key("mailer", "worker")
+    admin, _ = make_key("root", "admin")
+    ((job, _),) = await service.enqueue_many(producer, [EnqueueSpec("noop", max_retries=0)])
+    (held,) = await service.claim(worker)
+    await service.finish(worker, FinishSpec(held.id, held.lease_token or "", error="boom"))
+    # A node whose config no longer has the type: its jobs would never be claimed again.
+    restarted = JobService(service.storage, make_settings(tmp_path, types={"x": {}}), clock)
+    with pytest.raises(UnknownJobType):
+        await restarted.redrive.failed_of_type(admin, "noop")
+    with pytest.raises(UnknownJobType):
+        await restarted.redrive.job(admin, job.id)
+    assert (await service.get(admin, job.id)).status == JobStatus.FAILED
+    assert await service.redrive.failed_of_type(admin, "noop") == 1
 
 
 async def test_retry_failed_moves_every_failed_job_of_the_type_a_chunk_at_a_time(
@@ -151,10 +171,10 @@ async def test_retry_failed_moves_every_failed_job_of_the_type_a_chunk_at_a_time
         FinishParams(j.id, j.lease_token or "", "mailer", clock.now(), error="boom") for j in held
     ]
     await service.storage.job_finish_many(failures)
-    assert await service.retry_failed(admin, "noop") == 1_100
+    assert await service.redrive.failed_of_type(admin, "noop") == 1_100
     counts = (await service.stats()).counts
     assert counts.get(("pending", "noop")) == 1_100 and counts.get(("failed", "noop")) is None
     assert counts.get(("failed", "resize_image")) == 1
     last = await service.events(admin, held[-2].id)
     assert (last[-1].event, last[-1].actor) == (EventKind.REQUEUED, "root")
-    assert await service.retry_failed(admin, "noop") == 0
+    assert await service.redrive.failed_of_type(admin, "noop") == 0

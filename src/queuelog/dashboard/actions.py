@@ -23,7 +23,7 @@ FORM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # as pages.key_page makes them
 
 @router.post("/jobs/{job_id:id}/retry")
 async def retry_job(request: Request, job_id: IdPath, posted: Posted) -> Response:
-    job = await state_of(request).service.retry(posted.admin, job_id)
+    job = await state_of(request).service.redrive.job(posted.admin, job_id)
     if job.status is JobStatus.WAITING:
         return see(request, f"/ui/jobs/{job_id}", "The job is waiting again, for its dependencies.")
     return see(request, f"/ui/jobs/{job_id}", "The job is pending again.")
@@ -41,7 +41,7 @@ async def retry_failed(request: Request, posted: Posted) -> Response:
     # As the confirmation page bounds it: the name goes back into the redirect's URL.
     if not re.fullmatch(TYPE_FILTER_PATTERN, job_type):
         raise ValidationFailed("Name the job type whose failed jobs to retry (1-100 characters)")
-    count = await state_of(request).service.retry_failed(posted.admin, job_type)
+    count = await state_of(request).service.redrive.failed_of_type(posted.admin, job_type)
     said = f"{count} failed job(s) of this type are pending again."
     return see(request, f"/ui/jobs?{urlencode({'type': job_type})}", said)
 

@@ -316,10 +316,20 @@ async def cancel_job(
         "beside it (an explicit act): enqueues with the key then meet the newest waiting or "
         "pending one."
     ),
-    responses=problems(*AUTHED, 404, 409, *NO_BODY),
+    responses=problems(
+        *AUTHED,
+        404,
+        409,
+        *NO_BODY,
+        described={
+            422: "`unknown-job-type`: the job's type is no longer in the config, so no "
+            "worker could claim it once pending (nothing changes); `validation`: a body "
+            "other than none or `{}`."
+        },
+    ),
 )
 async def retry_job(
     job_id: IdPath, caller: Admin, service: ServiceDep, _fields: NoFields
 ) -> Response:
-    job = await service.retry(caller, job_id)
+    job = await service.redrive.job(caller, job_id)
     return JSONResponse(job_json(job, show_error=True))
