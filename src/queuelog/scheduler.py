@@ -142,13 +142,24 @@ class Scheduler:
         return created
 
     async def list(self) -> list[Schedule]:
-        return await self.storage.schedule_list()
+        return [self._as_of_now(s) for s in await self.storage.schedule_list()]
 
     async def get(self, name: str) -> Schedule:
         schedule = await self.storage.schedule_get(_could_be(name))
         if schedule is None:
             raise NotFound("No such schedule")
-        return schedule
+        return self._as_of_now(schedule)
+
+    def _as_of_now(self, schedule: Schedule) -> Schedule:
+        """A paused schedule's next run is the one a resume now would give it: the time
+        it stored may have passed while it was paused, and missed fires are not made up."""
+        now = self.clock.now()
+        if not schedule.paused or schedule.next_run_at > now:
+            return schedule
+        try:
+            return dataclasses.replace(schedule, next_run_at=schedule.spec.cadence.next_after(now))
+        except CadenceError:  # the time zone's rules changed since: as stored, a resume says why
+            return schedule
 
     async def delete(self, name: str) -> None:
         await self.storage.schedule_delete(_could_be(name))

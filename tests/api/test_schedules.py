@@ -269,6 +269,10 @@ async def test_pause_resume_trigger(admin: Api, scheduler: Scheduler, clock: Fak
     assert paused.status_code == 200 and paused.json()["paused"] is True
     clock.advance(180)
     assert sum((await scheduler.fire_due()).values()) == 0
+    # Its stored fire time has passed: shown is the one a resume now would give it.
+    (listed,) = [s for s in admin.get("/schedules").json()["schedules"] if s["name"] == "tick"]
+    for shown in (admin.get("/schedules/tick").json(), listed):
+        assert shown["next_run_at"] == "2026-03-29T00:03:00.000000Z", shown
     # trigger ignores pause and overlap, twice over.
     first = admin.post("/schedules/tick/trigger")
     second = admin.post("/schedules/tick/trigger")

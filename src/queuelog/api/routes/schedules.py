@@ -68,7 +68,10 @@ class ScheduleOut(BaseModel):
     overlap: bool
     paused: bool
     source: str = Field(description="`config` (from the config file) or `api`.")
-    next_run_at: str
+    next_run_at: str = Field(
+        description="When it fires next; while paused, when it would fire next if resumed "
+        "now (fires missed while paused are not made up)."
+    )
     last_run_at: str | None = Field(description="The fire time of the last fire taken.")
     last_job_id: int | None
     jobs_made: int = Field(description="Jobs this schedule made (fires and triggers).")
