@@ -145,6 +145,10 @@ def test_a_second_sigint_stops_at_once_and_hands_the_running_job_back(
             worker.kill()
     with Client(server.url, server.keys["root"]) as root:
         after = root.get(job.id)
-        assert [e.event for e in root.events(job.id)][-1] == "retry_scheduled"
+        events = [e.event for e in root.events(job.id)]
+    # Handed back as a failed attempt. The worker's long poll, still out when the job went
+    # pending again, may have taken it and given it straight back, its attempt unspent.
+    assert events[:3] == ["enqueued", "claimed", "retry_scheduled"], events
+    assert events[3:] in ([], ["claimed", "released"]), events
     assert after.status is JobStatus.PENDING and after.retry_count == 1
     assert after.error == "worker stopped before the job finished"

@@ -601,6 +601,63 @@ def test_stopping_against_a_hung_server_takes_bounded_time(server: RealServer) -
     assert took < 45, took
 
 
+def test_a_claim_that_brings_jobs_once_the_worker_stopped_gives_them_back(
+    server: RealServer,
+) -> None:
+    worker = Worker(concurrency=1, wait_seconds=DEADLINE / 3)
+    ran: list[int] = []
+    worker.handler("noop")(lambda job: ran.append(job.id))
+    transport = Noting()
+    client = Client(server.url, server.keys["mailer"], transport=transport)
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: "POST /jobs/claim" in transport.paths(), "the long poll")
+        worker.stop()  # the long poll is still waiting on the server
+        with Client(server.url, server.keys["shop"]) as shop:
+            job = shop.enqueue("noop")
+        thread.join(timeout=DEADLINE)
+        assert not thread.is_alive()
+    finally:
+        client.close()
+    with admin(server) as root:
+        kept = root.get(job)
+        events = [e.event for e in root.events(job)]
+    # Claimed by the poll, then given back unrun for another worker, its attempt unspent.
+    assert ran == [] and (kept.status, kept.retry_count) == (JobStatus.PENDING, 0)
+    assert events == ["enqueued", "claimed", "released"]
+
+
+def test_a_completion_the_server_never_answers_is_said_unreported_as_the_worker_ends(
+    server: RealServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The worker returned with its completion still in flight, and said nothing of it.
+    worker = Worker(concurrency=1, wait_seconds=1, shutdown_seconds=0.5)
+    assert server.process is not None
+    pid = server.process.pid
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        os.kill(pid, signal.SIGSTOP)  # its completion now waits on a server that hangs
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        job = shop.enqueue("noop")
+    transport = Noting()
+    client = Client(server.url, server.keys["mailer"], timeout=DEADLINE, transport=transport)
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: "POST /jobs/batch/complete" in transport.paths(), "the completion")
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+        assert not thread.is_alive()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        client.close()
+    said = [r.getMessage() for r in caplog.records if f"job_id={job.id} " in r.getMessage()]
+    assert any("outcome=unreported (no answer from the server)" in line for line in said), said
+
+
 def claims_sent(
     worker: Worker, server: RealServer, spacing: float | None, transport: Noting | None = None
 ) -> list[Sent]:

@@ -16,8 +16,9 @@ import pytest
 
 from queuelog.client import AsyncClient, Client, Job, Worker
 from queuelog.models import JobStatus
+from tests.client.pools import Noting
 from tests.client.test_worker import DEADLINE, admin
-from tests.realserver import RealServer
+from tests.realserver import RealServer, wait_until
 
 
 def idle_worker() -> Worker:
@@ -163,3 +164,34 @@ def test_a_worker_refuses_an_async_client() -> None:
                 await idle_worker().arun(cast(Client, client))
 
     asyncio.run(main())
+
+
+def test_sigterm_stops_run_while_its_claim_waits_on_a_server_that_does_not_answer(
+    server: RealServer,
+) -> None:
+    # The claim was sent from the main thread, where the signal's handler runs: the
+    # worker heard SIGTERM only once the claim timed out, a minute and more later.
+    worker = Worker(concurrency=1, wait_seconds=1, shutdown_seconds=1)
+    worker.handler("noop")(lambda job: None)
+    transport = Noting()
+    assert server.process is not None
+    pid = server.process.pid
+    returned, resumed = threading.Event(), threading.Event()
+
+    def hang_then_signal() -> None:
+        wait_until(lambda: "POST /jobs/claim" in transport.paths(), "the first claim")
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(1.5)  # longer than the claims' long poll: one waits on the server now
+        os.kill(os.getpid(), signal.SIGTERM)
+        if not returned.wait(DEADLINE / 3):  # the worker still waits: let its claim end
+            resumed.set()
+            os.kill(pid, signal.SIGCONT)
+
+    threading.Thread(target=hang_then_signal, daemon=True).start()
+    try:
+        with Client(server.url, server.keys["mailer"], timeout=DEADLINE, transport=transport) as c:
+            worker.run(c)  # on this, the main thread
+        returned.set()
+        assert not resumed.is_set(), "the worker stopped only once the server answered"
+    finally:
+        os.kill(pid, signal.SIGCONT)

@@ -15,7 +15,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from queuelog.client.errors import BodyTooLarge
 from queuelog.client.heartbeater import Heartbeater
@@ -60,6 +61,7 @@ class Acknowledger:
         self._closed = False  # ``finish`` has begun: nothing more is queued
         self._sent = threading.Condition()
         self._unsent = 0  # outcomes queued, or waiting to be sent again
+        self._in_flight: set[Running] = set()  # sent, no answer yet (under ``_sent``)
         self._thread = threading.Thread(target=self._acknowledge, name="queuelog-ack", daemon=True)
 
     def start(self) -> None:
@@ -72,6 +74,10 @@ class Acknowledger:
             self._closed = True
             self._acks.put(None)
         self._thread.join(timeout=timeout)
+        with self._sent:
+            unanswered = list(self._in_flight)
+        for running in unanswered:  # a server that takes requests and never answers
+            log_outcome(running, "unreported (no answer from the server)", logging.ERROR)
 
     def wait_sent(self, timeout: float) -> bool:
         """True once every outcome queued has been sent (or given up); waits up to
@@ -96,6 +102,21 @@ class Acknowledger:
 
     def _report_one(self, running: Running, outcome: Outcome) -> bool:
         """Send a failure or a snooze; False when the server could not be reached."""
+        with self._awaiting([running]):
+            return self._send_one(running, outcome)
+
+    @contextmanager
+    def _awaiting(self, batch: list[Running]) -> Iterator[None]:
+        """While ``batch``'s outcomes are sent: said unreported should the worker end first."""
+        with self._sent:
+            self._in_flight.update(batch)
+        try:
+            yield
+        finally:
+            with self._sent:
+                self._in_flight.difference_update(batch)
+
+    def _send_one(self, running: Running, outcome: Outcome) -> bool:
         try:
             if outcome.snooze_seconds is not None:
                 self._client.release(running.job, delay_seconds=outcome.snooze_seconds)
@@ -189,7 +210,8 @@ class Acknowledger:
         """Complete ``batch``; what the server could not be reached for, to send again."""
         try:
             items = [(r.job, o.result) for r, o in batch]
-            answers = self._client.complete_many(items, return_jobs=False)
+            with self._awaiting([r for r, _ in batch]):
+                answers = self._client.complete_many(items, return_jobs=False)
         except BodyTooLarge:
             if len(batch) > 1:  # completing is guarded by the lease token: safe to resend
                 half = len(batch) // 2

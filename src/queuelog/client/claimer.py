@@ -53,6 +53,9 @@ class Claimer:
             started, limit = time.monotonic(), min(free, CLAIM_LIMIT)
             linger = self._options.linger_ms if self._lingering and limit > 1 else 0
             jobs = self._claim(limit, linger)
+            if self._stopping.is_set():  # the worker winds down without this claim's jobs
+                self._give_back(jobs)
+                return
             self._lingering = self._worth_lingering(jobs, time.monotonic() - started, linger, limit)
             self._hand_out(jobs)
             if jobs:
@@ -63,10 +66,14 @@ class Claimer:
                 idle = min(idle * 2, self._options.idle_seconds)
 
     def stop(self) -> None:
-        """Claim no more; a claim in flight is still handed out."""
+        """Claim no more; the jobs of a claim in flight are given back unrun."""
         self._stopping.set()
         with self._changed:
             self._changed.notify_all()
+
+    def wait_stopped(self) -> None:
+        """Return once ``stop`` is called (or the claimer stops itself: ``fatal``)."""
+        self._stopping.wait()
 
     def next_job(self) -> Running | None:
         """The next claimed job for a handler thread, waited for; None once the run ends."""
@@ -181,6 +188,17 @@ class Claimer:
             log.exception("claim failed")
             self._stopping.wait(options.idle_seconds)
         return []
+
+    def _give_back(self, jobs: list[Job]) -> None:
+        """Release the jobs a claim brought once the worker was stopping: other workers
+        take them at once, their attempt unspent. One the server cannot be told of is
+        left to its lease."""
+        for job in jobs:
+            try:
+                self._client.release(job)
+                log.info("job_id=%s released: the worker stopped before it ran", job.id)
+            except QueueError as error:
+                log.warning("job_id=%s left to its lease (%s)", job.id, error.detail)
 
     def _hand_out(self, jobs: list[Job]) -> None:
         lease = self._options.lease_seconds

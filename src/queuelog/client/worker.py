@@ -66,6 +66,7 @@ class Run:
     ) -> None:
         self.options = options
         self.deadline: float | None = None  # once stopping: when running jobs are handed back
+        self._failed: BaseException | None = None  # by the claimer's thread
         self.leases = Heartbeater(client)
         self.claimer = Claimer(client, sorted(handlers), options, self.leases)
         self.acknowledger = Acknowledger(client, self.leases, self.claimer.hold_room)
@@ -84,11 +85,28 @@ class Run:
         self.handlers.start(self.options.concurrency)
         self.acknowledger.start()
         self.leases.start()
-        self.claimer.run()
-        self.stop()  # the claimer also stops by itself, when it cannot claim at all
+        # Claims go from a thread of their own: a claim held by a server that does not
+        # answer would keep this thread, the one signals are handled on, from stopping.
+        claiming = threading.Thread(target=self._claim, name="queuelog-claim", daemon=True)
+        claiming.start()
+        self.claimer.wait_stopped()  # the claimer also stops by itself, when it cannot claim
+        self.stop()
         self._wind_down()
+        # A long poll in flight gives its jobs back when it ends: wait as long as the server
+        # may hold it, no longer (a server that does not answer leaves them to their leases).
+        claiming.join(timeout=self.options.wait_seconds + self.options.linger_ms / 1000 + 1)
+        if self._failed is not None:
+            raise self._failed
         if self.claimer.fatal is not None:
             raise self.claimer.fatal
+
+    def _claim(self) -> None:
+        try:
+            self.claimer.run()
+        except BaseException as error:  # raised by ``run`` once the worker has wound down
+            self._failed = error
+        finally:
+            self.claimer.stop()
 
     def _wind_down(self) -> None:
         assert self.deadline is not None
