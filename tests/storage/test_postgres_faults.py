@@ -64,6 +64,22 @@ def test_an_unreachable_database_is_refused_within_the_wait_and_found_again(
     assert len(run_blocking(store.job_insert_many([new_job()], T0))) == 1
 
 
+def test_connections_the_server_dropped_are_replaced_at_once(
+    away: tuple[PostgresStorage, TcpProxy],
+) -> None:
+    # After a restart or a pg_terminate_backend, the pool's own check waited a second
+    # before it looked at the next idle connection: within the store's half-second wait,
+    # every first request after one was refused, the database being there all along.
+    store, proxy = away
+    run_blocking(store.job_insert_many([new_job()], T0))
+    for _ in range(3):
+        proxy.cut()  # the server drops every connection, and is there again at once
+        proxy.restore()
+        assert len(run_blocking(store.job_insert_many([new_job()], T0))) == 1
+        assert run_blocking(store.job_list(JobListParams(limit=10)))[0]
+    assert store.health.writable and store.health.refused() == {}
+
+
 def test_a_write_that_stores_nothing_does_not_end_a_fault(
     away: tuple[PostgresStorage, TcpProxy],
 ) -> None:

@@ -18,7 +18,6 @@ with heartbeats at half a lease.
 from __future__ import annotations
 
 import logging
-import select
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,7 +27,6 @@ from typing import Any, TypeVar
 import anyio.to_thread
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -39,6 +37,7 @@ from queuelog.schedules import Schedule
 from queuelog.storage import schedule_rows as sr
 from queuelog.storage.health import StorageHealth
 from queuelog.storage.postgres import transactions as tx
+from queuelog.storage.postgres.connections import NO_SCHEMA, check_url, live_connection, open_pool
 from queuelog.storage.postgres.faults import storage_fault
 from queuelog.storage.postgres.listener import ReadyListener
 from queuelog.storage.postgres.transactions import Conn, Q
@@ -68,76 +67,6 @@ _CONTENTION = "The request met others changing the same jobs or keys at once; se
 _LOG = logging.getLogger(__name__)
 
 
-_POOL_LOG = logging.getLogger("psycopg.pool")
-_NO_SCHEMA = (
-    "no schema to make the tables in: the search_path (the URL's options, else the "
-    "server's default) names none that exists (CREATE SCHEMA it first)"
-)
-
-
-def _closed_by_server(conn: Conn) -> None:
-    """Refuse a connection the server dropped (restart, pg_terminate_backend), so the
-    pool replaces it instead of handing it to a request. An idle connection has nothing
-    to read unless its server said goodbye or closed it: a look at its socket tells,
-    without the round trip of a query. (poll, not select: a server holding many long
-    polls has descriptors past select's 1024.)"""
-    if conn.broken or _readable(conn.fileno()):
-        conn.close()  # so the pool discards it instead of putting it back
-        raise psycopg.OperationalError("the server closed the connection")
-
-
-def _readable(fd: int) -> bool:
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
-
-
-class _ConnectFailures(logging.Filter):
-    """Keeps the last of the pool's failures to connect, and drops them from the log."""
-
-    last = ""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.getMessage().startswith("error connecting"):
-            # libpq's text runs over lines (a hint follows the error): one line here.
-            self.last = " ".join(record.getMessage().partition(": ")[2].split())
-            return False
-        return True
-
-
-def _open_pool(pool: ConnectionPool[Conn], timeout: float) -> None:
-    """Open ``pool``, waiting up to ``timeout`` for the database (it may be starting).
-    If it never answers, the one error raised says why, in libpq's words (the database
-    does not exist, a password was refused), not each attempt's log line."""
-    failures = _ConnectFailures()
-    _POOL_LOG.addFilter(failures)
-    try:
-        pool.open(wait=True, timeout=timeout)
-    except PoolTimeout as exc:
-        if not failures.last:
-            raise
-        raise PoolTimeout(f"{failures.last} (for {timeout:g} s)") from exc
-    finally:
-        _POOL_LOG.removeFilter(failures)
-
-
-def _check_url(url: str) -> None:
-    """Refuse a URL libpq cannot read, before a pool retries it (and logs its text,
-    which may hold the password) until its timeout. The message quotes none of it."""
-    try:
-        parts = conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        parts = None
-    # libpq reads an unencoded @ or / in a password as part of the host or the port,
-    # and its errors would then quote that piece of the password.
-    host, port = str((parts or {}).get("host", "")), str((parts or {}).get("port", ""))
-    if parts is None or "@" in host or not all(p.isdigit() for p in port.split(",") if p):
-        raise ValueError(
-            "not a valid PostgreSQL URL: percent-encode its user, password and database "
-            "name (a space is %20, % is %25, @ is %40, / is %2F)"
-        )
-
-
 class PostgresStorage(SqlReads):
     def __init__(
         self,
@@ -157,7 +86,7 @@ class PostgresStorage(SqlReads):
         connection_wait: how long a request waits for a connection before it is
             refused (503) as the database being unreachable.
         """
-        _check_url(url)
+        check_url(url)
         self._url = url
         self._synchronous_commit = "on" if durability == "full" else "off"
         self._connection_wait = connection_wait
@@ -167,12 +96,12 @@ class PostgresStorage(SqlReads):
         self._listener: ReadyListener | None = None
         self._listener_lock = threading.Lock()
         try:
-            _open_pool(self._pool, connect_timeout)
+            open_pool(self._pool, connect_timeout)
             self._write_now(tx.apply_migrations)
         except BaseException as exc:  # unreachable or failed to migrate: stop the pool's threads
             self._pool.close()
             if isinstance(exc, pg_errors.InvalidSchemaName):  # libpq's words name no schema
-                raise ValueError(_NO_SCHEMA) from None
+                raise ValueError(NO_SCHEMA) from None
             raise
 
     # -- connections -------------------------------------------------------
@@ -185,7 +114,6 @@ class PostgresStorage(SqlReads):
             connection_class=psycopg.Connection[DictRow],
             kwargs={"autocommit": True, "row_factory": dict_row},
             configure=self._configure,
-            check=_closed_by_server,
             timeout=wait,
             open=False,
             name="queuelog",
@@ -204,7 +132,7 @@ class PostgresStorage(SqlReads):
         fresh one (not one that waited for a connection: that would double the wait)."""
         for attempt in range(2):
             try:
-                with self._pool.connection() as conn:
+                with live_connection(self._pool, self._connection_wait) as conn:
                     return conn.execute(Q[name], params).fetchall()
             except psycopg.OperationalError as exc:
                 if attempt == 1:
@@ -242,7 +170,7 @@ class PostgresStorage(SqlReads):
         its commit ends the fault if it wrote something (which only a transaction of
         its own tells)."""
         faulty = not self.health.writable
-        with self._pool.connection() as conn:
+        with live_connection(self._pool, self._connection_wait) as conn:
             if alone and not faulty:
                 return operation(conn)  # autocommit: the statement is its transaction
             with conn.transaction():
