@@ -8,8 +8,14 @@ import time
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
-from tests.conftest import Api, enqueue
+from queuelog.api.app import create_app
+from queuelog.clock import FakeClock
+from queuelog.config import Settings
+from queuelog.errors import StorageUnavailable
+from queuelog.storage.protocol import Storage
+from tests.conftest import Api, KeyMaker, enqueue
 from tests.realserver import wait_until
 
 
@@ -93,3 +99,44 @@ def test_linger_ms_outside_0_to_1000_or_not_an_integer_is_422_and_claims_nothing
     response = worker.post("/jobs/claim", json={"limit": 2, "linger_ms": bad})
     assert response.status_code == 422 and response.json()["type"] == "validation"
     assert [j["id"] for j in worker.post("/jobs/claim", json={}).json()["jobs"]] == [job["id"]]
+
+
+def test_a_lingering_claim_whose_key_cannot_be_read_again_answers_with_what_it_holds(
+    storage: Storage, settings: Settings, clock: FakeClock, make_key: KeyMaker
+) -> None:
+    # Its last look at the key met the database away: the claim gave its job back, and
+    # as the release failed too, the job stayed leased to nobody until its lease ended.
+    class AwayOnceClaimed:
+        """The app's storage, away for keys and releases once a claim has taken a job."""
+
+        def __init__(self) -> None:
+            self.away = False
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(storage, name)
+
+        async def job_claim(self, params: Any) -> Any:
+            jobs = await storage.job_claim(params)
+            self.away = self.away or bool(jobs)
+            return jobs
+
+        async def key_by_hash(self, digest: str) -> Any:
+            if self.away:
+                raise StorageUnavailable("The database cannot be reached")
+            return await storage.key_by_hash(digest)
+
+        async def job_release(self, held: Any) -> Any:
+            if self.away:
+                raise StorageUnavailable("The database cannot be reached")
+            return await storage.job_release(held)
+
+    app = create_app(settings, storage=AwayOnceClaimed(), clock=clock, run_maintenance=False)  # type: ignore[arg-type]
+    client = TestClient(app)  # no lifespan: the storage is the test's, closed by its fixture
+    producer = Api(client, make_key("shop", "producer")[1])
+    worker = Api(client, make_key("mailer", "worker")[1])
+    job = enqueue(producer)
+    # The key, read at the request's start, is read again once the linger (1 s) is over.
+    response = worker.post("/jobs/claim", json={"limit": 2, "linger_ms": 1000})
+    assert response.status_code == 200, response.text
+    (held,) = response.json()["jobs"]
+    assert held["id"] == job["id"] and held["lease_token"]

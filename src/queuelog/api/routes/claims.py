@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import math
 import re
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from starlette.types import Receive
 
 from queuelog.api.answers import BatchCompleteOut, ClaimOut, JobOut, job_json
+from queuelog.api.claiming import claim_or_wait
 from queuelog.api.deps import ServiceDep, Worker
 from queuelog.api.lean import LeanRoute, lean_openapi, read_request
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.responses import JSONResponse
-from queuelog.api.results import watching
 from queuelog.api.schemas import (
     BatchCompleteRequest,
     ClaimRequest,
@@ -28,14 +23,9 @@ from queuelog.api.schemas import (
     ReleaseRequest,
 )
 from queuelog.app_state import IdPath, state_of
-from queuelog.auth import KeyRing
-from queuelog.errors import QueueError, Unauthenticated
-from queuelog.models import ApiKey, Finished, Job, Role
-from queuelog.service import JobService
+from queuelog.errors import QueueError
+from queuelog.models import Finished, Job, Role
 from queuelog.specs import FinishSpec
-from queuelog.wakeup import Wakeup
-
-log = logging.getLogger("queuelog.api")
 
 router = APIRouter(prefix="/jobs", tags=["workers"])
 # The hottest operations: see api/lean.py.
@@ -73,7 +63,8 @@ _HELD = (
         "then acknowledged, in fewer requests, each job waiting at most that long for its "
         "worker. A client that hangs up while its claim lingers gets nothing, and the jobs "
         "held for it are released at once (event `released`, the attempt not spent); if "
-        "taking more fails, or the server shuts down, the claim answers with what it holds. "
+        "taking more fails, its key cannot be read again (the database away) or the server "
+        "shuts down, the claim answers with what it holds. "
         "A claim whose key is revoked while it waits or lingers answers 401, the jobs it "
         "held released."
     ),
@@ -88,144 +79,6 @@ async def claim(request: Request) -> Response:
     )
     admin = caller.has(Role.ADMIN)
     return JSONResponse({"jobs": [job_json(j, admin, lease_token=True) for j in jobs]})
-
-
-async def claim_or_wait(
-    service: JobService,
-    wakeup: Wakeup,
-    keys: KeyRing,
-    caller: ApiKey,
-    body: ClaimRequest,
-    receive: Receive,
-) -> list[Job]:
-    """Claim now, or long-poll up to ``wait_seconds`` for a matching job to become ready;
-    once it holds a job, take more as they become ready for ``linger_ms``.
-
-    The wait sleeps until a notification (enqueue, retry, redrive, lease rescue)
-    or until the next scheduled job's ``run_at``; it does not poll in a loop. A
-    client that has gone away (heard on ``receive``, the request's ASGI channel,
-    watched from the start of the wait) claims nothing: the jobs a lingering claim
-    held for it are given back. A server shutting down stops waiting. A failure to take
-    more after the claim took jobs answers with those jobs, so none is left leased to
-    nobody. Each look after the first, and the answer, check the caller's key: a revoked
-    one's claim takes no more, gives back what it held and is answered 401.
-    """
-    types = service.claimable_types(caller, body.types)
-    if not body.wait_seconds and not body.linger_ms:
-        return await service.claim(caller, types, body.limit, body.lease_seconds, body.instance)
-    claiming = _Claiming(service, keys, caller, types, body)
-    async with watching(receive) as gone:
-        await asyncio.sleep(0)  # one step: a client gone already is heard at once
-        try:
-            await _claim_until_done(claiming, wakeup, gone)
-        except QueueError:
-            if not claiming.held:
-                raise
-            log.warning("a lingering claim failed to take more; answering with what it holds")
-        finally:
-            if gone.done():
-                await _give_back(service, caller, claiming.held)
-        if gone.done():
-            gone.result()  # a failure to read the channel is raised, not hidden
-            return []
-        await claiming.key_check()
-        return claiming.held
-
-
-async def _claim_until_done(
-    claiming: _Claiming, wakeup: Wakeup, gone: asyncio.Future[None]
-) -> None:
-    """Look for jobs, then sleep until a wake-up, until the claim is full, its time is up,
-    its client has gone or the server closes."""
-    while not gone.done():
-        with wakeup.waiter(claiming.types) as waiter:  # registered before the look
-            await claiming.look()
-            remaining = claiming.remaining()
-            if remaining <= 0 or wakeup.closed:
-                return
-            if not claiming.held:
-                remaining = min(remaining, await claiming.until_due())
-            await waiter.wait(min(remaining, wakeup.recheck_seconds), until=gone)
-            if claiming.held and claiming.remaining() <= 0 and not waiter.notified:
-                return  # the linger is over, and nothing came to look for
-
-
-class _Claiming:
-    """What one claim holds, and how long it may still wait: for a first job until its
-    ``wait_seconds`` are up, then for more until its ``linger_ms`` are, and never past a
-    third of a held job's lease, so that a worker heartbeating at that pace keeps it."""
-
-    def __init__(
-        self,
-        service: JobService,
-        keys: KeyRing,
-        caller: ApiKey,
-        types: Sequence[str] | None,
-        body: ClaimRequest,
-    ) -> None:
-        self.service, self.keys, self.caller, self.types = service, keys, caller, types
-        self.body = body
-        self.held: list[Job] = []
-        self._until = time.monotonic() + float(body.wait_seconds)
-        self._looked = False  # the first look follows the request's authentication
-
-    async def key_check(self) -> None:
-        """Unauthenticated if the caller's key was revoked since the request began; then,
-        or if the key cannot be read, what the claim held is given back first."""
-        try:
-            if await self.keys.still_active(self.caller):
-                return
-            raise Unauthenticated("A valid API key is required")
-        except QueueError:
-            held, self.held = self.held, []
-            await _give_back(self.service, self.caller, held)
-            raise
-
-    async def look(self) -> None:
-        """Claim what is ready, up to the room left, while the caller's key is active."""
-        if self._looked:
-            await self.key_check()
-        self._looked = True
-        body = self.body
-        wanted = body.limit - len(self.held)
-        jobs = await self.service.claim(
-            self.caller, self.types, wanted, body.lease_seconds, body.instance
-        )
-        now = time.monotonic()
-        if jobs and not self.held:
-            self._until = now + body.linger_ms / 1000
-        for job in jobs:
-            self._until = min(self._until, now + _lease_seconds(job) / 3)
-        self.held += jobs
-
-    def remaining(self) -> float:
-        """Seconds left to wait (0 or less: answer now)."""
-        if len(self.held) >= self.body.limit:
-            return 0.0
-        return self._until - time.monotonic()
-
-    async def until_due(self) -> float:
-        """Seconds until the next scheduled job of its types is due (inf if none waits)."""
-        next_due = await self.service.next_due(self.types)
-        if next_due is None:
-            return math.inf
-        return max((next_due - self.service.clock.now()).total_seconds(), 0.001)
-
-
-def _lease_seconds(job: Job) -> float:
-    assert job.claimed_at is not None and job.lease_expires_at is not None
-    return (job.lease_expires_at - job.claimed_at).total_seconds()
-
-
-async def _give_back(service: JobService, caller: ApiKey, jobs: list[Job]) -> None:
-    """Release the jobs claimed for a client that hung up (or whose key was revoked
-    meanwhile), their attempt not spent; one that cannot be released now runs again
-    when its lease expires."""
-    for job in jobs:
-        try:
-            await service.release(caller, job.id, job.lease_token or "")
-        except QueueError:
-            log.warning("could not give back job %s of a claim answered without it", job.id)
 
 
 _PREFER = (
