@@ -101,7 +101,7 @@ def test_linger_ms_outside_0_to_1000_or_not_an_integer_is_422_and_claims_nothing
     assert [j["id"] for j in worker.post("/jobs/claim", json={}).json()["jobs"]] == [job["id"]]
 
 
-def test_a_lingering_claim_whose_key_cannot_be_read_again_answers_with_what_it_holds(
+def test_hardening_11_a_claim_that_can_neither_read_its_key_nor_release_answers_with_its_jobs(
     storage: Storage, settings: Settings, clock: FakeClock, make_key: KeyMaker
 ) -> None:
     # Its last look at the key met the database away: the claim gave its job back, and

@@ -102,21 +102,24 @@ class _Claiming:
         self._looked = False  # the first look follows the request's authentication
 
     async def key_check(self) -> None:
-        """Unauthenticated if the caller's key was revoked since the request began; then
-        what the claim held is given back first. A key that cannot be read now (the
-        database is away) was good when the claim began: its jobs are answered, not left
-        leased to nobody, as the release that would give them back would fail too."""
+        """Unauthenticated if the caller's key was revoked since the request began; then,
+        or if the key cannot be read, what the claim held is given back first. Jobs that
+        cannot be given back either (the database away) are answered, to a key that was
+        good when the claim began, rather than left leased to nobody."""
         try:
-            active = await self.keys.still_active(self.caller)
-        except QueueError:
-            if not self.held:
-                raise
-            log.warning("a claim's key could not be read again; answering with what it holds")
-            return
-        if not active:
+            if await self.keys.still_active(self.caller):
+                return
+            raise Unauthenticated("A valid API key is required")
+        except Unauthenticated:
             held, self.held = self.held, []
             await _give_back(self.service, self.caller, held)
-            raise Unauthenticated("A valid API key is required")
+            raise
+        except QueueError:
+            held, self.held = self.held, []
+            self.held = await _give_back(self.service, self.caller, held)
+            if not self.held:
+                raise
+            log.warning("a claim could neither read its key again nor give its jobs back")
 
     async def look(self) -> None:
         """Claim what is ready, up to the room left, while the caller's key is active."""
@@ -154,12 +157,15 @@ def _lease_seconds(job: Job) -> float:
     return (job.lease_expires_at - job.claimed_at).total_seconds()
 
 
-async def _give_back(service: JobService, caller: ApiKey, jobs: list[Job]) -> None:
+async def _give_back(service: JobService, caller: ApiKey, jobs: list[Job]) -> list[Job]:
     """Release the jobs claimed for a client that hung up (or whose key was revoked
-    meanwhile), their attempt not spent; one that cannot be released now runs again
-    when its lease expires."""
+    meanwhile), their attempt not spent; answers those that could not be released
+    (answered without them, they run again when their lease expires)."""
+    kept = []
     for job in jobs:
         try:
             await service.release(caller, job.id, job.lease_token or "")
         except QueueError:
-            log.warning("could not give back job %s of a claim answered without it", job.id)
+            log.warning("could not give back job %s of a claim", job.id)
+            kept.append(job)
+    return kept

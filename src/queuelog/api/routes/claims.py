@@ -63,10 +63,11 @@ _HELD = (
         "then acknowledged, in fewer requests, each job waiting at most that long for its "
         "worker. A client that hangs up while its claim lingers gets nothing, and the jobs "
         "held for it are released at once (event `released`, the attempt not spent); if "
-        "taking more fails, its key cannot be read again (the database away) or the server "
-        "shuts down, the claim answers with what it holds. "
+        "taking more fails, or the server shuts down, the claim answers with what it holds. "
         "A claim whose key is revoked while it waits or lingers answers 401, the jobs it "
-        "held released."
+        "held released; one whose key cannot be read again releases them and answers 503, "
+        "unless they cannot be released either (the database away): then it answers with "
+        "them, rather than leave them leased to nobody."
     ),
     responses=problems(*AUTHED, 413, 415, 422),
     openapi_extra=lean_openapi(ClaimRequest),
