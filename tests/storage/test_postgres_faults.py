@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -78,6 +78,40 @@ def test_connections_the_server_dropped_are_replaced_at_once(
         assert len(run_blocking(store.job_insert_many([new_job()], T0))) == 1
         assert run_blocking(store.job_list(JobListParams(limit=10)))[0]
     assert store.health.writable and store.health.refused() == {}
+
+
+def _with_options(url: str, options: str) -> str:
+    """``url`` whose sessions also take libpq ``options`` (beside the schema's)."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    query["options"] = f"{query.get('options', '')} {options}".strip()
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
+
+
+@pytest.mark.parametrize(
+    ("options", "lock_wait", "reason"),
+    [("", 0.3, "locked"), ("-cstatement_timeout=300", 30.0, "canceled")],
+)
+def test_a_table_another_program_locks_is_waited_for_then_refused(
+    options: str, lock_wait: float, reason: str
+) -> None:
+    # A LOCK TABLE (a long migration, an operator's maintenance) held every request that
+    # touched the jobs for as long as it lasted, however long, and /readyz stayed green.
+    with fresh_schema() as url:
+        store = PostgresStorage(_with_options(url, options), pool_size=2, lock_wait=lock_wait)
+        try:
+            run_blocking(store.job_insert_many([new_job()], T0))
+            with psycopg.connect(url) as holder:
+                holder.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+                with pytest.raises(StorageUnavailable) as refused:
+                    run_blocking(store.job_insert_many([new_job()], T0))
+                assert (refused.value.status, refused.value.reason) == (503, reason)
+                assert not store.health.writable
+            # The lock is gone with its transaction: writes are stored again.
+            assert len(run_blocking(store.job_insert_many([new_job()], T0))) == 1
+            assert store.health.writable
+        finally:
+            store.close()
 
 
 def test_a_write_that_stores_nothing_does_not_end_a_fault(

@@ -71,8 +71,8 @@ class _StorageCollector:
         refused = CounterMetricFamily(
             "queuelog_storage_refused",
             "Operations refused for a storage fault (no space, I/O, read-only, locked, "
-            "unreachable) or, on PostgreSQL, for losing to other writes on each try "
-            "(contention: no fault), by reason",
+            "unreachable; on PostgreSQL a statement canceled) or, on PostgreSQL, for losing "
+            "to other writes on each try (contention: no fault), by reason",
             labels=["reason"],
         )
         for reason, count in sorted(self._health.refused().items()):

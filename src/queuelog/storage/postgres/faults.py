@@ -30,6 +30,8 @@ def storage_fault(exc: BaseException, wait_seconds: float) -> StorageUnavailable
         return StorageUnavailable("The database could not read or write", reason="io-error")
     if isinstance(exc, pg_errors.LockNotAvailable):
         return StorageUnavailable("The database is locked", reason="locked")
+    if isinstance(exc, pg_errors.QueryCanceled):  # its statement_timeout, or an operator
+        return StorageUnavailable("The database canceled the statement", reason="canceled")
     if isinstance(exc, psycopg.OperationalError):  # the connection broke, or was refused
         return StorageUnavailable("The database cannot be reached", reason="unreachable")
     return None

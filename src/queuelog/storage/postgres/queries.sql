@@ -6,7 +6,9 @@
 -- name: migrate_lock
 -- Several nodes may start at once: the first migrates, the others wait and then
 -- find nothing left to do. Keyed by schema, so schemas migrate independently.
-SELECT pg_advisory_xact_lock(hashtext('queuelog.migrate'), hashtext(current_schema()));
+-- A migration waits as long as it takes (lock_timeout 0, for its transaction alone).
+SELECT set_config('lock_timeout', '0', true),
+       pg_advisory_xact_lock(hashtext('queuelog.migrate'), hashtext(current_schema()));
 
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY);
@@ -18,10 +20,12 @@ SELECT version FROM schema_migrations;
 INSERT INTO schema_migrations (version) VALUES (%(version)s);
 
 -- name: session_settings
--- The session's durability, and the node its inserts of jobs name when they NOTIFY
--- (migration 0011).
+-- The session's durability, the node its inserts of jobs name when they NOTIFY
+-- (migration 0011), and how long a statement waits for a lock another program holds
+-- (a LOCK TABLE, a long migration) before it is refused.
 SELECT set_config('synchronous_commit', %(durability)s, false),
-       set_config('queuelog.node', %(node)s, false);
+       set_config('queuelog.node', %(node)s, false),
+       set_config('lock_timeout', %(lock_timeout)s, false);
 
 -- name: job_ready_notify
 -- Delivered at commit, to every node LISTENing; the payload names the schema so

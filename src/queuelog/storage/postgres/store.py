@@ -75,6 +75,7 @@ class PostgresStorage(SqlReads):
         pool_size: int = 16,
         connect_timeout: float = 10.0,
         connection_wait: float = 2.0,
+        lock_wait: float = 30.0,
     ) -> None:
         """Args:
         url: a libpq URL; ``?options=-csearch_path%3Dname`` selects a schema.
@@ -85,11 +86,14 @@ class PostgresStorage(SqlReads):
         connect_timeout: how long to wait for the database when opening.
         connection_wait: how long a request waits for a connection before it is
             refused (503) as the database being unreachable.
+        lock_wait: how long a statement waits for a lock another program holds before
+            it is refused (503), as SQLite's busy timeout does for a locked file.
         """
         check_url(url)
         self._url = url
         self._synchronous_commit = "on" if durability == "full" else "off"
         self._connection_wait = connection_wait
+        self._lock_timeout = f"{max(1, round(lock_wait * 1000))}ms"
         self.health = StorageHealth()
         self._node = uuid.uuid4().hex  # names this node's enqueue notifications
         self._pool = self._new_pool(pool_size, connection_wait)
@@ -120,7 +124,11 @@ class PostgresStorage(SqlReads):
         )
 
     def _configure(self, conn: Conn) -> None:
-        args = {"durability": self._synchronous_commit, "node": self._node}
+        args = {
+            "durability": self._synchronous_commit,
+            "node": self._node,
+            "lock_timeout": self._lock_timeout,
+        }
         conn.execute(Q["session_settings"], args)
 
     async def _read(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
