@@ -10,6 +10,7 @@ second time because the server was away for longer than one send's own retries."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import queue
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from queuelog.client import calls
 from queuelog.client.errors import BodyTooLarge
 from queuelog.client.heartbeater import Heartbeater
 from queuelog.client.outcome import Outcome
@@ -208,10 +210,13 @@ class Acknowledger:
 
     def _complete(self, batch: list[Done]) -> list[Done]:
         """Complete ``batch``; what the server could not be reached for, to send again."""
+        resent: list[bool] = []
         try:
             items = [(r.job, o.result) for r, o in batch]
+            call = calls.complete_many(items, return_jobs=False)
+            call = dataclasses.replace(call, again=lambda: resent.append(True))
             with self._awaiting([r for r, _ in batch]):
-                answers = self._client.complete_many(items, return_jobs=False)
+                answers = self._client.send(call)
         except BodyTooLarge:
             if len(batch) > 1:  # completing is guarded by the lease token: safe to resend
                 half = len(batch) // 2
@@ -226,17 +231,20 @@ class Acknowledger:
                 self._leases.release(running)
             return []
         for (running, _), ack in zip(batch, answers, strict=True):
-            self._settle(running, ack)
+            self._settle(running, ack, bool(resent))
         return []
 
-    def _settle(self, running: Running, ack: Acknowledged) -> None:
+    def _settle(self, running: Running, ack: Acknowledged, resent: bool) -> None:
+        slug = ack.error.slug if ack.error else "?"
         if ack.ok:
             log_outcome(running, "completed")
-        elif ack.error is not None and ack.error.slug == "payload-too-large":
+        elif slug == "payload-too-large":
             self._too_large(running)
             return
+        elif slug == "invalid-state" and resent:
+            # The first delivery's answer was lost: it most likely completed the job.
+            log_outcome(running, "completed, unconfirmed (sent again: no longer running)")
         else:
-            slug = ack.error.slug if ack.error else "?"
             log_outcome(running, f"lost ({slug})", logging.WARNING)
         self._leases.release(running)
 

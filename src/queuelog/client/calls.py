@@ -59,6 +59,9 @@ class Call(Generic[T]):
     # A wait's read: true once the wait's time is up, when it is not sent again after a
     # connection that broke or timed out on the way (a quick refusal still is).
     expired: Callable[[], bool] | None = None
+    # Told when the call is sent again after a try that may have reached the server (its
+    # answer lost): a refusal of the second delivery may be the first one's doing.
+    again: Callable[[], None] | None = None
 
 
 def answer(call: Call[T], status: int, content: bytes, retry_after: str | None) -> T:

@@ -156,6 +156,8 @@ class RetryPolicy:
         if self.should_retry(call, error, attempt):
             if isinstance(error, RateLimited):
                 return max(float(error.retry_after), self.delay(attempt))
+            if call.again is not None and not isinstance(error, NOT_SENT):
+                call.again()
             return self.delay(attempt)
         if isinstance(error, QueueError):
             raise error
