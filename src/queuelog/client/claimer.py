@@ -181,7 +181,7 @@ class Claimer:
                 log.error("cannot claim jobs: %s", error.detail)
                 self.fatal = error
                 self.stop()
-            else:  # the client already tried again (after any Retry-After): pause a bit
+            elif not self._stopping.is_set():  # the client tried again already: pause a bit
                 log.warning("claim failed (%s); trying again soon", error.detail)
                 self._stopping.wait(options.idle_seconds)
         except Exception:  # an answer this client cannot read: keep going, but say so
