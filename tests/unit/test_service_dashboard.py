@@ -10,7 +10,7 @@ import pytest
 from queuelog.clock import FakeClock
 from queuelog.dashboard.throughput import MINUTE, SETTLED_AFTER, Throughput
 from queuelog.errors import Forbidden, UnknownJobType
-from queuelog.models import EventKind, JobStatus
+from queuelog.models import ApiKey, EventKind, Job, JobStatus
 from queuelog.service import JobService
 from queuelog.specs import EnqueueSpec, FinishSpec
 from queuelog.storage.protocol import ClaimParams, EventCount, FinishParams, Storage
@@ -118,15 +118,21 @@ async def test_two_refreshes_at_once_across_a_minute_each_answer_their_hour(
     assert len(await slow) == 60
 
 
-async def test_retry_failed_needs_admin_and_records_the_admin(
-    service: JobService, make_key: KeyMaker
-) -> None:
+async def _failed_job(service: JobService, make_key: KeyMaker) -> tuple[ApiKey, ApiKey, Job]:
+    """An admin, a producer, and a job of the producer's that failed for good."""
     producer, _ = make_key("shop", "producer")
     worker, _ = make_key("mailer", "worker")
     admin, _ = make_key("root", "admin")
     ((job, _),) = await service.enqueue_many(producer, [EnqueueSpec("noop", max_retries=0)])
     (held,) = await service.claim(worker)
     await service.finish(worker, FinishSpec(held.id, held.lease_token or "", error="boom"))
+    return admin, producer, job
+
+
+async def test_retry_failed_needs_admin_and_records_the_admin(
+    service: JobService, make_key: KeyMaker
+) -> None:
+    admin, producer, job = await _failed_job(service, make_key)
     with pytest.raises(Forbidden):
         await service.redrive.failed_of_type(producer, "noop")
     assert await service.redrive.failed_of_type(admin, "noop") == 1
@@ -137,12 +143,7 @@ async def test_retry_failed_needs_admin_and_records_the_admin(
 async def test_retry_failed_of_a_type_that_left_the_config_is_refused(
     tmp_path: Path, service: JobService, make_key: KeyMaker, clock: FakeClock
 ) -> None:
-    producer, _ = make_key("shop", "producer")
-    worker, _ = make_key("mailer", "worker")
-    admin, _ = make_key("root", "admin")
-    ((job, _),) = await service.enqueue_many(producer, [EnqueueSpec("noop", max_retries=0)])
-    (held,) = await service.claim(worker)
-    await service.finish(worker, FinishSpec(held.id, held.lease_token or "", error="boom"))
+    admin, _, job = await _failed_job(service, make_key)
     # A node whose config no longer has the type: its jobs would never be claimed again.
     restarted = JobService(service.storage, make_settings(tmp_path, types={"x": {}}), clock)
     with pytest.raises(UnknownJobType):

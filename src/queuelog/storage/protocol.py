@@ -5,10 +5,9 @@ Every operation is awaited; each that depends on the time takes an explicit
 writes a ``job_events`` row in the same transaction. A backend opens (and
 migrates) its database when it is made, before any request is served.
 
-An operation the database cannot take for a storage fault (no space, an I/O
-error, read-only, unreachable, locked past the busy timeout) raises
-``StorageUnavailable`` (``StorageFull`` for no space) and is counted by the
-backend's ``health``, never a driver's own exception.
+An operation the database cannot take for a storage fault (no space, an I/O error,
+read-only, unreachable, locked past the lock wait) raises ``StorageUnavailable``
+(``StorageFull`` for no space), counted by ``health``; never a driver's exception.
 """
 
 from __future__ import annotations
@@ -361,11 +360,10 @@ class Storage(Protocol):
     async def schedule_sync_config(
         self, schedules: Sequence[NewSchedule], now: datetime
     ) -> list[str]:
-        """Make the config's schedules what ``schedules`` says, in one transaction: a new
-        one is inserted; an existing one takes the given fields and source but keeps its
-        pause state, and its ``next_run_at`` unless its cadence changed. Config schedules
-        not in ``schedules`` are deleted. Answers the names of the schedules made through
-        the API that a config schedule of the same name took over."""
+        """The config's schedules become ``schedules``, in one transaction: new ones are
+        inserted, the config's others deleted; one kept takes the new fields but keeps its
+        pause state and, unless its cadence changed, its ``next_run_at``. Answers the names
+        of the API's schedules taken over."""
         ...
 
     async def schedule_insert(self, new: NewSchedule, now: datetime) -> Schedule | None:
