@@ -360,10 +360,9 @@ class Storage(Protocol):
     async def schedule_sync_config(
         self, schedules: Sequence[NewSchedule], now: datetime
     ) -> list[str]:
-        """The config's schedules become ``schedules``, in one transaction: new ones are
-        inserted, the config's others deleted; one kept takes the new fields but keeps its
-        pause state and, unless its cadence changed, its ``next_run_at``. Answers the names
-        of the API's schedules taken over."""
+        """The config's schedules become ``schedules`` in one transaction (its others are
+        deleted): one kept takes the new fields but keeps its pause state and, unless its
+        cadence changed, its ``next_run_at``. Answers the API's schedules taken over."""
         ...
 
     async def schedule_insert(self, new: NewSchedule, now: datetime) -> Schedule | None:
