@@ -170,11 +170,12 @@ class SdkWorker(_Sdk):
         self.acked, self.acked_at, self.last = 0, 0.0, time.monotonic()
 
         class Counted(Client):
-            def complete_many(self, *args: Any, **kwargs: Any) -> Any:
-                answers = super().complete_many(*args, **kwargs)
-                task.acked += sum(1 for a in answers if a.ok)
-                task.acked_at = time.monotonic()
-                return answers
+            def send(self, call: Any) -> Any:
+                answer = super().send(call)
+                if call.path == "/jobs/batch/complete":  # the Worker's acknowledgements
+                    task.acked += sum(1 for a in answer if a.ok)
+                    task.acked_at = time.monotonic()
+                return answer
 
         self.client = Counted(self.url, self.key, timeout=30.0)
         self.worker = Worker(**self.options)
