@@ -50,15 +50,15 @@ IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
 class IdConvertor(Convertor[int]):
-    """``{name:id}`` in a route's path: digits only, as Starlette's ``int``. Digits too
-    many for any id (int() refuses over 4,300 of them) read as one past the largest id,
-    which ``IdPath`` then refuses, instead of failing the request."""
+    """``{name:id}`` in a route's path: an id written as the API writes it, digits with
+    no leading zero (``010`` names no route: one spelling per job, for proxies' rules and
+    caches). Digits too many for any id (int() refuses over 4,300 of them) read as one
+    past the largest id, which ``IdPath`` then refuses, instead of failing the request."""
 
-    regex = "[0-9]+"
+    regex = "0|[1-9][0-9]*"
 
     def convert(self, value: str) -> int:
-        digits = value.lstrip("0") or "0"
-        return int(digits) if len(digits) <= len(str(MAX_ID)) else MAX_ID + 1
+        return int(value) if len(value) <= len(str(MAX_ID)) else MAX_ID + 1
 
     def to_string(self, value: int) -> str:
         return str(value)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from queuelog.clock import Clock
 from queuelog.config import Settings
 from queuelog.errors import Forbidden, UnknownJobType, quoted
-from queuelog.models import ApiKey, Job, Role
+from queuelog.models import ApiKey, Job, JobStatus, Role
 from queuelog.storage.protocol import Storage
 
 # One redrive of a type moves at most this many chunks of 500 (a type failing as fast ends too).
@@ -33,8 +33,8 @@ class Redrive:
     async def job(self, caller: ApiKey, job_id: int) -> Job:
         """A failed or cancelled job back to pending (409 for any other state)."""
         found = await self.storage.job_get(job_id)
-        if found is not None:
-            self._check_type(found.type)
+        if found is not None and found.status in (JobStatus.FAILED, JobStatus.CANCELLED):
+            self._check_type(found.type)  # any other state is the requeue's 409
         job = await self.storage.job_requeue(job_id, caller.name, self.clock.now())
         self._on_ready()
         return job

@@ -127,7 +127,8 @@ class Scheduler:
         for name in replaced:  # the file is the truth for its names, but say what it overrode
             log.warning(
                 "schedule %s from the config file replaces the schedule of that name made "
-                "through the API (POST /schedules); its pause state and next run are kept",
+                "through the API (POST /schedules); its pause state is kept, and its next run "
+                "unless its cadence changed",
                 quoted(name),
             )
 

@@ -111,6 +111,7 @@ def test_hardening_11_a_claim_that_can_neither_read_its_key_nor_release_answers_
 
         def __init__(self) -> None:
             self.away = False
+            self.refused: list[str] = []
 
         def __getattr__(self, name: str) -> Any:
             return getattr(storage, name)
@@ -122,15 +123,18 @@ def test_hardening_11_a_claim_that_can_neither_read_its_key_nor_release_answers_
 
         async def key_by_hash(self, digest: str) -> Any:
             if self.away:
+                self.refused.append("key")
                 raise StorageUnavailable("The database cannot be reached")
             return await storage.key_by_hash(digest)
 
         async def job_release(self, held: Any) -> Any:
             if self.away:
+                self.refused.append("release")
                 raise StorageUnavailable("The database cannot be reached")
             return await storage.job_release(held)
 
-    app = create_app(settings, storage=AwayOnceClaimed(), clock=clock, run_maintenance=False)  # type: ignore[arg-type]
+    away = AwayOnceClaimed()
+    app = create_app(settings, storage=away, clock=clock, run_maintenance=False)  # type: ignore[arg-type]
     client = TestClient(app)  # no lifespan: the storage is the test's, closed by its fixture
     producer = Api(client, make_key("shop", "producer")[1])
     worker = Api(client, make_key("mailer", "worker")[1])
@@ -140,3 +144,4 @@ def test_hardening_11_a_claim_that_can_neither_read_its_key_nor_release_answers_
     assert response.status_code == 200, response.text
     (held,) = response.json()["jobs"]
     assert held["id"] == job["id"] and held["lease_token"]
+    assert away.refused == ["key", "release"]  # one try each: no release waits in vain

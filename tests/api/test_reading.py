@@ -149,6 +149,8 @@ def test_a_redrive_of_a_job_whose_type_left_the_config_is_422(
     assert admin.get(f"/jobs/{gone['id']}").json()["status"] == "failed"  # nothing changed
     assert restarted.post(f"/jobs/{kept['id']}/retry").json()["status"] == "pending"
     assert restarted.post(f"/jobs/{10**6}/retry").status_code == 404
+    pending = enqueue(producer, "resize_image")  # not failed: the contract's 409 first
+    assert restarted.post(f"/jobs/{pending['id']}/retry").status_code == 409
 
 
 def test_ids_outside_64_bits_or_below_1_are_422(producer: Api, worker: Api) -> None:
@@ -172,8 +174,9 @@ def test_hardening_35_a_path_id_of_more_digits_than_int_reads_is_422(
     ):
         assert response.status_code == 422 and response.json()["type"] == "validation"
     job = enqueue(producer)
-    padded = "0" * 5000 + str(job["id"])  # leading zeros: still the job's id, as "01" is
-    assert producer.get(f"/jobs/{padded}").json()["id"] == job["id"]
+    for padded in ("0" * 5000 + str(job["id"]), f"0{job['id']}"):  # one spelling per job
+        assert producer.get(f"/jobs/{padded}").status_code == 404
+    assert producer.get(f"/jobs/{job['id']}").json()["id"] == job["id"]
 
 
 def test_a_type_filter_with_control_characters_is_422(producer: Api) -> None:

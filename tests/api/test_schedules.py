@@ -452,7 +452,8 @@ async def test_a_config_schedule_taking_an_api_schedules_name_is_logged(
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warnings == [
         'schedule "digest" from the config file replaces the schedule of that name made '
-        "through the API (POST /schedules); its pause state and next run are kept"
+        "through the API (POST /schedules); its pause state is kept, and its next run "
+        "unless its cadence changed"
     ]
     digest = admin.get("/schedules/digest").json()
     assert (digest["source"], digest["every_seconds"]) == ("config", 60)

@@ -659,7 +659,8 @@ def test_a_completion_the_server_never_answers_is_said_unreported_as_the_worker_
         os.kill(pid, signal.SIGCONT)
         client.close()
     said = [r.getMessage() for r in caplog.records if f"job_id={job.id} " in r.getMessage()]
-    assert any("outcome=unreported (no answer from the server)" in line for line in said), said
+    unanswered = "outcome=unreported (no answer from the server before the worker stopped)"
+    assert any(unanswered in line for line in said), said
 
 
 class LosesFirstCompletion(Noting):

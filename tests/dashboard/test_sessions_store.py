@@ -38,14 +38,16 @@ def test_a_full_store_drops_the_oldest_session() -> None:
 def test_a_notice_is_its_session_s_once_and_goes_with_it() -> None:
     store = SessionStore(lifetime_seconds=60, capacity=2)
     first = store.log_in(key_id=1, key_hash="h", now=T0)
-    store.leave_notice(first.id, "done")
-    store.leave_notice("no-such-session", "forged")
-    assert store.take_notice("no-such-session") is None
-    assert store.take_notice(first.id) == "done" and store.take_notice(first.id) is None
-    store.leave_notice(first.id, "again")
+    store.leave_notice(first.id, "/ui/types", "done")
+    store.leave_notice("no-such-session", "/ui/types", "forged")
+    assert store.take_notice("no-such-session", "/ui/types") is None
+    assert store.take_notice(first.id, "/ui") is None  # another page: it waits for its own
+    assert store.take_notice(first.id, "/ui/types") == "done"
+    assert store.take_notice(first.id, "/ui/types") is None
+    store.leave_notice(first.id, "/ui/types", "again")
     store.log_in(key_id=2, key_hash="h2", now=T0)
     store.log_in(key_id=3, key_hash="h3", now=T0)  # the store is full: the first session goes
-    assert store.take_notice(first.id) is None
+    assert store.take_notice(first.id, "/ui/types") is None
 
 
 def test_csrf_check_is_exact() -> None:

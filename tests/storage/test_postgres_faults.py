@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -110,6 +111,51 @@ def test_a_table_another_program_locks_is_waited_for_then_refused(
             # The lock is gone with its transaction: writes are stored again.
             assert len(run_blocking(store.job_insert_many([new_job()], T0))) == 1
             assert store.health.writable
+        finally:
+            store.close()
+
+
+def test_a_read_behind_a_lock_waits_for_it_once() -> None:
+    # A read is tried again on a fresh connection when its connection broke; one that
+    # waited out the lock wait was tried again too, and waited twice as long.
+    lock_wait = 2.0
+    with fresh_schema() as url:
+        store = PostgresStorage(url, pool_size=2, lock_wait=lock_wait)
+        try:
+            with psycopg.connect(url) as holder:
+                holder.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+                started = time.monotonic()
+                with pytest.raises(StorageUnavailable) as refused:
+                    run_blocking(store.job_list(JobListParams(limit=10)))
+                waited = time.monotonic() - started
+            assert refused.value.reason == "locked"
+            assert waited < 2 * lock_wait, waited  # once: twice would be at least 4 s
+        finally:
+            store.close()
+
+
+def test_a_node_starting_while_another_migrates_waits_past_the_lock_wait() -> None:
+    with fresh_schema() as url:
+        PostgresStorage(url, pool_size=1).close()  # migrated: the node's tables exist
+        schema = dict(parse_qsl(urlsplit(url).query))["options"].partition("=")[2]
+        migrating = threading.Event()
+
+        def another_node_migrates() -> None:
+            with psycopg.connect(url) as other:
+                other.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext('queuelog.migrate'), hashtext(%s))",
+                    (schema,),
+                )
+                migrating.set()
+                time.sleep(1.0)  # longer than the lock wait below
+
+        thread = threading.Thread(target=another_node_migrates)
+        thread.start()
+        assert migrating.wait(30)
+        store = PostgresStorage(url, pool_size=1, lock_wait=0.2)  # waits for it, not refused
+        thread.join()
+        try:
+            assert len(run_blocking(store.job_insert_many([new_job()], T0))) == 1
         finally:
             store.close()
 

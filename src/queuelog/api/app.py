@@ -75,7 +75,8 @@ Choices where the contract is silent:
   calls that are safe to resend.
   `/readyz` answers 503 while the node cannot write, and 200 once it can again.
 * Ids are positive 64-bit integers; an id of 0 or beyond 2^63-1 is 422 `validation`. A path
-  segment that is not digits (`/jobs/-1`) names no route: 404 `not-found`.
+  segment that is not an id as the API writes it (`/jobs/-1`, `/jobs/010`) names no route:
+  404 `not-found`.
 * Routes that take no fields (cancel, retry, pause, resume, trigger) take no body, or
   `{}`: any other JSON value is 422 `validation`, checked as fields are (after the key
   and the role), and nothing is done; as on every route, a body past the size limit is

@@ -14,7 +14,7 @@ from starlette.types import Receive
 from queuelog.api.results import watching
 from queuelog.api.schemas import ClaimRequest
 from queuelog.auth import KeyRing
-from queuelog.errors import QueueError, Unauthenticated
+from queuelog.errors import QueueError, StorageUnavailable, Unauthenticated
 from queuelog.models import ApiKey, Job
 from queuelog.service import JobService
 from queuelog.wakeup import Wakeup
@@ -100,12 +100,15 @@ class _Claiming:
         self.held: list[Job] = []
         self._until = time.monotonic() + float(body.wait_seconds)
         self._looked = False  # the first look follows the request's authentication
+        self._unchecked = False  # the key could not be read again: it takes no more
 
     async def key_check(self) -> None:
         """Unauthenticated if the caller's key was revoked since the request began; then,
         or if the key cannot be read, what the claim held is given back first. Jobs that
-        cannot be given back either (the database away) are answered, to a key that was
-        good when the claim began, rather than left leased to nobody."""
+        cannot be given back either (the database away) are answered at once, to a key
+        that was good when the claim began, rather than left leased to nobody."""
+        if self._unchecked:
+            return
         try:
             if await self.keys.still_active(self.caller):
                 return
@@ -120,11 +123,14 @@ class _Claiming:
             if not self.held:
                 raise
             log.warning("a claim could neither read its key again nor give its jobs back")
+            self._unchecked, self._until = True, 0.0
 
     async def look(self) -> None:
         """Claim what is ready, up to the room left, while the caller's key is active."""
         if self._looked:
             await self.key_check()
+            if self._unchecked:
+                return
         self._looked = True
         body = self.body
         wanted = body.limit - len(self.held)
@@ -159,13 +165,15 @@ def _lease_seconds(job: Job) -> float:
 
 async def _give_back(service: JobService, caller: ApiKey, jobs: list[Job]) -> list[Job]:
     """Release the jobs claimed for a client that hung up (or whose key was revoked
-    meanwhile), their attempt not spent; answers those that could not be released
-    (answered without them, they run again when their lease expires)."""
-    kept = []
-    for job in jobs:
+    meanwhile), their attempt not spent. Answers those still held because the database
+    is away: from the first release it refuses, the rest are not tried (each would wait
+    as long), and answered without them they run again when their lease expires."""
+    for index, job in enumerate(jobs):
         try:
             await service.release(caller, job.id, job.lease_token or "")
-        except QueueError:
+        except StorageUnavailable:
+            log.warning("could not give back %d job(s) of a claim", len(jobs) - index)
+            return jobs[index:]
+        except QueueError:  # no longer this claim's (its lease ended meanwhile)
             log.warning("could not give back job %s of a claim", job.id)
-            kept.append(job)
-    return kept
+    return []

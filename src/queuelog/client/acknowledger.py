@@ -79,7 +79,8 @@ class Acknowledger:
         with self._sent:
             unanswered = list(self._in_flight)
         for running in unanswered:  # a server that takes requests and never answers
-            log_outcome(running, "unreported (no answer from the server)", logging.ERROR)
+            said = "unreported (no answer from the server before the worker stopped)"
+            log_outcome(running, said, logging.ERROR)
 
     def wait_sent(self, timeout: float) -> bool:
         """True once every outcome queued has been sent (or given up); waits up to
@@ -102,14 +103,10 @@ class Acknowledger:
         log_outcome(running, "unreported (the worker has stopped)", logging.ERROR)
         self._leases.release(running)
 
-    def _report_one(self, running: Running, outcome: Outcome) -> bool:
-        """Send a failure or a snooze; False when the server could not be reached."""
-        with self._awaiting([running]):
-            return self._send_one(running, outcome)
-
     @contextmanager
     def _awaiting(self, batch: list[Running]) -> Iterator[None]:
-        """While ``batch``'s outcomes are sent: said unreported should the worker end first."""
+        """While ``batch``'s completions are sent, from this thread: said unreported should
+        the run end first (a failure a handler's thread sends is logged by that thread)."""
         with self._sent:
             self._in_flight.update(batch)
         try:
@@ -118,7 +115,8 @@ class Acknowledger:
             with self._sent:
                 self._in_flight.difference_update(batch)
 
-    def _send_one(self, running: Running, outcome: Outcome) -> bool:
+    def _report_one(self, running: Running, outcome: Outcome) -> bool:
+        """Send a failure or a snooze; False when the server could not be reached."""
         try:
             if outcome.snooze_seconds is not None:
                 self._client.release(running.job, delay_seconds=outcome.snooze_seconds)

@@ -53,11 +53,10 @@ class Claimer:
             started, limit = time.monotonic(), min(free, CLAIM_LIMIT)
             linger = self._options.linger_ms if self._lingering and limit > 1 else 0
             jobs = self._claim(limit, linger)
-            if self._stopping.is_set():  # the worker winds down without this claim's jobs
+            if not self._hand_out(jobs):  # the worker winds down without this claim's jobs
                 self._give_back(jobs)
                 return
             self._lingering = self._worth_lingering(jobs, time.monotonic() - started, linger, limit)
-            self._hand_out(jobs)
             if jobs:
                 idle = self._options.idle_seconds / 8
             elif time.monotonic() - started < max(0.05, self._options.wait_seconds / 2):
@@ -67,8 +66,8 @@ class Claimer:
 
     def stop(self) -> None:
         """Claim no more; the jobs of a claim in flight are given back unrun."""
-        self._stopping.set()
-        with self._changed:
+        with self._changed:  # as ``_hand_out`` decides: a claim's jobs are run or given back
+            self._stopping.set()
             self._changed.notify_all()
 
     def wait_stopped(self) -> None:
@@ -200,17 +199,23 @@ class Claimer:
             except QueueError as error:
                 log.warning("job_id=%s left to its lease (%s)", job.id, error.detail)
 
-    def _hand_out(self, jobs: list[Job]) -> None:
+    def _hand_out(self, jobs: list[Job]) -> bool:
+        """Give ``jobs`` to the handlers; False, handing out none, once stopping. Decided
+        under the lock ``stop`` takes, so that jobs handed out count as busy before the
+        wind-down looks, and none is handed out after."""
         lease = self._options.lease_seconds
         read = self._client.dependencies
         claimed = [
             Running(job, float(lease or job.lease_seconds or 30), dependencies_of=read)
             for job in jobs
         ]
-        for running in claimed:
-            self._leases.hold(running)  # before a handler can report it and release it
         with self._changed:
+            if self._stopping.is_set():
+                return False
+            for running in claimed:
+                self._leases.hold(running)  # before a handler can report it and release it
             self._busy += len(claimed)
             self._waiting += len(claimed)
         for running in claimed:
             self._jobs.put(running)
+        return True

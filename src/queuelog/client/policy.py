@@ -156,7 +156,7 @@ class RetryPolicy:
         if self.should_retry(call, error, attempt):
             if isinstance(error, RateLimited):
                 return max(float(error.retry_after), self.delay(attempt))
-            if call.again is not None and not isinstance(error, NOT_SENT):
+            if call.again is not None and _answer_lost(error):
                 call.again()
             return self.delay(attempt)
         if isinstance(error, QueueError):
@@ -165,3 +165,9 @@ class RetryPolicy:
         raise ServerUnavailable(
             f"cannot reach the queuelog server at {conn.shown_url} ({reason}: {error})"
         ) from error
+
+
+def _answer_lost(error: Exception) -> bool:
+    """Whether the request may have been acted on with no answer back: a connection that
+    broke once it was on its way (an answer, even a 503, says what was done)."""
+    return isinstance(error, BROKEN) and not isinstance(error, NOT_SENT)

@@ -42,7 +42,8 @@ class SessionStore:
         self.lifetime = timedelta(seconds=lifetime_seconds)
         self._capacity = capacity
         self._sessions: OrderedDict[str, Session] = OrderedDict()
-        self._notices: dict[str, str] = {}  # by session id: what a form did, shown once
+        # By session id: what a form did, and the page its answer sent the browser to.
+        self._notices: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -88,17 +89,22 @@ class SessionStore:
         self._sessions.pop(session_id, None)
         self._notices.pop(session_id, None)
 
-    def leave_notice(self, session_id: str, text: str) -> None:
-        """What a form did, for the session's next page to say. It lives on the server, so
-        no link can make a page claim what was not done."""
+    def leave_notice(self, session_id: str, page: str, text: str) -> None:
+        """What a form did, for ``page`` (where its answer sends the browser) to say. It
+        lives on the server, so no link can make a page claim what was not done."""
         with self._lock:
             if session_id in self._sessions:
-                self._notices[session_id] = text
+                self._notices[session_id] = (page, text)
 
-    def take_notice(self, session_id: str) -> str | None:
-        """The notice left for the session, once."""
+    def take_notice(self, session_id: str, page: str) -> str | None:
+        """The notice left for the session's ``page``, once (not for another page the
+        session shows meanwhile, such as another tab's refresh)."""
         with self._lock:
-            return self._notices.pop(session_id, None)
+            left = self._notices.get(session_id)
+            if left is None or left[0] != page:
+                return None
+            del self._notices[session_id]
+        return left[1]
 
 
 class SentForms:

@@ -137,7 +137,8 @@ def render(request: Request, template: str, status: int = 200, **context: object
     page = ui.templates.get_template(template)
     notice = None  # what the form before this page did: said on the page it led to
     if session is not None and request.method == "GET":
-        notice = ui.sessions.take_notice(session.id)
+        path, query = request.url.path, request.url.query
+        notice = ui.sessions.take_notice(session.id, f"{path}?{query}" if query else path)
     values: dict[str, object] = {
         "notice": notice,
         "page": None,
@@ -152,7 +153,7 @@ def see(request: Request, url: str, notice: str) -> Response:
     """After a form: to ``url`` (303), whose page then says ``notice``, once."""
     session: Session | None = getattr(request.state, "ui_session", None)
     if session is not None:
-        dashboard_of(request).sessions.leave_notice(session.id, notice)
+        dashboard_of(request).sessions.leave_notice(session.id, url, notice)
     return RedirectResponse(url, status_code=303)
 
 

@@ -128,7 +128,8 @@ def _problems(
     description="It first fires at its cadence's next time after now (`every_seconds`: the "
     "next multiple of the interval since the Unix epoch). Should the config file later "
     "name a schedule of the same name, the file's takes this one over when a node starts "
-    "(its pause state and next run kept), and the node logs a warning.",
+    "(its pause state kept, and its next run unless its cadence changed), and the node "
+    "logs a warning.",
     responses=_problems(
         *AUTHED,
         409,

@@ -6,9 +6,10 @@
 -- name: migrate_lock
 -- Several nodes may start at once: the first migrates, the others wait and then
 -- find nothing left to do. Keyed by schema, so schemas migrate independently.
--- A migration waits as long as it takes (lock_timeout 0, for its transaction alone).
-SELECT set_config('lock_timeout', '0', true),
-       pg_advisory_xact_lock(hashtext('queuelog.migrate'), hashtext(current_schema()));
+-- It waits as long as the others' migration takes, and its statements for the locks they
+-- need: no lock_timeout, for its transaction alone (two statements: no parameters).
+SET LOCAL lock_timeout = 0;
+SELECT pg_advisory_xact_lock(hashtext('queuelog.migrate'), hashtext(current_schema()));
 
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY);

@@ -63,6 +63,7 @@ T = TypeVar("T")
 _RETRIES = 3
 _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 _FAULTS = (psycopg.Error, PoolTimeout)
+_WAITED = (PoolTimeout, pg_errors.LockNotAvailable, pg_errors.QueryCanceled)
 _CONTENTION = "The request met others changing the same jobs or keys at once; send it again"
 _LOG = logging.getLogger(__name__)
 
@@ -137,11 +138,14 @@ class PostgresStorage(SqlReads):
 
     def _read_now(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
         """Run a named query; a read whose connection broke is tried once more on a
-        fresh one (not one that waited for a connection: that would double the wait)."""
+        fresh one (not one that waited, for a connection or a lock, or was canceled: that
+        would double the wait)."""
         for attempt in range(2):
             try:
                 with live_connection(self._pool, self._connection_wait) as conn:
                     return conn.execute(Q[name], params).fetchall()
+            except _WAITED as exc:
+                raise self._refused(exc) from None
             except psycopg.OperationalError as exc:
                 if attempt == 1:
                     raise self._refused(exc) from None
