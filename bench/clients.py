@@ -281,14 +281,31 @@ class LatencyProducer(_Task):
 
 
 @dataclass
+def acks_counted(url: str, key: str, task: Any) -> Any:
+    """An SDK ``Client`` that adds to ``task.acked`` the jobs each of the Worker's
+    acknowledgements completed, and notes in ``task.acked_at`` when it was answered."""
+    from queuelog.client import Client  # only there once the SDK has landed
+
+    class Counted(Client):
+        def send(self, call: Any) -> Any:
+            answer = super().send(call)
+            if call.path == "/jobs/batch/complete":
+                task.acked += sum(1 for a in answer if a.ok)
+                task.acked_at = time.monotonic()
+            return answer
+
+    return Counted(url, key, timeout=30.0)
+
+
 class SdkBurnWorker(_Task):
     """The SDK's ``queuelog.Worker`` with a no-op handler, until the queue is drained.
 
     It runs ``concurrency`` handlers (the Worker's default, 4) with ``prefetch``
     jobs claimed ahead of them, so claims are of up to 100 jobs (the API's limit),
-    and acknowledges them in batches (``POST /jobs/batch/complete``). More handler threads only add
-    thread hand-offs for a no-op handler: 32 threads with ``prefetch=64`` cost the
-    worker processes about a third more CPU per job on this 2-core machine.
+    and acknowledges them in batches (``POST /jobs/batch/complete``). More handler
+    threads only add thread hand-offs for a no-op handler: 32 threads with
+    ``prefetch=64`` cost the worker processes about a third more CPU per job on this
+    2-core machine.
 
     The work ends when the server answered the last acknowledgement, as for the
     other burn-down loops: that is when the last job was durably completed. The
@@ -302,7 +319,7 @@ class SdkBurnWorker(_Task):
     idle: float = 0.5
 
     def open(self) -> None:
-        from queuelog.client import Client, Worker  # only there once the SDK has landed
+        from queuelog.client import Worker  # only there once the SDK has landed
 
         self.worker = Worker(
             concurrency=self.concurrency,
@@ -313,17 +330,7 @@ class SdkBurnWorker(_Task):
         self.last = time.monotonic()
         self.acked = 0
         self.acked_at = 0.0
-        task = self
-
-        class Timed(Client):
-            def send(self, call: Any) -> Any:
-                answer = super().send(call)
-                if call.path == "/jobs/batch/complete":  # the Worker's acknowledgements
-                    task.acked += sum(1 for a in answer if a.ok)
-                    task.acked_at = time.monotonic()
-                return answer
-
-        self.client = Timed(self.url, self.key, timeout=30.0)
+        self.client = acks_counted(self.url, self.key, self)
 
         @self.worker.handler("noop")
         def noop(job: Any) -> None:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bench.clients import PAYLOAD
+from bench.clients import PAYLOAD, acks_counted
 from bench.parallel import run_parallel
 
 
@@ -164,20 +164,11 @@ class SdkWorker(_Sdk):
     options: dict[str, Any] = field(default_factory=dict)
 
     def open(self) -> None:
-        from queuelog.client import Client, Worker
+        from queuelog.client import Worker
 
         task = self
         self.acked, self.acked_at, self.last = 0, 0.0, time.monotonic()
-
-        class Counted(Client):
-            def send(self, call: Any) -> Any:
-                answer = super().send(call)
-                if call.path == "/jobs/batch/complete":  # the Worker's acknowledgements
-                    task.acked += sum(1 for a in answer if a.ok)
-                    task.acked_at = time.monotonic()
-                return answer
-
-        self.client = Counted(self.url, self.key, timeout=30.0)
+        self.client = acks_counted(self.url, self.key, self)
         self.worker = Worker(**self.options)
 
         @self.worker.handler("noop")
