@@ -280,7 +280,6 @@ class LatencyProducer(_Task):
         return len(latencies), {"latencies": latencies}
 
 
-@dataclass
 def acks_counted(url: str, key: str, task: Any) -> Any:
     """An SDK ``Client`` that adds to ``task.acked`` the jobs each of the Worker's
     acknowledgements completed, and notes in ``task.acked_at`` when it was answered."""
@@ -297,6 +296,7 @@ def acks_counted(url: str, key: str, task: Any) -> Any:
     return Counted(url, key, timeout=30.0)
 
 
+@dataclass
 class SdkBurnWorker(_Task):
     """The SDK's ``queuelog.Worker`` with a no-op handler, until the queue is drained.
 
