@@ -694,6 +694,32 @@ def test_a_completion_whose_answer_was_lost_is_not_said_lost(
     assert not any("outcome=lost" in line for line in said), said
 
 
+class SlowCompletion(Noting):
+    """Holds each completion back for a second and a half before sending it."""
+
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
+        if sent.path == "/jobs/batch/complete":
+            time.sleep(1.5)
+        return send()
+
+
+def test_a_job_s_logged_duration_is_its_handler_s_not_its_outcome_s_way_to_the_server(
+    server: RealServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # It counted from the claim to the server's answer: a job of a moment whose completion
+    # waited out an outage was logged as taking the whole outage.
+    caplog.set_level(logging.INFO, logger="queuelog.worker")
+    worker = Worker(concurrency=1, wait_seconds=1)
+    worker.handler("noop")(lambda job: None)
+    with Client(server.url, server.keys["shop"]) as shop:
+        job = shop.enqueue("noop")
+    with running(worker, server, SlowCompletion()):
+        wait_until(settled(server, job.id), "the job to complete")
+    (record,) = [r for r in caplog.records if f"job_id={job.id} " in r.getMessage()]
+    assert record.getMessage().count("outcome=completed ") == 1
+    assert record.duration < 1.5  # type: ignore[attr-defined]
+
+
 def claims_sent(
     worker: Worker, server: RealServer, spacing: float | None, transport: Noting | None = None
 ) -> list[Sent]:

@@ -68,6 +68,7 @@ class Handlers:
                 if not running.begin():  # handed back at the deadline: never run it
                     continue
                 outcome = self._execute(running)
+                running.ran = time.monotonic() - started
                 if running.claim_report():
                     self._acknowledger.report(running, outcome)
             except Exception:  # never lose the slot: the lease expires and the job runs again

@@ -58,6 +58,7 @@ class Running:
     future: Future[Any] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     last_beat: float = 0.0
+    ran: float | None = None  # seconds its handler took, once it has returned
     progress: JsonObject | None = None  # reported by the handler, not yet sent
     # Reads a job's dependencies from the server (the worker's client).
     dependencies_of: Callable[[int], list[Dependency]] | None = field(default=None, repr=False)
@@ -135,7 +136,9 @@ class Running:
 def log_outcome(running: Running, outcome: str, level: int = logging.INFO) -> None:
     if not log.isEnabledFor(level):  # once per job: build nothing for a record never made
         return
-    job, duration = running.job, time.monotonic() - running.started
+    job = running.job
+    # The handler's own time: not the wait for the server an outcome may meet after it.
+    duration = running.ran if running.ran is not None else time.monotonic() - running.started
     log.log(
         level,
         "job_id=%s type=%s outcome=%s duration=%.3fs attempt=%s",
