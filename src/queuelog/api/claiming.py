@@ -110,20 +110,18 @@ class _Claiming:
         if self._unchecked:
             return
         try:
-            if await self.keys.still_active(self.caller):
-                return
-            raise Unauthenticated("A valid API key is required")
-        except Unauthenticated:
-            held, self.held = self.held, []
-            await _give_back(self.service, self.caller, held)
-            raise
+            active = await self.keys.still_active(self.caller)
         except QueueError:
-            held, self.held = self.held, []
-            self.held = await _give_back(self.service, self.caller, held)
+            self.held = await _give_back(self.service, self.caller, self.held)
             if not self.held:
                 raise
             log.warning("a claim could neither read its key again nor give its jobs back")
             self._unchecked, self._until = True, 0.0
+            return
+        if not active:
+            held, self.held = self.held, []
+            await _give_back(self.service, self.caller, held)
+            raise Unauthenticated("A valid API key is required")
 
     async def look(self) -> None:
         """Claim what is ready, up to the room left, while the caller's key is active."""

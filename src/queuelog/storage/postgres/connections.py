@@ -45,8 +45,6 @@ def _closed_by_server(conn: Conn) -> bool:
     it). An idle connection has nothing to read unless its server said goodbye or
     closed it: a look at its socket tells, without the round trip of a query. (poll,
     not select: a server holding many long polls has descriptors past select's 1024.)"""
-    if conn.closed:
-        return True
     if conn.broken or _readable(conn.fileno()):
         conn.close()
         return True
