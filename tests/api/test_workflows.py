@@ -316,6 +316,21 @@ def test_a_redrive_leaves_cancelled_a_job_another_failed_dependency_holds(
     assert drain(worker)[-1] == c["id"]
 
 
+def test_a_redrive_brings_back_a_job_whose_other_cancelled_dependency_comes_back_too(
+    producer: Api, worker: Api, admin: Api
+) -> None:
+    """Each job waits for every earlier one: the root's failure cancelled them all, the
+    later ones also through a dependency it cancelled, and its redrive brings all back."""
+    graph = batch(producer, {}, *({"depends_on_items": list(range(i))} for i in range(1, 5)))
+    root, *rest = graph
+    run(worker, root, fail=True)
+    assert statuses(producer, *rest) == ["cancelled"] * 4
+    assert admin.post(f"/jobs/{root['id']}/retry").status_code == 200
+    assert statuses(producer, *rest) == ["waiting"] * 4
+    assert events(admin, rest[-1]["id"])[-1] == ("requeued", "cancelled", "waiting")
+    assert drain(worker) == [job["id"] for job in graph]
+
+
 def test_a_batch_makes_a_whole_graph_in_one_request(producer: Api, worker: Api) -> None:
     a, b, c, d = batch(
         producer,

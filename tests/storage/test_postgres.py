@@ -501,9 +501,9 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
     }
     assert numbers["postgres"] == numbers["sqlite"]
     # Both backends run the same queries by the same names; PostgreSQL alone needs its
-    # advisory locks, NOTIFY, the session's settings, the schema's name, whether a
-    # transaction wrote (SQLite's connection counts its changes itself) and the
-    # planner's statistics (SQLite's claims name their indexes).
+    # advisory locks and a redrive's row locks, NOTIFY, the session's settings, the
+    # schema's name, whether a transaction wrote (SQLite's connection counts its changes
+    # itself) and the planner's statistics (SQLite's claims name their indexes).
     postgres_only = {
         "admin_bootstrap_lock",
         "jobs_analyze",
@@ -516,6 +516,7 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
         "session_settings",
         "transaction_wrote",
         "keys_lock",
+        "job_redrive_hold",
     }
     sqlite_names = set(load_queries("queuelog.storage.sqlite"))
     assert sqlite_names == set(load_queries("queuelog.storage.postgres")) - postgres_only

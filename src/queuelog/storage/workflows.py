@@ -14,7 +14,9 @@ On PostgreSQL, an insert locks the dependencies it names (``job_dependency_hold`
 before reading their status, so a dependency that ends on another node meanwhile
 either ended first (and is read as ended) or waits for the insert to commit and then
 finds the new dependent. Two dependencies of one job that end at once count off in
-turn under the job's row lock.
+turn under the job's row lock. A redrive locks the dependencies of the jobs it may move
+before it reads how they stand (``hold_dependencies``), so of a redrive and the end or
+redrive of another dependency on another node, the later sees what the earlier did.
 
 Each step is a named query both ``queries.sql`` hold, run through ``WorkflowSql``;
 so is an admin's cancel or requeue of one job (``transition``), which the release or
@@ -46,6 +48,7 @@ class WorkflowSql(Protocol):
     def rows(self, name: str, args: dict[str, Any]) -> list[Row]: ...
     def run(self, name: str, args: dict[str, Any]) -> None: ...
     def ids(self, ids: list[int]) -> Any: ...
+    def hold_dependencies(self, ids: Any) -> None: ...
 
 
 @dataclass
@@ -235,7 +238,8 @@ def redrive(sql: WorkflowSql, requeued: Sequence[Job], actor: str, now: datetime
     while level:
         ids = sql.ids(level)
         args = {"ids": ids, "now": to_micros(now)}
-        back = sql.rows("job_reinstate_dependents", args)
+        sql.hold_dependencies(ids)
+        back = _reinstated(sql, args)
         sql.run("job_cancel_moved", {"ids": ids})
         _record_each(sql, [int(r["id"]) for r in back], _BACK, actor, now)
         again = sql.rows("job_rewait_dependents", args)
@@ -249,6 +253,17 @@ def redrive(sql: WorkflowSql, requeued: Sequence[Job], actor: str, now: datetime
     ready = {job.id: job for job in map(job_from_row, rows)}
     _record_each(sql, list(ready), _READY, ACTOR, now)
     return [ready.get(job.id, job) for job in requeued]
+
+
+def _reinstated(sql: WorkflowSql, args: dict[str, Any]) -> list[Row]:
+    """The jobs the failure of jobs of ``args["ids"]`` cancelled, brought back to wait.
+    Their other dependencies may be among them (c waits for a and for b, b for a): one
+    is back once none of its dependencies is failed or cancelled, so each pass may bring
+    back more, until one brings back none."""
+    back: list[Row] = []
+    while rows := sql.rows("job_reinstate_dependents", args):
+        back += rows
+    return back
 
 
 # The moves a redrive records, each an event kind and the statuses it goes between.

@@ -829,6 +829,24 @@ WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id = ANY(%(ids
   AND NOT EXISTS (SELECT 1 FROM job_events AS e WHERE e.job_id = jobs.id AND e.event = 'claimed')
 RETURNING id;
 
+-- name: job_redrive_hold
+-- A redrive of jobs of %(ids)s, before it reads how the dependencies of the jobs it may
+-- move stand: those dependencies locked against a change on another node, in id order.
+-- A dependency that ends (or is redriven) there meanwhile either changed first, and the
+-- redrive's next statements read it as it is now, or waits for the redrive to commit and
+-- then finds the jobs it moved (cancels a job brought back, counts off its end).
+SELECT id FROM jobs
+WHERE id IN (
+    SELECT d.depends_on_id FROM job_dependencies AS d JOIN jobs AS j ON j.id = d.job_id
+    WHERE d.job_id = ANY(%(ids)s::bigint[])
+       OR (d.job_id IN (SELECT job_id FROM job_dependencies
+                        WHERE depends_on_id = ANY(%(ids)s::bigint[]))
+           AND (j.status = 'waiting'
+                OR (j.status = 'pending' AND j.on_dependency_failure = 'run')
+                OR (j.status = 'cancelled' AND j.cancelled_by = ANY(%(ids)s::bigint[])))))
+ORDER BY id
+FOR SHARE;
+
 -- name: job_cancel_moved
 -- The jobs a redriven job's failure cancelled that another failed dependency still
 -- holds cancelled: now cancelled by that one, whose redrive brings them back.

@@ -179,6 +179,9 @@ class _Sql:
         for name in sorted(types):
             self._conn.execute(Q["flow_lock"], {"type": name})
 
+    def hold_dependencies(self, ids: list[int]) -> None:
+        self._conn.execute(Q["job_redrive_hold"], {"ids": ids})
+
 
 def claim(conn: Conn, params: ClaimParams) -> list[Job]:
     if params.retry_at is not None:

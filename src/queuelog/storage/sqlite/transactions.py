@@ -157,6 +157,9 @@ class _Sql:
     def lock(self, types: Sequence[str]) -> None:
         """Nothing to take: the group's transaction holds the database's write lock."""
 
+    def hold_dependencies(self, ids: str) -> None:
+        """Nothing to take: no other writer can change a dependency meanwhile."""
+
 
 def claim(conn: sqlite3.Connection, params: ClaimParams) -> tuple[list[Job], list[Job], Released]:
     """Claim up to ``params.limit`` ready jobs, in claim order, within the types' limits;

@@ -1,0 +1,116 @@
+"""Workflows on PostgreSQL nodes that change the same graph at once: a redrive and the
+end (or redrive) of another dependency, interleaved at the worst moment. Another
+session holds the lock of the job both change, so the first operation waits there,
+after it has read how the dependencies stand, while the second runs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+
+import psycopg
+import pytest
+
+from queuelog.models import JobStatus
+from queuelog.storage.postgres.store import PostgresStorage
+from tests.postgres import fresh_schema
+from tests.storage.test_conformance import T0, claim, finish, new_job
+from tests.storage.test_workflows import waiting_on
+
+pytestmark = pytest.mark.anyio
+
+WAIT_SECONDS = 10
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    with fresh_schema() as url:
+        yield url
+
+
+@pytest.fixture
+def nodes(schema: str) -> Iterator[list[PostgresStorage]]:
+    stores = [PostgresStorage(schema, pool_size=4) for _ in range(2)]
+    yield stores
+    for store in stores:
+        store.close()
+
+
+@asynccontextmanager
+async def row_held(url: str, job_id: int) -> AsyncIterator[int]:
+    """Hold the job's row lock in a transaction of another session; its backend's pid."""
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        await conn.execute("SELECT id FROM jobs WHERE id = %s FOR UPDATE", (job_id,))
+        yield conn.info.backend_pid
+        await conn.rollback()
+
+
+async def blocked_by(url: str, pid: int) -> list[int]:
+    """The sessions waiting for a lock that session ``pid`` holds."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        query = "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
+        return [row[0] for row in await (await conn.execute(query, (pid,))).fetchall()]
+
+
+async def until(check: Callable[[], Awaitable[bool]]) -> None:
+    for _ in range(WAIT_SECONDS * 50):
+        if await check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the operation neither ended nor waited for a lock")
+
+
+async def interleaved(
+    url: str, held: int, first: Awaitable[object], second: Awaitable[object]
+) -> None:
+    """Run ``first`` until it waits for the row of job ``held``; then ``second`` until it
+    ends or waits for ``first``; then let both go on."""
+    async with row_held(url, held) as holder:
+        first_task = asyncio.ensure_future(first)
+        await until(lambda: _waits(url, holder))
+        (first_pid,) = await blocked_by(url, holder)
+        second_task = asyncio.ensure_future(second)
+
+        async def second_settled() -> bool:
+            return second_task.done() or bool(await blocked_by(url, first_pid))
+
+        await until(second_settled)
+    await asyncio.gather(first_task, second_task)
+
+
+async def _waits(url: str, pid: int) -> bool:
+    return bool(await blocked_by(url, pid))
+
+
+async def test_a_redrive_meeting_the_final_failure_of_another_dependency_leaves_it_cancelled(
+    schema: str, nodes: list[PostgresStorage]
+) -> None:
+    one, other = nodes
+    made = await one.job_insert_many([new_job(max_retries=0), new_job(max_retries=0)], T0)
+    x, y = (job for job, _ in made)
+    ((c, _),) = await one.job_insert_many([waiting_on(x.id, y.id)], T0)
+    held = {job.id: job for job in await claim(one, limit=2)}
+    await finish(one, held[x.id], error="boom", retryable=False)
+    redrive = one.job_requeue(x.id, "admin", T0)
+    failure = finish(other, held[y.id], error="boom", retryable=False)
+    await interleaved(schema, c.id, redrive, failure)
+    job = await one.job_get(c.id)
+    assert job is not None and job.status is JobStatus.CANCELLED, "y failed for good"
+
+
+async def test_two_redrives_of_a_job_s_failed_dependencies_at_once_bring_it_back(
+    schema: str, nodes: list[PostgresStorage]
+) -> None:
+    one, other = nodes
+    made = await one.job_insert_many([new_job(max_retries=0), new_job(max_retries=0)], T0)
+    x, y = (job for job, _ in made)
+    ((c, _),) = await one.job_insert_many([waiting_on(x.id, y.id)], T0)
+    ((g, _),) = await one.job_insert_many([waiting_on(c.id)], T0)
+    for job in await claim(one, limit=2):
+        await finish(one, job, error="boom", retryable=False)
+    first = one.job_requeue(x.id, "admin", T0)
+    second = other.job_requeue(y.id, "admin", T0)
+    await interleaved(schema, c.id, first, second)
+    found = {job.id: job.status for job in await one.job_get_many([c.id, g.id])}
+    assert found == {c.id: JobStatus.WAITING, g.id: JobStatus.WAITING}
