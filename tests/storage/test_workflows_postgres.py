@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -114,3 +115,54 @@ async def test_two_redrives_of_a_job_s_failed_dependencies_at_once_bring_it_back
     await interleaved(schema, c.id, first, second)
     found = {job.id: job.status for job in await one.job_get_many([c.id, g.id])}
     assert found == {c.id: JobStatus.WAITING, g.id: JobStatus.WAITING}
+
+
+def generic_plans(url: str) -> str:
+    """``url`` whose sessions plan prepared statements once, for any parameters: a plan
+    that reads the waiting jobs in the order they lie in the table, not by id."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    query["options"] = f"{query.get('options', '')} -cplan_cache_mode=force_generic_plan"
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))  # %20, not +
+
+
+async def locked_now(url: str, job_ids: list[int]) -> list[int]:
+    """Those of ``job_ids`` whose row another transaction holds now."""
+    held = []
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for job_id in job_ids:
+            try:
+                async with conn.transaction():
+                    query = "SELECT id FROM jobs WHERE id = %s FOR UPDATE NOWAIT"
+                    await conn.execute(query, (job_id,))
+            except psycopg.errors.LockNotAvailable:
+                held.append(job_id)
+    return held
+
+
+async def test_an_ending_job_takes_its_dependents_locks_in_id_order(schema: str) -> None:
+    """Two jobs that end at once and share dependents take their locks in one order, so
+    neither holds one that the other waits for (a deadlock, then a 503 after retries)."""
+    store = PostgresStorage(generic_plans(schema), pool_size=1)
+    try:
+        for _ in range(6):  # the release statement is prepared on its fifth run
+            ((warm, _),) = await store.job_insert_many([new_job()], T0)
+            await store.job_insert_many([waiting_on(warm.id)], T0)
+            for _ in range(2):  # the job, then the one it released
+                (held,) = await claim(store)
+                await finish(store, held)
+        made = await store.job_insert_many([new_job(), new_job(), new_job()], T0)
+        ending, other, first_only = (job for job, _ in made)
+        dependents = [waiting_on(ending.id, other.id) for _ in range(20)]
+        dependents[0] = waiting_on(ending.id, other.id, first_only.id)
+        ids = [job.id for job, _ in await store.job_insert_many(dependents, T0)]
+        # The lowest id's row moves past the others' in the table: its count goes down.
+        held_jobs = {job.id: job for job in await claim(store, limit=3)}
+        await finish(store, held_jobs[first_only.id])
+        async with row_held(schema, ids[0]) as holder:
+            completion = asyncio.ensure_future(finish(store, held_jobs[ending.id]))
+            await until(lambda: _waits(schema, holder))
+            assert await locked_now(schema, ids[1:]) == [], "it waits for the lowest id first"
+        await completion
+    finally:
+        store.close()

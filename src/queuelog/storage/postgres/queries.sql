@@ -778,19 +778,38 @@ RETURNING jobs.*;
 -- name: job_cancel_dependents
 -- The waiting jobs (cancel mode) that depend on a job of %(ids)s, which failed or were
 -- cancelled: cancelled, naming the dependency that did it.
+-- They are locked in id order first, as in job_release_dependents.
+WITH f AS MATERIALIZED (
+    SELECT jobs.id, min(d.depends_on_id) AS dependency
+    FROM job_dependencies AS d JOIN jobs ON jobs.id = d.job_id
+    WHERE d.depends_on_id = ANY(%(ids)s::bigint[])
+      AND jobs.status = 'waiting' AND jobs.on_dependency_failure = 'cancel'
+    GROUP BY jobs.id),
+locked AS MATERIALIZED (
+    SELECT jobs.id FROM jobs WHERE jobs.id IN (SELECT id FROM f)
+    ORDER BY jobs.id FOR NO KEY UPDATE)
 UPDATE jobs
 SET status = 'cancelled', cancelled_by = f.dependency, updated_at = %(now)s::bigint
-FROM (SELECT d.job_id, min(d.depends_on_id) AS dependency FROM job_dependencies AS d
-      WHERE d.depends_on_id = ANY(%(ids)s::bigint[])
-      GROUP BY d.job_id) AS f
-WHERE jobs.id = f.job_id AND jobs.status = 'waiting' AND jobs.on_dependency_failure = 'cancel'
+FROM f
+WHERE jobs.id = f.id AND jobs.id IN (SELECT id FROM locked)
+  AND jobs.status = 'waiting' AND jobs.on_dependency_failure = 'cancel'
 RETURNING jobs.id, jobs.status, jobs.has_dependents, jobs.cancelled_by;
 
 -- name: job_release_dependents
 -- The waiting jobs that depend on jobs of %(ids)s, which just ended: each counts those
 -- off what it still waits for, and is pending once nothing is left, ready from now (its
 -- run_at, unless that is later), as a retried or requeued job is. Two endings at once
--- on two nodes take the row's lock in turn, so each counts off the other's.
+-- on two nodes take the row's lock in turn, so each counts off the other's. The rows
+-- are locked in id order before they are changed: two endings that share dependents
+-- would otherwise lock them in the orders their plans read them (by hash, or where
+-- each row lies in the table), each holding one the other waits for.
+WITH e AS MATERIALIZED (
+    SELECT d.job_id, count(*) AS n FROM job_dependencies AS d
+    WHERE d.depends_on_id = ANY(%(ids)s::bigint[])
+    GROUP BY d.job_id),
+locked AS MATERIALIZED (
+    SELECT jobs.id FROM jobs WHERE jobs.id IN (SELECT job_id FROM e) AND jobs.status = 'waiting'
+    ORDER BY jobs.id FOR NO KEY UPDATE)
 UPDATE jobs
 SET deps_left = jobs.deps_left - e.n,
     status = CASE WHEN jobs.deps_left - e.n <= 0 THEN 'pending' ELSE 'waiting' END,
@@ -798,10 +817,8 @@ SET deps_left = jobs.deps_left - e.n,
                   ELSE jobs.run_at END,
     scheduled = jobs.run_at > %(now)s::bigint,
     updated_at = %(now)s::bigint
-FROM (SELECT d.job_id, count(*) AS n FROM job_dependencies AS d
-      WHERE d.depends_on_id = ANY(%(ids)s::bigint[])
-      GROUP BY d.job_id) AS e
-WHERE jobs.id = e.job_id AND jobs.status = 'waiting'
+FROM e
+WHERE jobs.id = e.job_id AND jobs.id IN (SELECT id FROM locked) AND jobs.status = 'waiting'
 RETURNING jobs.id, jobs.status;
 
 -- name: job_reinstate_dependents
