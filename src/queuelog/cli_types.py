@@ -38,7 +38,8 @@ def list_types(url: str | None, api_key: str | None, as_json: bool) -> None:
     if as_json:
         print_json(found)
         return
-    table = Table("type", "running", "group limit", "rate limit", "pending", "failed", "paused")
+    columns = ("type", "running", "group limit", "rate limit", "pending", "waiting", "failed")
+    table = Table(*columns, "paused")
     for t in found:
         running = f"{t.counts.get('running', 0)}/{_limit(t.concurrency)}"
         paused = f"yes, by {t.paused_by}" if t.paused else "no"
@@ -48,6 +49,7 @@ def list_types(url: str | None, api_key: str | None, as_json: bool) -> None:
             _limit(t.group_concurrency),
             _rate(t),
             t.counts.get("pending", 0),
+            t.counts.get("waiting", 0),
             t.counts.get("failed", 0),
             paused,
         )

@@ -122,6 +122,7 @@ def test_cli_types_list_pause_and_resume(server: RealServer) -> None:
     assert {t["name"] for t in json.loads(listed.stdout)} == set(FLOW_TYPES)
     table = cli(server, "root", "types", "list")
     assert "partner" in table.stdout and "/2" in table.stdout and "5/1s" in table.stdout
+    assert "waiting" in table.stdout, "every count GET /types gives"
     paused = cli(server, "root", "types", "pause", "partner")
     assert paused.returncode == 0 and paused.stdout.strip() == "type partner paused"
     assert "yes, by root" in cli(server, "root", "types", "list").stdout
