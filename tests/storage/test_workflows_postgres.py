@@ -84,7 +84,7 @@ async def _waits(url: str, pid: int) -> bool:
     return bool(await blocked_by(url, pid))
 
 
-async def test_a_redrive_meeting_the_final_failure_of_another_dependency_leaves_it_cancelled(
+async def test_hardening_40_a_redrive_meeting_another_dependency_s_failure_leaves_it_cancelled(
     schema: str, nodes: list[PostgresStorage]
 ) -> None:
     one, other = nodes
@@ -100,7 +100,7 @@ async def test_a_redrive_meeting_the_final_failure_of_another_dependency_leaves_
     assert job is not None and job.status is JobStatus.CANCELLED, "y failed for good"
 
 
-async def test_two_redrives_of_a_job_s_failed_dependencies_at_once_bring_it_back(
+async def test_hardening_40_two_redrives_of_a_job_s_failed_dependencies_at_once_bring_it_back(
     schema: str, nodes: list[PostgresStorage]
 ) -> None:
     one, other = nodes
@@ -140,7 +140,7 @@ async def locked_now(url: str, job_ids: list[int]) -> list[int]:
     return held
 
 
-async def test_an_ending_job_takes_its_dependents_locks_in_id_order(schema: str) -> None:
+async def test_hardening_39_an_ending_job_takes_its_dependents_locks_in_id_order(schema: str) -> None:
     """Two jobs that end at once and share dependents take their locks in one order, so
     neither holds one that the other waits for (a deadlock, then a 503 after retries)."""
     store = PostgresStorage(generic_plans(schema), pool_size=1)
