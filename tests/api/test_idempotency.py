@@ -62,6 +62,18 @@ def test_hardening_28_two_idempotency_key_headers_are_422_and_make_nothing(
     assert admin.get("/jobs").json()["jobs"] == []
 
 
+def test_a_batch_refuses_an_idempotency_key_header_and_makes_nothing(
+    producer: Api, admin: Api
+) -> None:
+    """A batch is keyed item by item: a header it did not read would make a resend a
+    second batch, silently."""
+    body = {"jobs": [{"type": "noop"}]}
+    response = producer.post("/jobs/batch", json=body, headers={"Idempotency-Key": "b-1"})
+    assert response.status_code == 422 and response.json()["type"] == "validation"
+    assert response.json()["errors"][0]["loc"] == ["header", "Idempotency-Key"]
+    assert admin.get("/jobs").json()["jobs"] == []
+
+
 def test_key_must_be_1_to_255_printable_ascii(producer: Api) -> None:
     for bad in ["", "x" * 256, "caf\u00e9", "tab\there"]:
         response = producer.post("/jobs", json={"type": "noop", "idempotency_key": bad})

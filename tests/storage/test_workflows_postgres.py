@@ -140,7 +140,9 @@ async def locked_now(url: str, job_ids: list[int]) -> list[int]:
     return held
 
 
-async def test_hardening_39_an_ending_job_takes_its_dependents_locks_in_id_order(schema: str) -> None:
+async def test_hardening_39_an_ending_job_takes_its_dependents_locks_in_id_order(
+    schema: str,
+) -> None:
     """Two jobs that end at once and share dependents take their locks in one order, so
     neither holds one that the other waits for (a deadlock, then a 503 after retries)."""
     store = PostgresStorage(generic_plans(schema), pool_size=1)

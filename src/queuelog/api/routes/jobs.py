@@ -167,9 +167,10 @@ async def enqueue(request: Request) -> Response:
         "`unique_key` and `on_duplicate` as a single enqueue does, in order: a later item "
         "meets an earlier one's key. `created` is false for an item that made no job. An "
         "item may wait for earlier items with `depends_on_items` (their indices), beside "
-        "`depends_on`: a whole graph in one request. An `Idempotency-Key` header is not "
-        "read here: a batch is made safe to resend by each item's own `idempotency_key` "
-        "(as the SDK's `enqueue_many` gives every job one)."
+        "`depends_on`: a whole graph in one request. A batch is made safe to resend by "
+        "each item's own `idempotency_key` (as the SDK's `enqueue_many` gives every job "
+        "one); an `Idempotency-Key` header is 422 `validation`, since a key for the whole "
+        "batch would not be kept."
     ),
     responses=problems(*AUTHED, 413, 415, 422),
     openapi_extra={"parameters": header_parameters(TRACE_HEADERS)},
@@ -177,6 +178,11 @@ async def enqueue(request: Request) -> Response:
 async def enqueue_batch(
     request: Request, body: BatchEnqueueRequest, caller: Producer, service: ServiceDep
 ) -> Response:
+    if "idempotency-key" in request.headers:
+        raise ValidationFailed(
+            "A batch takes each item's idempotency_key, not an Idempotency-Key header",
+            errors=[{"loc": ["header", "Idempotency-Key"], "msg": "not read by a batch"}],
+        )
     trace = trace_context_of(request.headers)  # the request's: every job of it shares it
     specs = [_spec(item, trace) for item in body.jobs]
     results = await service.enqueue_many(caller, specs, batch=True)
