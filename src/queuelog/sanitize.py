@@ -59,12 +59,13 @@ _VALUE = re.compile(r"\"(?:[^\"\\\n]|\\.)*+\"?|'(?:[^'\\\n]|\\.)*+'?|[^\s,;&}\]]
 _REST_OF_LINE = re.compile(r"[^\n]*+")
 _WORDS = re.compile(r"[A-Z]?[a-z0-9]++|[A-Z0-9]++")
 # Absolute paths: file: URLs, UNC (\\server\share), Windows (C:\x or C:/x, spaces
-# allowed inside a folder name) and POSIX (/x/y), but not an HTML end tag (</b>, as an
-# error quoting a web page's answer has).
+# allowed inside a folder name, its folders split by the separator it began with, so a
+# sentence after it that holds the other one is not taken for folders) and POSIX
+# (/x/y), but not an HTML end tag (</b>, as an error quoting a web page's answer has).
 _PATHS = (
     re.compile(r"(?i)\bfile:/[^\s\"'<>]*+"),
     re.compile(r"\\\\[\w.$-]++\\[^\s\"'<>]++"),
-    re.compile(r"\b[A-Za-z]:[\\/](?:[^\\/\n\r\t\"'<>|:*?]{1,255}+[\\/])*+[^\\/\s\"'<>|:*?]*+"),
+    re.compile(r"\b[A-Za-z]:([\\/])(?:[^\\/\n\r\t\"'<>|:*?]{1,255}+\1)*+[^\\/\s\"'<>|:*?]*+"),
     re.compile(r"(?<![\w.:/-])(?!(?<=<)/[A-Za-z][\w-]*+>)/[\w.@+-]++(?:/[\w.@+-]++)*+"),
 )
 # C0/C1 controls other than tab and newline, and invisible format characters
@@ -91,7 +92,7 @@ def sanitize_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     cleaned = unicodedata.normalize("NFKC", text[:limit])
     cleaned = _SURROGATE.sub("\ufffd", _CONTROL.sub("", cleaned))
     if cut:
-        cleaned = _without_last_word(cleaned) + CUT
+        cleaned = _marked_cut(cleaned, limit)
     cleaned = _PRIVATE_KEY_BLOCK.sub(REDACTED, cleaned)
     cleaned = _redact_url_passwords(cleaned, open_end=cut)
     cleaned = _BEARER.sub(rf"\1 {REDACTED}", cleaned)
@@ -154,6 +155,16 @@ def _names_secret(key: str) -> bool:
     # "pass" names a secret only as a word of its own (DB_PASS, dbPass, pass), so
     # that bypass= or passed= keep their values.
     return any(word.lower() == "pass" for word in _WORDS.findall(key))
+
+
+def _marked_cut(text: str, limit: int) -> str:
+    """``text``, cut through a word, ending in ``CUT`` within ``limit``: the word at the
+    place that leaves room for the mark goes too."""
+    room = max(limit - len(CUT), 0)
+    kept = text[:room]
+    if room < len(text) and not text[room].isspace():
+        kept = _without_last_word(kept)
+    return kept + CUT
 
 
 def _without_last_word(text: str) -> str:

@@ -192,6 +192,24 @@ def test_hardening_01_what_the_cut_leaves_of_a_secret_is_not_stored(
 def test_hardening_01_a_cut_word_is_marked() -> None:
     assert sanitize_error("x" * 5000) == "[cut]"
     assert sanitize_error("word " * 399 + "wordy" + "z" * 10) == "word " * 399 + "[cut]"
+    # The mark itself is never cut: the word where it goes makes room for it.
+    cleaned = sanitize_error("hello world " * 300)
+    assert cleaned.endswith(" world [cut]") and len(cleaned) <= MAX_ERROR_CHARS
+
+
+@pytest.mark.parametrize(
+    ("text", "cleaned"),
+    [
+        (
+            "C:\\data\\in.csv not found, tried 3 times; see docs/x",
+            "[path] not found, tried 3 times; see docs/x",
+        ),
+        ("C:\\Users\\bob\\a.txt and /etc/passwd failed", "[path] and [path] failed"),
+        ("C:/Program Files/Acme/db.ini and C:\\x failed", "[path] and [path] failed"),
+    ],
+)
+def test_a_windows_path_is_redacted_and_not_the_sentence_after_it(text: str, cleaned: str) -> None:
+    assert sanitize_error(text) == cleaned
 
 
 def _repeated(unit: str, length: int) -> str:
