@@ -237,7 +237,10 @@ def keys() -> None:
     help="Repeat for several roles.",
 )
 @click.option(
-    "--max-priority", type=click.Choice(PRIORITY_LABELS), default="medium", show_default=True
+    "--max-priority",
+    type=click.Choice(PRIORITY_LABELS, case_sensitive=False),
+    default="medium",
+    show_default=True,
 )
 @click.option("--type", "types", multiple=True, help="Job types this key may use (default all).")
 def keys_create(

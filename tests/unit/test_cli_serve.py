@@ -3,6 +3,7 @@ setting it cannot run with: one line, exit 1."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -98,6 +99,16 @@ def test_keys_on_a_database_that_is_not_there_exit_1_and_make_none(
     said = f"no file '{database.resolve()}' (migrate or serve makes it)"
     assert line == f"Error: cannot open the database: {said}"
     assert not (tmp_path / "data").exists()
+
+
+def test_keys_create_takes_a_priority_label_in_any_case_as_the_api_does(tmp_path: Path) -> None:
+    config = tmp_path / "q.toml"
+    config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n')
+    args = ["--name", "ops", "--role", "producer", "--max-priority", "HIGH"]
+    made = CliRunner().invoke(main, ["keys", "create", *args, "--config", str(config)])
+    assert made.exit_code == 0, made.output
+    listed = CliRunner().invoke(main, ["keys", "list", "--json", "--config", str(config)])
+    assert [key["max_priority"] for key in json.loads(listed.output)["keys"]] == ["high"]
 
 
 @pytest.mark.parametrize("password", ["s3cr%et", "top secret", "s3cr@t", "s3cr/et"])
