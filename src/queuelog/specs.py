@@ -13,6 +13,7 @@ from typing import Any
 from queuelog.clock import rfc3339
 from queuelog.errors import PayloadTooLarge, ValidationFailed
 from queuelog.models import (
+    MAX_ID,
     DependencyFailure,
     Job,
     JobStatus,
@@ -122,8 +123,8 @@ def stored_json(value: Any) -> str:
 
 
 # A page's cursor is the id of its last job, in decimal: the next page holds the older
-# jobs (lower ids). The API's pattern admits up to 18 digits, below MAX_ID.
-CURSOR_PATTERN = r"^[1-9][0-9]{0,17}$"
+# jobs (lower ids). Any id may be one, up to MAX_ID (19 digits; more is 422 unread).
+CURSOR_PATTERN = r"^[1-9][0-9]{0,18}$"
 # A job type named in a list filter: no control characters, which no configured type
 # has and PostgreSQL cannot compare (a NUL).
 TYPE_FILTER_PATTERN = r"^[^\x00-\x1f\x7f]{1,100}$"
@@ -145,7 +146,7 @@ def encode_cursor(job_id: int) -> str:
 
 
 def decode_cursor(cursor: str) -> int:
-    if not re.fullmatch(CURSOR_PATTERN, cursor):
+    if not re.fullmatch(CURSOR_PATTERN, cursor) or int(cursor) > MAX_ID:
         raise ValidationFailed(
             "The cursor is not valid", errors=[{"loc": ["query", "cursor"], "msg": "bad cursor"}]
         )

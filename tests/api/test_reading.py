@@ -187,7 +187,16 @@ def test_a_type_filter_with_control_characters_is_422(producer: Api) -> None:
 
 
 def test_cursor_outside_the_id_range_is_422(producer: Api) -> None:
-    for cursor in ["9" * 19, "0", "-3", "05", "aWQ6NQ", "5 "]:
+    for cursor in ["9" * 19, str(2**63), "9" * 20, "0", "-3", "05", "aWQ6NQ", "5 "]:
         response = producer.get("/jobs", params={"cursor": cursor})
         assert response.status_code == 422, cursor
         assert response.json()["type"] == "validation"
+
+
+def test_any_id_is_a_cursor_up_to_the_largest(producer: Api) -> None:
+    """A page's `next_cursor` is its last job's id, which may have up to 19 digits."""
+    job = enqueue(producer)
+    for cursor in [str(2**63 - 1), "1" + "0" * 18]:
+        response = producer.get("/jobs", params={"cursor": cursor})
+        assert response.status_code == 200, cursor
+        assert [j["id"] for j in response.json()["jobs"]] == [job["id"]]
