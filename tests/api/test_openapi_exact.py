@@ -42,6 +42,9 @@ def conforms(document: Document, answer: httpx.Response) -> httpx.Response:
     where = f"{request.method} {template} -> {answer.status_code}"
     documented = operation["responses"].get(str(answer.status_code))
     assert documented is not None, f"{where}: status not documented"
+    for header in ("Location", "Retry-After"):
+        if header in answer.headers:
+            assert header in documented.get("headers", {}), f"{where}: {header} not documented"
     media_type = answer.headers.get("content-type", "").split(";")[0]
     content = documented.get("content", {})
     if not content:
@@ -126,6 +129,19 @@ def test_every_kind_of_refusal_is_documented_problem_json(
     for answer, status in refusals:
         assert checked(answer).status_code == status, answer.text
         assert answer.headers["content-type"] == "application/problem+json"
+
+
+def test_every_answer_that_says_when_to_send_again_documents_retry_after(
+    document: Document,
+) -> None:
+    for path, item in document["paths"].items():
+        if path == "/readyz":  # its 503 is a state to watch, not a refusal to send again
+            continue
+        for method, operation in item.items():
+            for status in ("429", "503", "507"):
+                answer = operation["responses"].get(status)
+                if answer is not None:
+                    assert "Retry-After" in answer.get("headers", {}), (method, path, status)
 
 
 def test_no_error_answer_is_documented_as_anything_but_a_problem(document: Document) -> None:

@@ -43,6 +43,14 @@ _DESCRIPTIONS = {
 }
 # Every documented route reads or writes the database, so any may meet a storage fault.
 _STORAGE_FAULTS = (503, 507)
+# The answers that say when to send again.
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before sending the request again.",
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+_SAYS_WHEN = frozenset({429, 503, 507})
 
 AUTHED = (401, 403, 429)
 # A POST that takes no fields may have no body, or ``{}``: a body past the size limit is
@@ -70,8 +78,15 @@ def problems(
     said = described or {}
     return {
         status: {"description": said.get(status, _DESCRIPTIONS[status])}
+        | ({"headers": _RETRY_AFTER} if status in _SAYS_WHEN else {})
         for status in (*statuses, *_STORAGE_FAULTS)
     }
+
+
+def located(path: str) -> dict[str, Any]:
+    """What an answer that names a resource documents: its ``Location`` header."""
+    header = {"description": f"The resource's path, `{path}`.", "schema": {"type": "string"}}
+    return {"headers": {"Location": header}}
 
 
 def operation_id(route: APIRoute) -> str:

@@ -26,7 +26,7 @@ from queuelog.api.lean import (
     lean_openapi,
     read_request,
 )
-from queuelog.api.openapi import AUTHED, NO_BODY, problems
+from queuelog.api.openapi import AUTHED, NO_BODY, located, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.api.results import job_or_wait
 from queuelog.api.schemas import (
@@ -126,13 +126,15 @@ def _check_header_key(values: list[str]) -> str | None:
     ),
     responses=problems(*AUTHED, 413, 415, 422)
     | {
+        201: located("/jobs/{id}"),
         200: {
+            **located("/jobs/{id}"),
             "model": JobOut,
             "description": (
                 "No job made: the same keyed request repeated, or the active job holding the "
                 "`unique_key` (kept, or replaced)."
             ),
-        }
+        },
     },
     openapi_extra=lean_openapi(
         EnqueueRequest,

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from queuelog.api.answers import JobOut, job_json
 from queuelog.api.deps import Admin
 from queuelog.api.lean import NO_FIELDS, NoFields
-from queuelog.api.openapi import AUTHED, NO_BODY, problems
+from queuelog.api.openapi import AUTHED, NO_BODY, located, problems
 from queuelog.api.schemas import CRON_FIVE_FIELDS, EverySeconds, JsonObject, Label, PriorityLabel
 from queuelog.app_state import state_of
 from queuelog.clock import rfc3339
@@ -141,7 +141,8 @@ def _problems(
             422: "`validation` (a bad name, cron or timezone; both or neither of `cron` and "
             "`every_seconds`), `unknown-job-type`, or `payload-too-large`.",
         },
-    ),
+    )
+    | {201: located("/schedules/{name}")},
 )
 async def create_schedule(
     body: ScheduleCreateRequest, _: Admin, scheduler: SchedulerDep
@@ -236,7 +237,8 @@ async def resume_schedule(
             422: "`unknown-job-type`: the schedule's type left the config; `validation`: "
             "a body other than none or `{}`."
         },
-    ),
+    )
+    | {201: located("/jobs/{id}")},
 )
 async def trigger_schedule(
     name: str, _: Admin, scheduler: SchedulerDep, _fields: NoFields
