@@ -20,6 +20,7 @@ from bench.pg import unavailable, with_schema
 from queuelog.storage.subscribers import ReadySubscriber
 
 URL_VARIABLE = "QUEUELOG_TEST_POSTGRES_URL"
+NODES = 3  # the storage tests' nodes on one schema
 
 
 def _in_ci() -> bool:

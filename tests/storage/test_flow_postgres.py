@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -15,25 +14,10 @@ from queuelog.models import JobStatus
 from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.postgres.transactions import Q
 from queuelog.storage.protocol import FinishParams
-from tests.postgres import fresh_schema, rows_read, subscribed
+from tests.postgres import rows_read, subscribed
 from tests.storage.test_flow import T0, job, params
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def schema() -> Iterator[str]:
-    with fresh_schema() as url:
-        yield url
-
-
-@pytest.fixture
-def nodes(schema: str) -> Iterator[list[PostgresStorage]]:
-    """Two nodes (two stores, each its own pool) on one schema."""
-    stores = [PostgresStorage(schema, pool_size=8) for _ in range(2)]
-    yield stores
-    for store in stores:
-        store.close()
 
 
 async def test_two_nodes_claiming_at_once_keep_the_concurrency_limit(

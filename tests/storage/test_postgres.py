@@ -31,28 +31,11 @@ from queuelog.storage.protocol import FinishParams, JobListParams, NewJob
 from queuelog.storage.sqlfile import load_migrations, load_queries
 from queuelog.storage.subscribers import ReadySubscriber
 from tests.conftest import make_settings, run_blocking
-from tests.postgres import fresh_schema, postgres_url, rows_read, subscribed
+from tests.postgres import NODES, fresh_schema, postgres_url, rows_read, subscribed
 from tests.storage.test_conformance import T0, claim, finish, new_job
 from tests.tcpproxy import TcpProxy
 
 T = TypeVar("T")
-NODES = 3
-
-
-@pytest.fixture
-def schema() -> Iterator[str]:
-    """A fresh schema's URL: what the nodes use, and what a test reads the tables by."""
-    with fresh_schema() as url:
-        yield url
-
-
-@pytest.fixture
-def nodes(schema: str) -> Iterator[list[PostgresStorage]]:
-    """Three stores on one fresh schema, as three queuelog nodes would be."""
-    stores = [PostgresStorage(schema, pool_size=4) for _ in range(NODES)]
-    yield stores
-    for store in stores:
-        store.close()
 
 
 @pytest.fixture

@@ -6,36 +6,22 @@ after it has read how the dependencies stand, while the second runs."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
-from queuelog.models import JobStatus
+from queuelog.models import Job, JobStatus
 from queuelog.storage.postgres.store import PostgresStorage
-from tests.postgres import fresh_schema
+from queuelog.storage.protocol import Storage
 from tests.storage.test_conformance import T0, claim, finish, new_job
 from tests.storage.test_workflows import waiting_on
 
 pytestmark = pytest.mark.anyio
 
 WAIT_SECONDS = 10
-
-
-@pytest.fixture
-def schema() -> Iterator[str]:
-    with fresh_schema() as url:
-        yield url
-
-
-@pytest.fixture
-def nodes(schema: str) -> Iterator[list[PostgresStorage]]:
-    stores = [PostgresStorage(schema, pool_size=4) for _ in range(2)]
-    yield stores
-    for store in stores:
-        store.close()
 
 
 @asynccontextmanager
@@ -84,17 +70,23 @@ async def _waits(url: str, pid: int) -> bool:
     return bool(await blocked_by(url, pid))
 
 
+async def two_held_and_their_dependent(store: Storage) -> tuple[Job, Job, Job]:
+    """Two jobs without retries, claimed, and a job waiting for both."""
+    made = await store.job_insert_many([new_job(max_retries=0), new_job(max_retries=0)], T0)
+    x, y = (job for job, _ in made)
+    ((c, _),) = await store.job_insert_many([waiting_on(x.id, y.id)], T0)
+    held = {job.id: job for job in await claim(store, limit=2)}
+    return held[x.id], held[y.id], c
+
+
 async def test_hardening_40_a_redrive_meeting_another_dependency_s_failure_leaves_it_cancelled(
     schema: str, nodes: list[PostgresStorage]
 ) -> None:
-    one, other = nodes
-    made = await one.job_insert_many([new_job(max_retries=0), new_job(max_retries=0)], T0)
-    x, y = (job for job, _ in made)
-    ((c, _),) = await one.job_insert_many([waiting_on(x.id, y.id)], T0)
-    held = {job.id: job for job in await claim(one, limit=2)}
-    await finish(one, held[x.id], error="boom", retryable=False)
+    one, other = nodes[:2]
+    x, y, c = await two_held_and_their_dependent(one)
+    await finish(one, x, error="boom", retryable=False)
     redrive = one.job_requeue(x.id, "admin", T0)
-    failure = finish(other, held[y.id], error="boom", retryable=False)
+    failure = finish(other, y, error="boom", retryable=False)
     await interleaved(schema, c.id, redrive, failure)
     job = await one.job_get(c.id)
     assert job is not None and job.status is JobStatus.CANCELLED, "y failed for good"
@@ -103,12 +95,10 @@ async def test_hardening_40_a_redrive_meeting_another_dependency_s_failure_leave
 async def test_hardening_40_two_redrives_of_a_job_s_failed_dependencies_at_once_bring_it_back(
     schema: str, nodes: list[PostgresStorage]
 ) -> None:
-    one, other = nodes
-    made = await one.job_insert_many([new_job(max_retries=0), new_job(max_retries=0)], T0)
-    x, y = (job for job, _ in made)
-    ((c, _),) = await one.job_insert_many([waiting_on(x.id, y.id)], T0)
+    one, other = nodes[:2]
+    x, y, c = await two_held_and_their_dependent(one)
     ((g, _),) = await one.job_insert_many([waiting_on(c.id)], T0)
-    for job in await claim(one, limit=2):
+    for job in (x, y):
         await finish(one, job, error="boom", retryable=False)
     first = one.job_requeue(x.id, "admin", T0)
     second = other.job_requeue(y.id, "admin", T0)
