@@ -102,7 +102,7 @@ def sanitize_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     for pattern in _PATHS:
         cleaned = pattern.sub(PATH, cleaned)
     # A redaction can be longer than what it replaced.
-    return cleaned[:limit]
+    return cleaned if len(cleaned) <= limit else _marked_cut(cleaned, limit)
 
 
 def _redact_url_passwords(text: str, open_end: bool = False) -> str:
@@ -158,13 +158,14 @@ def _names_secret(key: str) -> bool:
 
 
 def _marked_cut(text: str, limit: int) -> str:
-    """``text``, cut through a word, ending in ``CUT`` within ``limit``: the word at the
-    place that leaves room for the mark goes too."""
-    room = max(limit - len(CUT), 0)
+    """``text`` cut to end in `` [cut]`` within ``limit``: the word at the place that
+    leaves room for the mark goes too."""
+    room = max(limit - len(CUT) - 1, 0)
     kept = text[:room]
     if room < len(text) and not text[room].isspace():
         kept = _without_last_word(kept)
-    return kept + CUT
+    kept = kept.rstrip()
+    return f"{kept} {CUT}" if kept else CUT
 
 
 def _without_last_word(text: str) -> str:
