@@ -38,8 +38,9 @@ def list_types(url: str | None, api_key: str | None, as_json: bool) -> None:
     if as_json:
         print_json(found)
         return
-    columns = ("type", "running", "group limit", "rate limit", "pending", "waiting", "failed")
-    table = Table(*columns, "paused")
+    table = Table(
+        "type", "running", "group limit", "rate limit", "pending", "waiting", "failed", "paused"
+    )
     for t in found:
         running = f"{t.counts.get('running', 0)}/{_limit(t.concurrency)}"
         paused = f"yes, by {t.paused_by}" if t.paused else "no"
