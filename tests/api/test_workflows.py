@@ -331,6 +331,24 @@ def test_a_redrive_brings_back_a_job_whose_other_cancelled_dependency_comes_back
     assert drain(worker) == [job["id"] for job in graph]
 
 
+def test_a_redrive_leaves_cancelled_a_job_waiting_for_one_another_failure_holds(
+    producer: Api, worker: Api, admin: Api
+) -> None:
+    """b waits for the root and for f, c for the root and for b: the root's redrive
+    brings back neither while f is still failed, and f's redrive then brings back both."""
+    root, f = enqueue(producer), enqueue(producer)
+    b = enqueue(producer, depends_on=[root["id"], f["id"]])
+    c = enqueue(producer, depends_on=[root["id"], b["id"]])
+    held = {job["id"]: job for job in claim(worker)}
+    for job in (root, f):
+        finish(worker, held[job["id"]], fail=True)
+    assert admin.post(f"/jobs/{root['id']}/retry").status_code == 200
+    assert statuses(producer, b, c) == ["cancelled", "cancelled"], "f is still failed"
+    assert admin.post(f"/jobs/{f['id']}/retry").status_code == 200
+    assert statuses(producer, b, c) == ["waiting", "waiting"]
+    assert drain(worker) == [root["id"], f["id"], b["id"], c["id"]]
+
+
 def test_a_batch_makes_a_whole_graph_in_one_request(producer: Api, worker: Api) -> None:
     a, b, c, d = batch(
         producer,

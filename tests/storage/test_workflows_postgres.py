@@ -1,7 +1,9 @@
 """Workflows on PostgreSQL nodes that change the same graph at once: a redrive and the
 end (or redrive) of another dependency, interleaved at the worst moment. Another
 session holds the lock of the job both change, so the first operation waits there,
-after it has read how the dependencies stand, while the second runs."""
+after it has read how the dependencies stand, while the second runs. The stores are
+driven through the storage protocol; only the interleaving and what is locked are read
+with SQL, since nothing else can stop a transaction between two of its statements."""
 
 from __future__ import annotations
 
@@ -158,3 +160,45 @@ async def test_hardening_39_an_ending_job_takes_its_dependents_locks_in_id_order
         await completion
     finally:
         store.close()
+
+
+async def test_hardening_39_a_failure_takes_its_dependents_locks_in_id_order_too(
+    schema: str, nodes: list[PostgresStorage]
+) -> None:
+    """A failure cancels its `cancel`-mode dependents and counts itself off the others:
+    were those two statements to lock each their own rows, it would take a `cancel` join
+    before a `run` join of a lower id, which a completion of a sibling takes the other
+    way round."""
+    store = nodes[0]
+    made = await store.job_insert_many([new_job(max_retries=0), new_job()], T0)
+    failing, sibling = (job for job, _ in made)
+    joins = [waiting_on(failing.id, sibling.id, run=True), waiting_on(failing.id, sibling.id)]
+    run_join, cancel_join = (job.id for job, _ in await store.job_insert_many(joins, T0))
+    held = {job.id: job for job in await claim(store, limit=2)}
+    async with row_held(schema, run_join) as holder:
+        failure = asyncio.ensure_future(finish(store, held[failing.id], error="x", retryable=False))
+        await until(lambda: _waits(schema, holder))
+        assert await locked_now(schema, [cancel_join]) == [], "it waits for the lower id first"
+    await failure
+    found = {job.id: job.status for job in await store.job_get_many([run_join, cancel_join])}
+    assert found == {run_join: JobStatus.WAITING, cancel_join: JobStatus.CANCELLED}
+
+
+async def test_hardening_40_a_redrive_locks_its_job_with_what_it_reads_in_id_order(
+    schema: str, nodes: list[PostgresStorage]
+) -> None:
+    """Two redrives of dependencies of one job at once: were each to lock its own job
+    first, then the others it reads, each could hold one that the other waits for."""
+    store = nodes[0]
+    made = await store.job_insert_many([new_job(max_retries=0) for _ in range(3)], T0)
+    x, y, z = (job for job, _ in made)
+    ((c, _),) = await store.job_insert_many([waiting_on(x.id, y.id, z.id, run=True)], T0)
+    for job in await claim(store, limit=2):  # x and y fail for good; c waits for z
+        await finish(store, job, error="boom", retryable=False)
+    async with row_held(schema, x.id) as holder:
+        redrive = asyncio.ensure_future(store.job_requeue(y.id, "admin", T0))
+        await until(lambda: _waits(schema, holder))
+        assert await locked_now(schema, [y.id, z.id]) == [], "it waits for the lowest id first"
+    assert (await redrive).status is JobStatus.PENDING
+    job = await store.job_get(c.id)
+    assert job is not None and job.status is JobStatus.WAITING

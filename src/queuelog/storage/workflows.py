@@ -14,9 +14,11 @@ On PostgreSQL, an insert locks the dependencies it names (``job_dependency_hold`
 before reading their status, so a dependency that ends on another node meanwhile
 either ended first (and is read as ended) or waits for the insert to commit and then
 finds the new dependent. Two dependencies of one job that end at once count off in
-turn under the job's row lock. A redrive locks the dependencies of the jobs it may move
-before it reads how they stand (``hold_dependencies``), so of a redrive and the end or
-redrive of another dependency on another node, the later sees what the earlier did.
+turn under the job's row lock; a level with a failure locks its waiting dependents in
+id order before its two statements change them (``hold_dependents``). A redrive locks the
+dependencies of the jobs it may move before it reads how they stand
+(``hold_dependencies``), so of a redrive and the end or redrive of another dependency on
+another node, the later sees what the earlier did.
 
 Each step is a named query both ``queries.sql`` hold, run through ``WorkflowSql``;
 so is an admin's cancel or requeue of one job (``transition``), which the release or
@@ -49,6 +51,7 @@ class WorkflowSql(Protocol):
     def run(self, name: str, args: dict[str, Any]) -> None: ...
     def ids(self, ids: list[int]) -> Any: ...
     def hold_dependencies(self, ids: Any) -> None: ...
+    def hold_dependents(self, ids: Any) -> None: ...
 
 
 @dataclass
@@ -153,8 +156,11 @@ def release(sql: WorkflowSql, ended: Iterable[Job | Row], now: datetime) -> Rele
     level = dict(_endings(ended))
     while level:
         failed = [job_id for job_id, status in level.items() if status in _FAILED]
-        args = {"ids": sql.ids(failed), "now": to_micros(now)}
-        cancelled = sql.rows("job_cancel_dependents", args) if failed else []
+        cancelled = []
+        if failed:  # two statements change the dependents: both modes locked first, at once
+            sql.hold_dependents(sql.ids(list(level)))
+            args = {"ids": sql.ids(failed), "now": to_micros(now)}
+            cancelled = sql.rows("job_cancel_dependents", args)
         args = {"ids": sql.ids(list(level)), "now": to_micros(now)}
         rows = sql.rows("job_release_dependents", args)
         ready = [int(r["id"]) for r in rows if r["status"] == JobStatus.PENDING.value]
@@ -225,6 +231,16 @@ def _job(sql: WorkflowSql, job_id: int) -> Job | None:
 # -- a redrive --------------------------------------------------------------------
 
 
+def requeue(sql: WorkflowSql, job_id: int, actor: str, now: datetime) -> Job:
+    """An admin's redrive of one failed or cancelled job, and of what its end moved. The
+    job is locked with the dependencies the redrive reads, in one statement and in id
+    order, before it changes: two redrives of a job's dependencies then take turns,
+    where each locking its own job first could hold one that the other waits for."""
+    sql.hold_dependencies(sql.ids([job_id]))
+    job = transition(sql, "job_requeue", job_id, actor, now, EventKind.REQUEUED)
+    return redrive(sql, [job], actor, now)[0]
+
+
 def redrive(sql: WorkflowSql, requeued: Sequence[Job], actor: str, now: datetime) -> list[Job]:
     """After ``requeued`` jobs went back from failed or cancelled: the jobs their failure
     cancelled wait again, recursively (event ``requeued``), unless another dependency of
@@ -238,8 +254,8 @@ def redrive(sql: WorkflowSql, requeued: Sequence[Job], actor: str, now: datetime
     while level:
         ids = sql.ids(level)
         args = {"ids": ids, "now": to_micros(now)}
-        sql.hold_dependencies(ids)
-        back = _reinstated(sql, args)
+        sql.hold_dependencies(ids)  # at a requeue's first level, held already: nothing new
+        back = sql.rows("job_reinstate_dependents", args)
         sql.run("job_cancel_moved", {"ids": ids})
         _record_each(sql, [int(r["id"]) for r in back], _BACK, actor, now)
         again = sql.rows("job_rewait_dependents", args)
@@ -253,17 +269,6 @@ def redrive(sql: WorkflowSql, requeued: Sequence[Job], actor: str, now: datetime
     ready = {job.id: job for job in map(job_from_row, rows)}
     _record_each(sql, list(ready), _READY, ACTOR, now)
     return [ready.get(job.id, job) for job in requeued]
-
-
-def _reinstated(sql: WorkflowSql, args: dict[str, Any]) -> list[Row]:
-    """The jobs the failure of jobs of ``args["ids"]`` cancelled, brought back to wait.
-    Their other dependencies may be among them (c waits for a and for b, b for a): one
-    is back once none of its dependencies is failed or cancelled, so each pass may bring
-    back more, until one brings back none."""
-    back: list[Row] = []
-    while rows := sql.rows("job_reinstate_dependents", args):
-        back += rows
-    return back
 
 
 # The moves a redrive records, each an event kind and the statuses it goes between.

@@ -778,22 +778,25 @@ RETURNING jobs.*;
 -- name: job_cancel_dependents
 -- The waiting jobs (cancel mode) that depend on a job of %(ids)s, which failed or were
 -- cancelled: cancelled, naming the dependency that did it.
--- They are locked in id order first, as in job_release_dependents.
-WITH f AS MATERIALIZED (
-    SELECT jobs.id, min(d.depends_on_id) AS dependency
-    FROM job_dependencies AS d JOIN jobs ON jobs.id = d.job_id
-    WHERE d.depends_on_id = ANY(%(ids)s::bigint[])
-      AND jobs.status = 'waiting' AND jobs.on_dependency_failure = 'cancel'
-    GROUP BY jobs.id),
-locked AS MATERIALIZED (
-    SELECT jobs.id FROM jobs WHERE jobs.id IN (SELECT id FROM f)
-    ORDER BY jobs.id FOR NO KEY UPDATE)
+-- job_dependents_hold locked them first.
 UPDATE jobs
 SET status = 'cancelled', cancelled_by = f.dependency, updated_at = %(now)s::bigint
-FROM f
-WHERE jobs.id = f.id AND jobs.id IN (SELECT id FROM locked)
-  AND jobs.status = 'waiting' AND jobs.on_dependency_failure = 'cancel'
+FROM (SELECT d.job_id, min(d.depends_on_id) AS dependency FROM job_dependencies AS d
+      WHERE d.depends_on_id = ANY(%(ids)s::bigint[])
+      GROUP BY d.job_id) AS f
+WHERE jobs.id = f.job_id AND jobs.status = 'waiting' AND jobs.on_dependency_failure = 'cancel'
 RETURNING jobs.id, jobs.status, jobs.has_dependents, jobs.cancelled_by;
+
+-- name: job_dependents_hold
+-- The waiting jobs that depend on jobs of %(ids)s, locked in id order, before a level
+-- with a failure changes them in two statements (job_cancel_dependents, then
+-- job_release_dependents): each locking its own rows, they would take a cancel-mode
+-- job before a run-mode one of a lower id, which a completion takes the other way round.
+SELECT id FROM jobs
+WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id = ANY(%(ids)s::bigint[]))
+  AND status = 'waiting'
+ORDER BY id
+FOR NO KEY UPDATE;
 
 -- name: job_release_dependents
 -- The waiting jobs that depend on jobs of %(ids)s, which just ended: each counts those
@@ -822,17 +825,29 @@ WHERE jobs.id = e.job_id AND jobs.id IN (SELECT id FROM locked) AND jobs.status 
 RETURNING jobs.id, jobs.status;
 
 -- name: job_reinstate_dependents
--- A redrive of jobs of %(ids)s: the jobs their failure cancelled wait again (job_recount
--- then counts what they wait for), unless another of their dependencies failed or was
--- cancelled (job_cancel_moved). As a redriven job (job_requeue), it comes back without
--- holding its unique key: another job may hold it by now.
+-- A redrive of jobs of %(ids)s: the jobs their failure cancelled (the candidates) wait
+-- again (job_recount then counts what they wait for), unless a dependency of theirs that
+-- is no candidate failed or was cancelled (job_cancel_moved), or they wait, in turn, for
+-- a candidate kept so. Candidates may wait for each other (c for a and b, b for a): they
+-- come back together, in this one statement, however long their chain. As a redriven job
+-- (job_requeue), each comes back without holding its unique key: another job may hold it
+-- by now.
+WITH RECURSIVE candidate AS MATERIALIZED (
+    SELECT id FROM jobs
+    WHERE id IN (SELECT job_id FROM job_dependencies
+                 WHERE depends_on_id = ANY(%(ids)s::bigint[]))
+      AND status = 'cancelled' AND cancelled_by = ANY(%(ids)s::bigint[])),
+kept (id) AS (
+    SELECT c.id FROM candidate AS c
+    JOIN job_dependencies AS d ON d.job_id = c.id JOIN jobs AS dep ON dep.id = d.depends_on_id
+    WHERE dep.status IN ('failed', 'cancelled') AND dep.id NOT IN (SELECT id FROM candidate)
+    UNION
+    SELECT d.job_id FROM kept JOIN job_dependencies AS d ON d.depends_on_id = kept.id
+    WHERE d.job_id IN (SELECT id FROM candidate))
 UPDATE jobs
 SET status = 'waiting', cancelled_by = NULL, unique_hold = NULL, updated_at = %(now)s::bigint
-WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id = ANY(%(ids)s::bigint[]))
-  AND status = 'cancelled' AND cancelled_by = ANY(%(ids)s::bigint[])
-  AND NOT EXISTS (
-      SELECT 1 FROM job_dependencies AS d JOIN jobs AS dep ON dep.id = d.depends_on_id
-      WHERE d.job_id = jobs.id AND dep.status IN ('failed', 'cancelled'))
+WHERE id IN (SELECT id FROM candidate) AND id NOT IN (SELECT id FROM kept)
+  AND status = 'cancelled'
 RETURNING id, status, has_dependents;
 
 -- name: job_rewait_dependents
@@ -848,21 +863,30 @@ RETURNING id;
 
 -- name: job_redrive_hold
 -- A redrive of jobs of %(ids)s, before it reads how the dependencies of the jobs it may
--- move stand: those dependencies locked against a change on another node, in id order.
--- A dependency that ends (or is redriven) there meanwhile either changed first, and the
--- redrive's next statements read it as it is now, or waits for the redrive to commit and
--- then finds the jobs it moved (cancels a job brought back, counts off its end).
+-- move stand: those jobs' dependencies that may still change (not completed), the
+-- redriven jobs' own and the redriven jobs themselves, locked in id order. A
+-- dependency that ends or is redriven on another node meanwhile either changed first,
+-- and the redrive's next statements read it as it is now, or waits for the redrive to
+-- commit and then finds the jobs it moved (cancels a job brought back, counts off its
+-- end). Each part is found through an index: the redriven jobs' dependents through
+-- job_dependencies_dependency, every job's dependencies through the table's key.
 SELECT id FROM jobs
 WHERE id IN (
-    SELECT d.depends_on_id FROM job_dependencies AS d JOIN jobs AS j ON j.id = d.job_id
-    WHERE d.job_id = ANY(%(ids)s::bigint[])
-       OR (d.job_id IN (SELECT job_id FROM job_dependencies
-                        WHERE depends_on_id = ANY(%(ids)s::bigint[]))
-           AND (j.status = 'waiting'
-                OR (j.status = 'pending' AND j.on_dependency_failure = 'run')
-                OR (j.status = 'cancelled' AND j.cancelled_by = ANY(%(ids)s::bigint[])))))
+        SELECT unnest(%(ids)s::bigint[])
+        UNION
+        SELECT depends_on_id FROM job_dependencies WHERE job_id = ANY(%(ids)s::bigint[])
+        UNION
+        SELECT d.depends_on_id
+        FROM job_dependencies AS moved
+        JOIN jobs AS j ON j.id = moved.job_id
+        JOIN job_dependencies AS d ON d.job_id = moved.job_id
+        WHERE moved.depends_on_id = ANY(%(ids)s::bigint[])
+          AND (j.status = 'waiting'
+               OR (j.status = 'pending' AND j.on_dependency_failure = 'run')
+               OR (j.status = 'cancelled' AND j.cancelled_by = ANY(%(ids)s::bigint[]))))
+  AND status <> 'completed'
 ORDER BY id
-FOR SHARE;
+FOR NO KEY UPDATE;
 
 -- name: job_cancel_moved
 -- The jobs a redriven job's failure cancelled that another failed dependency still

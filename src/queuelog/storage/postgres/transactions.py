@@ -182,6 +182,9 @@ class _Sql:
     def hold_dependencies(self, ids: list[int]) -> None:
         self._conn.execute(Q["job_redrive_hold"], {"ids": ids})
 
+    def hold_dependents(self, ids: list[int]) -> None:
+        self._conn.execute(Q["job_dependents_hold"], {"ids": ids})
+
 
 def claim(conn: Conn, params: ClaimParams) -> list[Job]:
     if params.retry_at is not None:
@@ -328,8 +331,7 @@ def cancel(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:
 
 
 def requeue(conn: Conn, job_id: int, actor: str, now: datetime) -> Job:
-    job = workflows.transition(_Sql(conn), "job_requeue", job_id, actor, now, EventKind.REQUEUED)
-    job = workflows.redrive(_Sql(conn), [job], actor, now)[0]
+    job = workflows.requeue(_Sql(conn), job_id, actor, now)
     _notify_ready(conn)
     return job
 

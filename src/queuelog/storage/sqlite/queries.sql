@@ -671,17 +671,28 @@ WHERE jobs.id IN (SELECT job_id FROM job_dependencies
 RETURNING jobs.id, jobs.status;
 
 -- name: job_reinstate_dependents
--- A redrive of jobs of :ids: the jobs their failure cancelled wait again (job_recount
--- then counts what they wait for), unless another of their dependencies failed or was
--- cancelled (job_cancel_moved). As a redriven job (job_requeue), it comes back without
--- holding its unique key: another job may hold it by now.
+-- A redrive of jobs of :ids: the jobs their failure cancelled (the candidates) wait
+-- again (job_recount then counts what they wait for), unless a dependency of theirs that
+-- is no candidate failed or was cancelled (job_cancel_moved), or they wait, in turn, for
+-- a candidate kept so. Candidates may wait for each other (c for a and b, b for a): they
+-- come back together, in this one statement, however long their chain. As a redriven job
+-- (job_requeue), each comes back without holding its unique key: another job may hold it
+-- by now.
+WITH RECURSIVE candidate (id) AS MATERIALIZED (
+    SELECT id FROM jobs
+    WHERE id IN (SELECT job_id FROM job_dependencies
+                 WHERE depends_on_id IN (SELECT value FROM json_each(:ids)))
+      AND +status = 'cancelled' AND cancelled_by IN (SELECT value FROM json_each(:ids))),
+kept (id) AS (
+    SELECT c.id FROM candidate AS c
+    JOIN job_dependencies AS d ON d.job_id = c.id JOIN jobs AS dep ON dep.id = d.depends_on_id
+    WHERE +dep.status IN ('failed', 'cancelled') AND dep.id NOT IN candidate
+    UNION
+    SELECT d.job_id FROM kept JOIN job_dependencies AS d ON d.depends_on_id = kept.id
+    WHERE d.job_id IN candidate)
 UPDATE jobs
 SET status = 'waiting', cancelled_by = NULL, unique_hold = NULL, updated_at = :now
-WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id IN (SELECT value FROM json_each(:ids)))
-  AND +status = 'cancelled' AND cancelled_by IN (SELECT value FROM json_each(:ids))
-  AND NOT EXISTS (
-      SELECT 1 FROM job_dependencies AS d JOIN jobs AS dep ON dep.id = d.depends_on_id
-      WHERE d.job_id = jobs.id AND dep.status IN ('failed', 'cancelled'))
+WHERE id IN candidate AND id NOT IN kept AND +status = 'cancelled'
 RETURNING id, status, has_dependents;
 
 -- name: job_rewait_dependents

@@ -160,6 +160,9 @@ class _Sql:
     def hold_dependencies(self, ids: str) -> None:
         """Nothing to take: no other writer can change a dependency meanwhile."""
 
+    def hold_dependents(self, ids: str) -> None:
+        """Nothing to take, as for ``hold_dependencies``."""
+
 
 def claim(conn: sqlite3.Connection, params: ClaimParams) -> tuple[list[Job], list[Job], Released]:
     """Claim up to ``params.limit`` ready jobs, in claim order, within the types' limits;
@@ -219,8 +222,7 @@ def cancel(
 
 
 def requeue(conn: sqlite3.Connection, job_id: int, actor: str, now: datetime) -> Job:
-    job = workflows.transition(_Sql(conn), "job_requeue", job_id, actor, now, EventKind.REQUEUED)
-    return workflows.redrive(_Sql(conn), [job], actor, now)[0]
+    return workflows.requeue(_Sql(conn), job_id, actor, now)
 
 
 def requeue_failed(
