@@ -690,3 +690,25 @@ def test_a_database_that_never_answers_is_one_error_in_libpq_s_words(
     assert 'database "queuelog_no_such_database" does not exist' in str(refused.value)
     assert "\n" not in str(refused.value)
     assert not [r for r in caplog.records if r.name.startswith("psycopg")]
+
+
+def test_hardening_41_statements_prepared_before_another_node_migrated_are_prepared_anew(
+    schema: str,
+) -> None:
+    """A node that migrates as it starts may add a column while others serve: their
+    statements prepared before (psycopg prepares one on its fifth run) then fail with
+    "cached plan must not change result type", which must not answer a request 500."""
+    store = PostgresStorage(schema, pool_size=1)
+    try:
+        ((job, _),) = run_blocking(store.job_insert_many([new_job()], T0))
+        for _ in range(6):
+            run_blocking(store.job_get(job.id))
+            run_blocking(store.job_insert_many([new_job()], T0))
+        with psycopg.connect(schema, autocommit=True) as conn:
+            conn.execute("ALTER TABLE jobs ADD COLUMN from_a_later_version integer")
+        got = run_blocking(store.job_get(job.id))
+        assert got is not None and got.id == job.id
+        ((made, created),) = run_blocking(store.job_insert_many([new_job()], T0))
+        assert created and made.status is JobStatus.PENDING
+    finally:
+        store.close()

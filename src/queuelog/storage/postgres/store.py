@@ -150,7 +150,8 @@ class PostgresStorage(SqlReads):
                 if attempt == 1:
                     raise self._refused(exc) from None
             except _FAULTS as exc:
-                raise self._refused(exc) from None
+                if attempt == 1 or not self._stale_plans(exc):
+                    raise self._refused(exc) from None
         raise AssertionError("unreachable")
 
     async def _write(self, operation: Callable[[Conn], T], alone: bool = False) -> T:
@@ -174,8 +175,22 @@ class PostgresStorage(SqlReads):
                     refused = StorageUnavailable(_CONTENTION, reason="contention")
                     raise self.health.contended(refused) from None
             except _FAULTS as exc:
-                raise self._refused(exc) from None
+                if attempt == _RETRIES - 1 or not self._stale_plans(exc):
+                    raise self._refused(exc) from None
         raise AssertionError("unreachable")
+
+    def _stale_plans(self, exc: Exception) -> bool:
+        """Whether ``exc`` says that a statement the connection prepared reads tables
+        that changed since (another node migrated as it started: a column added). The
+        statement failed, so nothing was done; the pool's connections are replaced, so
+        that the request, sent again, prepares its statements anew."""
+        stale = isinstance(exc, pg_errors.FeatureNotSupported) and (
+            exc.diag.source_function == "RevalidateCachedQuery"
+        )
+        if stale:
+            _LOG.warning("statements prepared before a change of the tables: reconnecting")
+            self._pool.drain()
+        return stale
 
     def _transaction(self, operation: Callable[[Conn], T], alone: bool) -> T:
         """Run ``operation`` in one transaction. While writes are refused for a fault,
