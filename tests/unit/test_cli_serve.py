@@ -7,18 +7,21 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from contextlib import ExitStack, closing
 from pathlib import Path
 
+import psycopg
 import pytest
 from bench.pg import with_schema
 from click.testing import CliRunner
 
 from queuelog.cli import main
-from tests.postgres import postgres_url
+from tests.postgres import fresh_schema, postgres_url
 from tests.realserver import QUEUELOG, wait_until
 
 
@@ -139,6 +142,41 @@ def test_a_postgresql_schema_that_does_not_exist_is_one_line_saying_so(
         "(the URL's options, else the server's default) names none that exists "
         "(CREATE SCHEMA it first)"
     )
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_database_a_newer_version_migrated_stops_migrate_serve_and_keys(
+    tmp_path: Path, backend: str
+) -> None:
+    """An older version on a newer one's tables could misread them, or undo their rules
+    (an older pruner deletes jobs without what a newer one keeps beside them)."""
+    with ExitStack() as stack:
+        if backend == "sqlite":
+            url = f"sqlite:///{tmp_path / 'q.db'}"
+        else:
+            url = stack.enter_context(fresh_schema())
+        config = tmp_path / "q.toml"
+        config.write_text(f'database = "{url}"\n')
+        assert CliRunner().invoke(main, ["migrate", "--config", str(config)]).exit_code == 0
+        _record_migration(url, 9999)
+        for command in (["migrate"], ["keys", "list"], ["serve", "--port", "0"]):
+            result = CliRunner().invoke(main, [*command, "--config", str(config)])
+            assert result.exit_code == 1, command
+            (line,) = result.output.strip().splitlines()
+            assert line.startswith(
+                "Error: cannot open the database: the database was migrated by a newer "
+                "queuelog (migration 9999; this one knows up to "
+            ), line
+
+
+def _record_migration(url: str, version: int) -> None:
+    insert = f"INSERT INTO schema_migrations (version) VALUES ({int(version)})"
+    if url.startswith("sqlite:///"):
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
+            conn.execute(insert)
+    else:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(insert)
 
 
 @pytest.mark.parametrize("command", [["migrate"], ["serve", "--port", "0"]])

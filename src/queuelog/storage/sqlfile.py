@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Sequence
 from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
@@ -29,3 +30,16 @@ def load_migrations(package: str) -> list[tuple[int, str]]:
         if match:
             found.append((int(match.group(1)), entry.read_text(encoding="utf-8")))
     return sorted(found)
+
+
+def refuse_newer(done: Collection[int], migrations: Sequence[tuple[int, str]]) -> None:
+    """ValueError when the database holds a migration this version does not know: a
+    newer version made it, and this one could misread its tables or undo its rules
+    (an older pruner, say, deletes jobs without what a newer one keeps beside them)."""
+    newest = max(done, default=0)
+    known = max((version for version, _ in migrations), default=0)
+    if newest > known:
+        raise ValueError(
+            f"the database was migrated by a newer queuelog (migration {newest:04d}; this "
+            f"one knows up to {known:04d}): run that version, or a newer one"
+        )

@@ -31,7 +31,7 @@ from queuelog.storage.rows import (
     json_param,
     match_inserted,
 )
-from queuelog.storage.sqlfile import load_migrations, load_queries
+from queuelog.storage.sqlfile import load_migrations, load_queries, refuse_newer
 from queuelog.storage.unique import insert_each, insert_one
 from queuelog.storage.workflows import Released
 
@@ -87,7 +87,9 @@ def apply_migrations(conn: Conn) -> None:
     conn.execute(Q["migrate_lock"])
     conn.execute(Q["migrations_table"])
     done = {r["version"] for r in conn.execute(Q["migrations_done"])}
-    for version, sql in load_migrations(PACKAGE):
+    migrations = load_migrations(PACKAGE)
+    refuse_newer(done, migrations)
+    for version, sql in migrations:
         if version not in done:
             conn.execute(sql)  # no parameters: sent as is, several statements
             conn.execute(Q["migration_record"], {"version": version})

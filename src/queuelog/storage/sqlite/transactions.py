@@ -24,7 +24,7 @@ from queuelog.storage.rows import (
     keyed_job,
     match_inserted,
 )
-from queuelog.storage.sqlfile import load_migrations, load_queries
+from queuelog.storage.sqlfile import load_migrations, load_queries, refuse_newer
 from queuelog.storage.unique import insert_each
 from queuelog.storage.workflows import Released
 
@@ -40,7 +40,9 @@ def types_json(types: Sequence[str] | None) -> str | None:
 def apply_migrations(conn: sqlite3.Connection) -> None:
     conn.execute(Q["migrations_table"])
     done = {r[0] for r in conn.execute(Q["migrations_done"])}
-    for version, sql in load_migrations(PACKAGE):
+    migrations = load_migrations(PACKAGE)
+    refuse_newer(done, migrations)
+    for version, sql in migrations:
         if version in done:
             continue
         for statement in _statements(sql):
