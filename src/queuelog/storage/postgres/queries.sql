@@ -805,7 +805,9 @@ FOR NO KEY UPDATE;
 -- on two nodes take the row's lock in turn, so each counts off the other's. The rows
 -- are locked in id order before they are changed: two endings that share dependents
 -- would otherwise lock them in the orders their plans read them (by hash, or where
--- each row lies in the table), each holding one the other waits for.
+-- each row lies in the table), each holding one the other waits for. A row another
+-- ending changed since the statement began is read again as it is now (PostgreSQL
+-- rechecks an updated row), so deps_left counts off from the latest count.
 WITH e AS MATERIALIZED (
     SELECT d.job_id, count(*) AS n FROM job_dependencies AS d
     WHERE d.depends_on_id = ANY(%(ids)s::bigint[])
