@@ -150,7 +150,7 @@ class PostgresStorage(SqlReads):
                 if attempt == 1:
                     raise self._refused(exc) from None
             except _FAULTS as exc:
-                if attempt == 1 or not self._stale_plans(exc):
+                if attempt == 1 or not self._dropped_stale_plans(exc):
                     raise self._refused(exc) from None
         raise AssertionError("unreachable")
 
@@ -175,15 +175,15 @@ class PostgresStorage(SqlReads):
                     refused = StorageUnavailable(_CONTENTION, reason="contention")
                     raise self.health.contended(refused) from None
             except _FAULTS as exc:
-                if attempt == _RETRIES - 1 or not self._stale_plans(exc):
+                if attempt == _RETRIES - 1 or not self._dropped_stale_plans(exc):
                     raise self._refused(exc) from None
         raise AssertionError("unreachable")
 
-    def _stale_plans(self, exc: Exception) -> bool:
-        """Whether ``exc`` says that a statement the connection prepared reads tables
-        that changed since (another node migrated as it started: a column added). The
-        statement failed, so nothing was done; the pool's connections are replaced, so
-        that the request, sent again, prepares its statements anew."""
+    def _dropped_stale_plans(self, exc: Exception) -> bool:
+        """If ``exc`` says that a statement the connection prepared reads tables that
+        changed since (another node migrated as it started: a column added), replace
+        the pool's connections, so that the request, sent again, prepares its statements
+        anew (the statement failed: nothing was done); whether it did."""
         stale = isinstance(exc, pg_errors.FeatureNotSupported) and (
             exc.diag.source_function == "RevalidateCachedQuery"
         )
