@@ -156,13 +156,13 @@ def release(sql: WorkflowSql, ended: Iterable[Job | Row], now: datetime) -> Rele
     level = dict(_endings(ended))
     while level:
         failed = [job_id for job_id, status in level.items() if status in _FAILED]
+        ending = {"ids": sql.ids(list(level)), "now": to_micros(now)}
         cancelled = []
         if failed:  # two statements change the dependents: both modes locked first, at once
-            sql.hold_dependents(sql.ids(list(level)))
+            sql.hold_dependents(ending["ids"])
             args = {"ids": sql.ids(failed), "now": to_micros(now)}
             cancelled = sql.rows("job_cancel_dependents", args)
-        args = {"ids": sql.ids(list(level)), "now": to_micros(now)}
-        rows = sql.rows("job_release_dependents", args)
+        rows = sql.rows("job_release_dependents", ending)
         ready = [int(r["id"]) for r in rows if r["status"] == JobStatus.PENDING.value]
         _record_released(sql, cancelled, ready, level, now)
         released.cancelled += [int(r["id"]) for r in cancelled]
@@ -238,23 +238,28 @@ def requeue(sql: WorkflowSql, job_id: int, actor: str, now: datetime) -> Job:
     where each locking its own job first could hold one that the other waits for."""
     sql.hold_dependencies(sql.ids([job_id]))
     job = transition(sql, "job_requeue", job_id, actor, now, EventKind.REQUEUED)
-    return redrive(sql, [job], actor, now)[0]
+    return redrive(sql, [job], actor, now, held=True)[0]
 
 
-def redrive(sql: WorkflowSql, requeued: Sequence[Job], actor: str, now: datetime) -> list[Job]:
+def redrive(
+    sql: WorkflowSql, requeued: Sequence[Job], actor: str, now: datetime, held: bool = False
+) -> list[Job]:
     """After ``requeued`` jobs went back from failed or cancelled: the jobs their failure
     cancelled wait again, recursively (event ``requeued``), unless another dependency of
     theirs failed too (a redrive of that one brings them back); so do their dependents in
     run mode that their end made pending and that have not run yet, since what they
     waited for runs again. Every waiting job whose dependencies changed counts again what
     it waits for. The requeued jobs as they are then: a job with dependencies waits,
-    unless none is left (then it is ``ready``)."""
+    unless none is left (then it is ``ready``). ``held``: the caller locked what the
+    first level reads already (``hold_dependencies``)."""
     counted = [job.id for job in requeued if job.status is JobStatus.WAITING]
     level = [job.id for job in requeued]
     while level:
         ids = sql.ids(level)
         args = {"ids": ids, "now": to_micros(now)}
-        sql.hold_dependencies(ids)  # at a requeue's first level, held already: nothing new
+        if not held:
+            sql.hold_dependencies(ids)
+        held = False  # the next level's jobs are locked by its own hold
         back = sql.rows("job_reinstate_dependents", args)
         sql.run("job_cancel_moved", {"ids": ids})
         _record_each(sql, [int(r["id"]) for r in back], _BACK, actor, now)
