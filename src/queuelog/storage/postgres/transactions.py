@@ -356,7 +356,7 @@ def prune(conn: Conn, cutoffs: Mapping[JobStatus, datetime], limit: int) -> int:
     if ids:
         conn.execute(Q["job_events_delete"], {"ids": ids})
         conn.execute(Q["job_dependencies_delete"], {"ids": ids})
-        conn.execute(Q["job_idempotency_keys_delete"], {"ids": ids})
+        # The jobs_pruned trigger deletes the idempotency keys naming them (0016).
         conn.execute(Q["job_delete"], {"ids": ids})
     return len(ids)
 

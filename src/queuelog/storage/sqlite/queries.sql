@@ -322,9 +322,6 @@ DELETE FROM job_events WHERE job_id = :id;
 -- name: job_dependencies_delete
 DELETE FROM job_dependencies WHERE job_id = :id;
 
--- name: job_idempotency_keys_delete
-DELETE FROM idempotency_keys WHERE job_id = :id;
-
 -- name: job_counts
 SELECT status, type, count(*) AS n FROM jobs GROUP BY status, type;
 

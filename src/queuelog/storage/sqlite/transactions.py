@@ -261,7 +261,7 @@ def prune(conn: sqlite3.Connection, cutoffs: Mapping[JobStatus, datetime], limit
         ids += [{"id": r["id"]} for r in conn.execute(Q["job_prunable"], args)]
     conn.executemany(Q["job_events_delete"], ids)
     conn.executemany(Q["job_dependencies_delete"], ids)
-    conn.executemany(Q["job_idempotency_keys_delete"], ids)
+    # The jobs_pruned trigger deletes the idempotency keys naming them (0016).
     conn.executemany(Q["job_delete"], ids)
     return len(ids)
 
