@@ -28,6 +28,7 @@ from queuelog.cli_output import (
     one_line,
     reported,
     shown,
+    shown_json,
 )
 from queuelog.client import Client, Job, JobTimeout, Worker
 from queuelog.client.calls import EnqueueOptions
@@ -339,7 +340,7 @@ def await_job(client: Client, job_id: int, timeout: float | None, as_json: bool)
     if as_json:
         print_json(job)
     elif job.status is JobStatus.COMPLETED:
-        click.echo(json.dumps(job.result, ensure_ascii=False))
+        click.echo(shown_json(job.result))
     if job.status is not JobStatus.COMPLETED:
         reason = f": {shown(job.error)}" if job.error else ""
         raise Refused(one_line(f"job {job_id} {job.status.value}{reason}"))

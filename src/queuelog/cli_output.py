@@ -3,10 +3,12 @@ line with the exit code the commands document."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import click
 from rich.text import Text
@@ -59,6 +61,13 @@ _CONTROL = re.compile(f"[\x00-\x09\x0b-\x1f{HIDDEN_CHARACTERS}]")
 def shown(value: object) -> str:
     """A value from the server as text safe to print: control characters removed."""
     return _CONTROL.sub("", str(value))
+
+
+def shown_json(value: Any) -> str:
+    """``value`` as JSON text safe to print and still the same data: what ``shown``
+    would remove is written as a JSON escape (only a string can hold it)."""
+    text = json.dumps(value, ensure_ascii=False)
+    return _CONTROL.sub(lambda found: f"\\u{ord(found[0]):04x}", text)
 
 
 def one_line(text: str) -> str:

@@ -20,7 +20,7 @@ from click.core import ParameterSource
 
 from queuelog.cli_output import one_line
 from queuelog.extras import installed
-from queuelog.models import PRIORITY_LABELS, Priority, Role
+from queuelog.models import MAX_ID, PRIORITY_LABELS, Priority, Role
 
 if TYPE_CHECKING:
     from queuelog.config import Settings
@@ -312,7 +312,7 @@ def keys_list(config_path: str | None, as_json: bool) -> None:
 
 @keys.command("revoke")
 @config_option
-@click.argument("key_id", type=int)
+@click.argument("key_id", type=click.IntRange(1, MAX_ID))
 def keys_revoke(config_path: str | None, key_id: int) -> None:
     """Revoke a key by id; running servers refuse it within a second (a revoke through
     the API counts at once on the node that takes it)."""

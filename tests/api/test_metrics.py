@@ -43,6 +43,22 @@ def test_requests_are_counted_by_method_route_template_and_status(
     assert _value(samples, total, method="GET", route="unmatched", status="404") == 1
 
 
+def test_hardening_45_an_unusual_method_is_one_label_whoever_sends_it(
+    admin: Api,
+) -> None:
+    """Anyone, without a key, may send any method the HTTP parser reads: unusual ones
+    count under one label, so they cannot add series without end."""
+    odd = ["PROPFIND", "MKCALENDAR", "M-SEARCH", "PURGE", "LOCK", "TRACE", "PATCH"]
+    anonymous = Api(admin.client, None)
+    for method in odd:
+        assert anonymous.request(method, "/jobs").status_code in {401, 405}
+    samples = _samples(admin)
+    methods = {s.labels["method"] for s in samples if s.name == "queuelog_http_requests_total"}
+    assert methods <= {"GET", "POST", "PATCH", "other"}
+    total = "queuelog_http_requests_total"
+    assert _value(samples, total, method="other", route="/jobs", status="405") == len(odd) - 1
+
+
 def test_latency_is_a_histogram_on_prometheus_client_s_default_buckets(
     producer: Api, admin: Api
 ) -> None:

@@ -83,3 +83,24 @@ def test_enqueue_takes_a_unique_key(real_server: RealServer) -> None:
     assert first["unique_key"] == "cli-unique"
     bad = cli(real_server, "shop", "enqueue", "--from-file", "-", "--unique-key", "k")
     assert bad.returncode == 2
+
+
+def test_hardening_43_a_result_s_terminal_controls_are_printed_as_json_escapes(
+    real_server: RealServer,
+) -> None:
+    """A worker's result may hold what a terminal acts on (a lone CSI, a bidirectional
+    override): `jobs wait` and `enqueue --wait` print them as JSON escapes, so the
+    terminal shows them and the printed JSON is still the result."""
+    result = {"v": "\x9b2J\x1b[31mowned", "f": "invoice\u202egnp.exe", "name": "Zoë"}
+    for args in (("enqueue", "send_email", '{"to": "x@y.z"}', "--wait", "60"), None):
+        if args is None:
+            with Client(real_server.url, real_server.keys["shop"]) as shop:
+                job = shop.enqueue("send_email", {"to": "a@b.c"})
+            args = ("jobs", "wait", str(job.id), "--timeout", "60")
+        completing = _complete_next(real_server, result)
+        done = cli(real_server, "shop", *args)
+        completing.join(timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == result
+        assert not {"\x9b", "\x1b", "\u202e"} & set(done.stdout)
+        assert "Zoë" in done.stdout

@@ -114,6 +114,21 @@ def test_keys_create_takes_a_priority_label_in_any_case_as_the_api_does(tmp_path
     assert [key["max_priority"] for key in json.loads(listed.output)["keys"]] == ["high"]
 
 
+@pytest.mark.parametrize("key_id", ["0", "-1", "9223372036854775808", "1e3"])
+def test_hardening_44_keys_revoke_refuses_an_id_no_key_can_have_in_one_line(
+    tmp_path: Path, key_id: str
+) -> None:
+    """Ids are 1 to 2^63-1, as in the API: another is a usage error (exit 2), never a
+    trace from the database's integer conversion."""
+    config = tmp_path / "q.toml"
+    config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n')
+    assert CliRunner().invoke(main, ["migrate", "--config", str(config)]).exit_code == 0
+    result = CliRunner().invoke(main, ["keys", "revoke", "--config", str(config), "--", key_id])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "Error: Invalid value for 'KEY_ID'" in result.output.strip().splitlines()[-1]
+
+
 @pytest.mark.parametrize("password", ["s3cr%et", "top secret", "s3cr@t", "s3cr/et"])
 def test_hardening_22_a_postgresql_url_libpq_cannot_read_is_one_line_without_its_password(
     tmp_path: Path, password: str

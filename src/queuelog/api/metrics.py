@@ -18,6 +18,10 @@ from queuelog.service import JobService
 from queuelog.storage.health import StorageHealth
 from queuelog.wakeup import Finishes
 
+# The methods kept as the label: those an HTTP API's clients send (the routes serve GET,
+# HEAD, POST and DELETE; the others are counted as the 405s they are).
+_ROUTED_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
 
 class _JobsCollector:
     """Jobs by status and type, as counted by the scrape that asked for them (the count
@@ -156,7 +160,10 @@ class Metrics:
         return generate_latest(self.registry)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        """Count one request and record its latency."""
+        """Count one request and record its latency. Any other method than those kept is
+        labelled ``other``: anyone, without a key, chooses the method, and each new
+        label would be new series on every scrape for the life of the process."""
+        method = method if method in _ROUTED_METHODS else "other"
         self._requests.labels(method, route, str(status)).inc()
         self._latency.labels(method, route).observe(seconds)
 
