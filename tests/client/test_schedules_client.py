@@ -112,3 +112,21 @@ def test_the_schedules_command(real_server: RealServer) -> None:
     (line,) = bad.stderr.strip().splitlines()
     assert line.startswith("Error: cannot create schedule cli-bad: ") and "; cron: " in line
     assert cli(real_server, "list", "--json").stdout.count("cli-bad") == 0
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_hardening_47_a_dot_segment_name_is_a_schedule_that_is_not_there(
+    real_server: RealServer, name: str
+) -> None:
+    """A name no schedule can have, made only of dots, is not resolved away on its way
+    (``/schedules/./pause`` would be ``/schedules/pause``, another route's 405): the
+    schedule is not found, as the SDK and the CLI say of any other name."""
+    with Client(real_server.url, real_server.keys["root"]) as root:
+        for verb in (root.get_schedule, root.pause_schedule, root.trigger_schedule):
+            with pytest.raises(NotFound):
+                verb(name)
+        with pytest.raises(NotFound):
+            root.resume_type(name)
+    for command in ("pause", "resume", "trigger"):
+        done = cli(real_server, command, name)
+        assert done.returncode == 1, (command, done.stderr)

@@ -116,8 +116,10 @@ def trigger_schedule(name: str) -> Call[Job]:
 
 
 def _segment(name: str) -> str:
-    """``name`` as one path segment."""
-    return quote(name, safe="")
+    """``name`` as one path segment. A dot segment's dots are percent-encoded too: sent as
+    they are, they would be resolved away (``/schedules/./pause`` is ``/schedules/pause``)
+    and the answer would be another route's."""
+    return "%2E" * len(name) if name in {".", ".."} else quote(name, safe="")
 
 
 def list_types() -> Call[list[JobType]]:
