@@ -169,6 +169,8 @@ class JobEvent:
     to_status: JobStatus
     actor: str
     detail: str | None = None
+    # Where the event is in the stored history (a page's cursor): not what it says.
+    id: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

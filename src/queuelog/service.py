@@ -135,9 +135,18 @@ class JobService:
             raise NotFound("No such job")
         return job
 
-    async def events(self, caller: ApiKey, job_id: int) -> list[JobEvent]:
+    async def events(
+        self, caller: ApiKey, job_id: int, limit: int, cursor: str | None = None
+    ) -> tuple[list[JobEvent], str | None]:
+        """A page of a job's history, oldest first, after the event ``cursor`` names."""
         await self.get(caller, job_id)
-        return await self.storage.job_events(job_id)
+        after = decode_cursor(cursor) if cursor else 0
+        events = await self.storage.job_events(job_id, after, limit + 1)
+        if len(events) <= limit:
+            return events, None
+        last = events[limit - 1].id
+        assert last is not None  # read from the store: every event there has its id
+        return events[:limit], encode_cursor(last)
 
     async def dependencies(self, caller: ApiKey, job_id: int) -> list[Job]:
         """A job's dependencies, for whoever sees the job (the worker holding it too)."""

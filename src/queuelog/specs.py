@@ -122,8 +122,9 @@ def stored_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-# A page's cursor is the id of its last job, in decimal: the next page holds the older
-# jobs (lower ids). Any id may be one, up to MAX_ID (19 digits; more is 422 unread).
+# A page's cursor is the id of its last row, in decimal: the next page of jobs holds the
+# older jobs (lower ids), of a job's events the later events. Any id may be one, up to
+# MAX_ID (19 digits; more is 422 unread).
 CURSOR_PATTERN = r"^[1-9][0-9]{0,18}$"
 # A job type named in a list filter: no control characters, which no configured type
 # has and PostgreSQL cannot compare (a NUL).

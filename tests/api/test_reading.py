@@ -84,6 +84,57 @@ def test_events_record_the_history_oldest_first(producer: Api, worker: Api) -> N
     ]
 
 
+def replaced(producer: Api, times: int) -> int:
+    """A job whose history is its enqueue and ``times`` replacements (batches of 500)."""
+    item = {"type": "noop", "unique_key": "u", "on_duplicate": "replace"}
+    items = [{**item, "payload": {"n": n}} for n in range(times + 1)]
+    made = set()
+    for start in range(0, len(items), 500):
+        answered = producer.post("/jobs/batch", json={"jobs": items[start : start + 500]})
+        assert answered.status_code == 200, answered.text
+        made |= {each["job"]["id"] for each in answered.json()["jobs"]}
+    (job_id,) = made
+    return int(job_id)
+
+
+def test_hardening_46_a_job_s_history_is_read_in_pages_of_500_at_most(producer: Api) -> None:
+    """A history has no bound (each replace, release or retry adds to it): it is read a
+    page at a time, each page's next_cursor leading to the next, none left out or read
+    twice; a page holds 500 events unless asked for fewer."""
+    job_id = replaced(producer, 501)
+    first = producer.get(f"/jobs/{job_id}/events").json()
+    assert len(first["events"]) == 500 and first["next_cursor"] is not None
+    rest = producer.get(f"/jobs/{job_id}/events", params={"cursor": first["next_cursor"]})
+    assert [e["event"] for e in rest.json()["events"]] == ["replaced"] * 2
+    assert rest.json()["next_cursor"] is None
+    pages, cursor, seen = 0, None, []
+    while pages < 200:  # bounded: 502 events in pages of 7 are 72
+        params = {"limit": 7, **({"cursor": cursor} if cursor else {})}
+        page = producer.get(f"/jobs/{job_id}/events", params=params).json()
+        seen += page["events"]
+        pages, cursor = pages + 1, page["next_cursor"]
+        if cursor is None:
+            break
+    assert pages == 72 and seen == first["events"] + rest.json()["events"]
+    assert [e["event"] for e in seen] == ["enqueued"] + ["replaced"] * 501
+
+
+def test_events_with_a_bad_limit_or_cursor_are_422_and_of_another_s_job_404(
+    producer: Api, as_key: Callable[..., Api]
+) -> None:
+    job_id = enqueue(producer)["id"]
+    for params in ({"limit": 0}, {"limit": 501}, {"cursor": "0"}, {"cursor": "x1"}):
+        answered = producer.get(f"/jobs/{job_id}/events", params=params)
+        assert answered.status_code == 422, params
+        assert answered.json()["type"] == "validation"
+    beyond = producer.get(f"/jobs/{job_id}/events", params={"cursor": str(2**63)})
+    assert beyond.status_code == 422
+    other = as_key("other-shop", "producer")
+    assert other.get(f"/jobs/{job_id}/events").status_code == 404
+    last = producer.get(f"/jobs/{job_id}/events", params={"cursor": str(2**63 - 1)})
+    assert last.json() == {"events": [], "next_cursor": None}
+
+
 def test_owner_cancels_a_pending_job(producer: Api) -> None:
     job = enqueue(producer)
     response = producer.post(f"/jobs/{job['id']}/cancel")

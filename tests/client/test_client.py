@@ -17,6 +17,7 @@ from queuelog.client import (
     ServerError,
     ServerUnavailable,
     Worker,
+    enqueue_body,
 )
 from queuelog.client.errors import BodyTooLarge
 from queuelog.client.running import Running
@@ -52,6 +53,27 @@ def test_enqueue_get_and_events_return_typed_values(real_server: RealServer) -> 
         assert shop.get(job.id) == job
         (event,) = shop.events(job)
         assert event.event == "enqueued" and event.to_status is JobStatus.PENDING
+
+
+def test_events_reads_every_page_of_a_long_history_sync_and_async(
+    real_server: RealServer,
+) -> None:
+    """A history of more events than a page holds (500) comes back whole, in order."""
+    with client(real_server, "shop") as shop:
+        made = shop.enqueue_many(
+            enqueue_body("noop", {"n": n}, unique_key="long", on_duplicate="replace")
+            for n in range(500)
+        )
+        job = made[0].job
+        shop.enqueue("noop", {"n": 500}, unique_key="long", on_duplicate="replace")
+        history = [e.event for e in shop.events(job)]
+        assert history == ["enqueued"] + ["replaced"] * 500
+
+    async def read_async() -> list[str]:
+        async with AsyncClient(real_server.url, real_server.keys["shop"]) as shop:
+            return [e.event for e in await shop.events(job.id)]
+
+    assert asyncio.run(read_async()) == history
 
 
 def test_enqueue_with_the_same_idempotency_key_returns_the_same_job(

@@ -87,6 +87,21 @@ async def test_insert_returns_jobs_in_order_and_records_enqueued(store: Storage)
         ]
 
 
+async def test_a_job_s_events_are_read_a_page_after_an_event(store: Storage) -> None:
+    ((job, _),) = await store.job_insert_many([new_job()], T0)
+    await store.job_insert_many([new_job()], T0)  # another job's events are not its own
+    (held,) = await claim(store)
+    await finish(store, held)
+    every = await store.job_events(job.id)
+    assert [e.event for e in every] == [EventKind.ENQUEUED, EventKind.CLAIMED, EventKind.COMPLETED]
+    ids = [e.id for e in every]
+    assert all(isinstance(i, int) for i in ids) and ids == sorted(ids)
+    assert await store.job_events(job.id, limit=2) == every[:2]
+    assert await store.job_events(job.id, after=ids[0], limit=1) == every[1:2]
+    assert await store.job_events(job.id, after=ids[1]) == every[2:]
+    assert await store.job_events(job.id, after=ids[2]) == []
+
+
 async def test_idempotency_key_returns_existing_job_for_same_fingerprint(store: Storage) -> None:
     ((first, created),) = await store.job_insert_many([new_job(key="k", fingerprint="f")], T0)
     ((again, created_again),) = await store.job_insert_many([new_job(key="k", fingerprint="f")], T0)

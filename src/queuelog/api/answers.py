@@ -106,6 +106,7 @@ class EventOut(BaseModel):
 
 class EventsOut(BaseModel):
     events: list[EventOut]
+    next_cursor: str | None
 
 
 class KeyOut(BaseModel):

@@ -100,7 +100,7 @@ PATTERNS_SAY = {
     INSTANCE_PATTERN: "1-64 of A-Z a-z 0-9 . _ -",
     KEY_NAME_PATTERN: "1-64 of A-Z a-z 0-9 . _ : @ -",
     PUBLISHED_SCHEDULE_NAME: "1-64 of a-z 0-9 _ . -, not . or ..",
-    CURSOR_PATTERN: "a job id (a page's next_cursor)",
+    CURSOR_PATTERN: "an id (a page's next_cursor)",
     TYPE_FILTER_PATTERN: "1-100 characters, none of them a control character",
 }
 

@@ -10,9 +10,9 @@ from typing import TypeVar
 import httpx
 
 from queuelog.client import calls, tracing
-from queuelog.client.awaiting import Awaiting
 from queuelog.client.calls import Call, JobRef, answer
 from queuelog.client.errors import ServerError
+from queuelog.client.reads import ManyReads
 from queuelog.client.transport import KEPT_CONNECTIONS, Outgoing
 from queuelog.client.types import Job
 from queuelog.client.verbs import Verbs
@@ -72,14 +72,15 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
             call, response.status_code, response.content, response.headers.get("Retry-After")
         )
 
-    async def follow(self, waiting: Awaiting[T]) -> T:
-        """Send the reads of a wait (``wait``, ``result``) until it is over; its answer."""
-        while (call := waiting.next_call()) is not None:
+    async def follow(self, reads: ManyReads[T]) -> T:
+        """Send the reads of a wait (``wait``, ``result``) or a history (``events``) until
+        they are over; their answer."""
+        while (call := reads.next_call()) is not None:
             try:
-                waiting.take(await self.send(call))
+                reads.take(await self.send(call))
             except QueueError as error:
-                await asyncio.sleep(waiting.pause_after(error))
-        return waiting.finished()
+                await asyncio.sleep(reads.pause_after(error))
+        return reads.finished()
 
     async def list(
         self,

@@ -27,6 +27,7 @@ from queuelog.clock import rfc3339
 
 T = TypeVar("T")
 JobRef = Job | int
+EventPage = tuple[list[Event], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,13 +224,15 @@ def list_page(
     return Call("GET", "/jobs", read, resend=True, params=params)
 
 
-def events(job_id: JobRef) -> Call[list[Event]]:
-    """A job's history, oldest first (``GET /jobs/{id}/events``)."""
+def events_page(job_id: JobRef, cursor: str | None = None) -> Call[EventPage]:
+    """One page of a job's history, oldest first (``GET /jobs/{id}/events``), and the
+    cursor of the next page (None: it was the last)."""
 
-    def read(data: Any) -> list[Event]:
-        return [Event.from_json(e) for e in data["events"]]
+    def read(data: Any) -> EventPage:
+        return [Event.from_json(e) for e in data["events"]], data.get("next_cursor")
 
-    return Call("GET", f"/jobs/{_job_id(job_id)}/events", read, resend=True)
+    params = _drop_none({"cursor": cursor})
+    return Call("GET", f"/jobs/{_job_id(job_id)}/events", read, resend=True, params=params)
 
 
 def dependencies(job_id: JobRef) -> Call[list[Dependency]]:

@@ -8,11 +8,11 @@ from types import TracebackType
 from typing import TypeVar, Unpack
 
 from queuelog.client import calls, tracing
-from queuelog.client.awaiting import Awaiting
 from queuelog.client.calls import Call, EnqueueOptions, JobRef, answer
 from queuelog.client.coalesce import Coalescer
 from queuelog.client.errors import ServerError
 from queuelog.client.policy import BROKEN
+from queuelog.client.reads import ManyReads
 from queuelog.client.transport import CurlTransport, Outgoing, Transport
 from queuelog.client.types import Job, JsonObject
 from queuelog.client.verbs import Verbs
@@ -64,14 +64,15 @@ class Client(Verbs[Transport, Transport]):
         got = self._http.send(request)
         return answer(call, got.status, got.body, got.retry_after)
 
-    def follow(self, waiting: Awaiting[T]) -> T:
-        """Send the reads of a wait (``wait``, ``result``) until it is over; its answer."""
-        while (call := waiting.next_call()) is not None:
+    def follow(self, reads: ManyReads[T]) -> T:
+        """Send the reads of a wait (``wait``, ``result``) or a history (``events``) until
+        they are over; their answer."""
+        while (call := reads.next_call()) is not None:
             try:
-                waiting.take(self.send(call))
+                reads.take(self.send(call))
             except QueueError as error:
-                time.sleep(waiting.pause_after(error))
-        return waiting.finished()
+                time.sleep(reads.pause_after(error))
+        return reads.finished()
 
     def list(
         self,

@@ -3,7 +3,8 @@
 Each verb builds its call in ``calls`` and hands it to the client's ``send``: a blocking
 client returns the answer, an asyncio client a coroutine of it. So a new API call is
 one function in ``calls`` and one line here, and both clients have it. A wait (``wait``,
-``result``) is many reads: it is begun in ``awaiting`` and followed by the client.
+``result``, begun in ``awaiting``) and a history (``events``, in ``reads``) are many reads,
+which the client follows.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, get_args, get_type_hints, overload
 
-from queuelog.client import admin_calls, awaiting, calls
-from queuelog.client.awaiting import Awaiting
+from queuelog.client import admin_calls, awaiting, calls, reads
 from queuelog.client.calls import Call
 from queuelog.client.policy import Connection, RetryPolicy
+from queuelog.client.reads import ManyReads
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -29,17 +30,17 @@ M = TypeVar("M", bound="_Method[Any, Any]")
 
 class _Awaited(Protocol):
     def send(self, call: Call[S], /) -> Coroutine[Any, Any, S]: ...
-    def follow(self, waiting: Awaiting[S], /) -> Coroutine[Any, Any, S]: ...
+    def follow(self, reads: ManyReads[S], /) -> Coroutine[Any, Any, S]: ...
 
 
 class _Blocking(Protocol):
     def send(self, call: Call[S], /) -> S: ...
-    def follow(self, waiting: Awaiting[S], /) -> S: ...
+    def follow(self, reads: ManyReads[S], /) -> S: ...
 
 
 class _Method(Generic[P, T]):
     """A client method: what ``made_by`` makes of its arguments, handed to the client's
-    ``send`` (a Call) or ``follow`` (an Awaiting). It reads as a method of its client
+    ``send`` (a Call) or ``follow`` (its ManyReads). It reads as a method of its client
     class: ``help(Client.claim)`` and ``inspect.signature`` show the call's own
     parameters (after ``self`` on the class) and what it answers, and
     ``Client.claim(client, ...)`` calls it as a method is called."""
@@ -51,7 +52,7 @@ class _Method(Generic[P, T]):
         self.__doc__ = made_by.__doc__
         self.__name__ = self.__qualname__ = made_by.__name__
         made = inspect.signature(made_by)
-        # A Call[X] or an Awaiting[X] is answered with an X (awaited, on AsyncClient).
+        # A Call[X] or a ManyReads[X] is answered with an X (awaited, on AsyncClient).
         (answer,) = get_args(get_type_hints(made_by)["return"])
         answer = None if answer is type(None) else answer
         self.bound_signature = made.replace(return_annotation=answer)
@@ -96,13 +97,13 @@ class Verb(_Method[P, T]):
         super().__init__(build)
 
 
-class Wait(_Method[P, T]):
-    """A client method that begins a wait with ``start`` and has the client ``follow`` its
-    reads (blocking, or awaited) until it is over."""
+class Follow(_Method[P, T]):
+    """A client method of many reads (a wait, a history of many pages), begun by ``start``,
+    that the client ``follow``s (blocking, or awaited) until they are over."""
 
     taken_by = "follow"
 
-    def __init__(self, start: Callable[P, Awaiting[T]]) -> None:
+    def __init__(self, start: Callable[P, ManyReads[T]]) -> None:
         super().__init__(start)
 
 
@@ -143,7 +144,7 @@ class Verbs(ABC, Generic[H, X]):
     enqueue_many = Verb(calls.enqueue_many)
     get = Verb(calls.get)
     list_page = Verb(calls.list_page)
-    events = Verb(calls.events)
+    events = Follow(reads.events)
     dependencies = Verb(calls.dependencies)
     cancel = Verb(calls.cancel)
     retry = Verb(calls.retry)
@@ -156,8 +157,8 @@ class Verbs(ABC, Generic[H, X]):
     create_key = Verb(admin_calls.create_key)
     list_keys = Verb(admin_calls.list_keys)
     revoke_key = Verb(admin_calls.revoke_key)
-    wait = Wait(awaiting.wait)
-    result = Wait(awaiting.result)
+    wait = Follow(awaiting.wait)
+    result = Follow(awaiting.result)
     list_schedules = Verb(admin_calls.list_schedules)
     create_schedule = Verb(admin_calls.create_schedule)
     get_schedule = Verb(admin_calls.get_schedule)

@@ -27,6 +27,7 @@ router = APIRouter(prefix="/ui", route_class=DashboardRoute)
 PAGE_SIZE = 50
 LEASED_SHOWN = 100
 DEPENDENTS_SHOWN = 100  # a fan-out may have thousands: the rest are a filtered list away
+EVENTS_SHOWN = 100  # a page of a job's history, which has no bound
 
 
 @router.get("")
@@ -102,15 +103,19 @@ async def job(
     request: Request,
     admin: Admin,
     job_id: IdPath,
+    events_cursor: Annotated[str | None, Query(max_length=100)] = None,
 ) -> Response:
     service = state_of(request).service
     found = await service.get(admin.key, job_id)
     dependents, more = await service.list_jobs(admin.key, DEPENDENTS_SHOWN, depends_on=job_id)
+    events, later = await service.events(admin.key, job_id, EVENTS_SHOWN, events_cursor or None)
     return render(
         request,
         "job.html",
         job=found,
-        events=await service.events(admin.key, job_id),
+        events=events,
+        later_events=later,
+        first_events=not events_cursor,
         dependencies=await service.dependencies(admin.key, job_id),
         dependents=dependents,
         more_dependents=more is not None,

@@ -117,8 +117,10 @@ class SqlReads(abc.ABC):
                 found.update((j.id, j) for j in map(job_from_row, rows))
         return sorted(found.values(), key=lambda j: j.id, reverse=True)[: params.limit]
 
-    async def job_events(self, job_id: int) -> list[JobEvent]:
-        return [event_from_row(r) for r in await self._read("job_events", {"job_id": job_id})]
+    async def job_events(self, job_id: int, after: int = 0, limit: int = 500) -> list[JobEvent]:
+        """A page of a job's history, oldest first: the events after the event ``after``."""
+        args = {"job_id": job_id, "after": after, "limit": limit}
+        return [event_from_row(r) for r in await self._read("job_events", args)]
 
     async def job_stats(self, now: datetime) -> QueueStats:
         counts = {(r["status"], r["type"]): r["n"] for r in await self._read("job_counts", {})}

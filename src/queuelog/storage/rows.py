@@ -105,6 +105,7 @@ def _trace_columns(new: NewJob) -> dict[str, str | None]:
 
 def event_from_row(row: Row) -> JobEvent:
     return JobEvent(
+        id=int(row["id"]),
         job_id=int(row["job_id"]),
         at=from_micros(row["at"]),
         event=EventKind(row["event"]),

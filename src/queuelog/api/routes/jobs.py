@@ -267,12 +267,28 @@ async def get_job(
     "/{job_id:id}/events",
     response_model=EventsOut,
     summary="A job's history, oldest first",
-    responses=problems(*AUTHED, 404),
+    description=(
+        "A page of up to `limit` events (1-500, default 500), oldest first. A job's history "
+        "has no bound (each retry, release or replace adds to it): while there is more, "
+        "`next_cursor` names the page's last event; pass it back as `cursor` for the next "
+        "page. A `limit` out of range or a `cursor` that is not one is 422 `validation`."
+    ),
+    responses=problems(*AUTHED, 404, 422),
 )
-async def job_events(job_id: IdPath, caller: Reader, service: ServiceDep) -> Response:
-    events = await service.events(caller, job_id)
+async def job_events(
+    job_id: IdPath,
+    caller: Reader,
+    service: ServiceDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 500,
+    cursor: Annotated[
+        str | None,
+        Query(pattern=CURSOR_PATTERN, description="A page's `next_cursor`: an event's id."),
+    ] = None,
+) -> Response:
+    events, next_cursor = await service.events(caller, job_id, limit, cursor)
     admin = caller.has(Role.ADMIN)
-    return JSONResponse({"events": [event_json(e, admin) for e in events]})
+    shown = [event_json(e, admin) for e in events]
+    return JSONResponse({"events": shown, "next_cursor": next_cursor})
 
 
 @router.get(

@@ -185,7 +185,9 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: job_events
-SELECT * FROM job_events WHERE job_id = %(job_id)s ORDER BY id;
+-- A page of a job's history: its events after the event %(after)s (a seek in job_events_job).
+SELECT * FROM job_events WHERE job_id = %(job_id)s AND id > %(after)s ORDER BY id
+LIMIT %(limit)s;
 
 -- name: event_insert
 INSERT INTO job_events (job_id, at, event, from_status, to_status, actor, detail)

@@ -142,7 +142,9 @@ ORDER BY id DESC
 LIMIT :limit;
 
 -- name: job_events
-SELECT * FROM job_events WHERE job_id = :job_id ORDER BY id;
+-- A page of a job's history: its events after the event :after (a seek in job_events_job).
+SELECT * FROM job_events WHERE job_id = :job_id AND id > :after ORDER BY id
+LIMIT :limit;
 
 -- name: event_insert
 INSERT INTO job_events (job_id, at, event, from_status, to_status, actor, detail)
