@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import uuid
@@ -159,3 +160,52 @@ def test_an_enqueue_naming_items_of_its_own_batch_is_never_sent_in_another(
         client.enqueue("noop", {"n": 1}, depends_on_items=[0])
     assert refused.value.status == 422  # as the single route answers it
     assert transport.paths() == ["POST /jobs"]
+
+
+class Interrupted(Exception):
+    """What a signal's handler raises in the thread it interrupts (as Ctrl-C does)."""
+
+
+def _interrupted(_signum: int, _frame: object) -> None:
+    raise Interrupted
+
+
+def test_hardening_48_an_enqueue_interrupted_while_it_waits_leaves_no_call_waiting(
+    real_server: RealServer,
+) -> None:
+    """The main thread's enqueue waits behind one on its way and is interrupted by a
+    signal's exception (as Ctrl-C does): the call that queued behind it is answered,
+    its own job is not sent, and the client goes on enqueueing."""
+    transport = FirstHeldBack()
+    client = Client(real_server.url, real_server.keys["shop"], transport=transport)
+    answers: list[Any] = []
+
+    def enqueue(n: int, after: float = 0.0) -> threading.Thread:
+        def call() -> None:
+            time.sleep(after)
+            answers.append(client.enqueue("noop", {"n": n}))
+
+        thread = threading.Thread(target=call, daemon=True)
+        thread.start()
+        return thread
+
+    first = enqueue(1)
+    wait_until(lambda: bool(transport.sent), "the first enqueue on its way")
+    second = enqueue(3, after=0.2)  # queued behind the main thread's call
+    previous = signal.signal(signal.SIGALRM, _interrupted)
+    release = threading.Timer(0.6, transport.gate.set)
+    release.start()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.4)
+        with pytest.raises(Interrupted):
+            client.enqueue("noop", {"n": 2})
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    for thread in (release, first, second):
+        thread.join(DEADLINE)
+    with closing(client):
+        assert not second.is_alive(), "the call behind the interrupted one was never answered"
+        assert sorted(job.payload["n"] for job in answers) == [1, 3]
+        assert client.enqueue("noop", {"n": 4}).payload == {"n": 4}
+        assert transport.paths() == ["POST /jobs"] * 3  # never the interrupted call's job

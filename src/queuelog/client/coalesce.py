@@ -77,13 +77,39 @@ class Coalescer:
                 self._on_the_way = True
                 me.batch = [me]
         if me.batch is None:
-            me.woken.wait()
+            self._await_turn(me)
         if me.batch is not None:
             try:
                 self._send_batch(me.batch)
             finally:
                 self._hand_over()
         return me.answer()
+
+    def _await_turn(self, me: _Call) -> None:
+        """Wait until answered, or given a batch to send. A caller interrupted meanwhile
+        (a signal's exception, Ctrl-C) leaves its queue, or hands on the batch it was
+        just given, so that no other call waits for it; one already in another caller's
+        batch is answered there, though no one hears it."""
+        try:
+            me.woken.wait()
+        except BaseException:
+            with self._lock:
+                queued = me in self._queue
+                if queued:
+                    self._queue.remove(me)
+                batch, me.batch = me.batch, None
+            if not queued and batch is not None:
+                self._pass_on([c for c in batch if c is not me])
+            raise
+
+    def _pass_on(self, batch: list[_Call]) -> None:
+        """``batch`` goes to its first caller to send; none left: the next queue does."""
+        if not batch:
+            self._hand_over()
+            return
+        with self._lock:
+            batch[0].batch = batch
+        batch[0].woken.set()
 
     def _hand_over(self) -> None:
         """The next queue goes to its first caller to send, or nothing is on the way."""
