@@ -431,17 +431,25 @@ def test_by_default_a_worker_claims_nothing_ahead_of_long_jobs(server: RealServe
     assert set(claims_of(worker, server, jobs=3)) == {1}
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
 def test_prefetched_jobs_not_started_by_the_deadline_are_released_unrun(
-    server: RealServer,
+    server: RealServer, kind: str
 ) -> None:
+    """Also with an async handler, whose cancel at the deadline frees its thread before
+    the jobs claimed ahead are all given up: that thread starts none of them."""
     worker = Worker(concurrency=1, prefetch=2, wait_seconds=1, shutdown_seconds=0.5)
     release = threading.Event()
     ran: list[int] = []
 
-    @worker.handler("noop")
     def handle(job: Job) -> None:
         ran.append(job.id)
         release.wait(DEADLINE)
+
+    async def handle_async(job: Job) -> None:
+        ran.append(job.id)
+        await asyncio.sleep(DEADLINE)
+
+    worker.handler("noop")(handle if kind == "sync" else handle_async)
 
     with Client(server.url, server.keys["shop"]) as shop:
         ids = [m.job.id for m in shop.enqueue_many([{"type": "noop"}] * 3)]

@@ -123,14 +123,17 @@ class Running:
 
     def abandon(self) -> bool:
         """At the shutdown deadline: True if no outcome was reported yet, and none will be
-        (an async handler still running is cancelled)."""
+        (its async handler, if still running, is then ``cancel``led)."""
         with self.lock:
             if self.reported:
                 return False
             self.abandoned = True
+        return True
+
+    def cancel(self) -> None:
+        """Cancel an async handler still running (a sync one cannot be stopped)."""
         if self.future is not None:
             self.future.cancel()
-        return True
 
 
 def log_outcome(running: Running, outcome: str, level: int = logging.INFO) -> None:
