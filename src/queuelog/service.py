@@ -183,7 +183,13 @@ class JobService:
         return jobs, None
 
     async def stats(self) -> QueueStats:
-        return await self.storage.job_stats(self.clock.now())
+        """Jobs by status and type: every status of every configured type (and of any
+        type that has jobs), zero too, so that a count that falls to zero reads 0 in
+        /stats and /metrics instead of vanishing (a gap on a dashboard)."""
+        found = await self.storage.job_stats(self.clock.now())
+        types = sorted({job_type for _, job_type in found.counts} | set(self.flow.configured))
+        every = [(status.value, job_type) for job_type in types for status in JobStatus]
+        return replace(found, counts={key: found.counts.get(key, 0) for key in every})
 
     # -- workers -----------------------------------------------------------
 

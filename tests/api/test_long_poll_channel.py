@@ -118,7 +118,7 @@ async def test_a_lingering_claim_whose_channel_fails_gives_its_jobs_back_and_rai
         )
     after = await service.get(producer, job.id)
     assert (after.status, after.retry_count) == (JobStatus.PENDING, 0)
-    events = [e.event.value for e in await service.events(producer, job.id)]
+    events = [e.event.value for e in (await service.events(producer, job.id, 500))[0]]
     assert events == ["enqueued", "claimed", "released"]
 
 
@@ -205,5 +205,5 @@ async def test_hardening_11_a_claim_that_cannot_read_its_key_again_gives_back_wh
         )
     after = await service.get(producer, job.id)
     assert (after.status, after.retry_count) == (JobStatus.PENDING, 0)
-    events = [e.event.value for e in await service.events(producer, job.id)]
+    events = [e.event.value for e in (await service.events(producer, job.id, 500))[0]]
     assert events == ["enqueued", "claimed", "released"]

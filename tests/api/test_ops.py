@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from queuelog.clock import FakeClock
-from tests.conftest import Api, claim_one, enqueue
+from tests.conftest import TYPES, Api, claim_one, enqueue
 
 
 def test_healthz_and_readyz(anonymous: Api) -> None:
@@ -22,9 +22,29 @@ def test_stats_count_by_status_and_type(
     claim_one(worker, types=["send_email"])
     clock.advance(12)
     stats = admin.get("/stats").json()
-    assert stats["by_status"] == {"pending": 2, "running": 1}
-    assert stats["by_type"] == {"noop": {"pending": 2}, "send_email": {"running": 1}}
+    none = dict.fromkeys(["waiting", "pending", "running", "completed", "failed", "cancelled"], 0)
+    assert stats["by_status"] == {**none, "pending": 2, "running": 1}
+    # Every configured type, every status: a count that falls to zero reads 0.
+    assert stats["by_type"] == {
+        **{job_type: none for job_type in TYPES},
+        "noop": {**none, "pending": 2},
+        "send_email": {**none, "running": 1},
+    }
     assert stats["oldest_ready_age_seconds"] == 12
+
+
+def test_metrics_count_every_status_of_every_configured_type_zero_too(
+    producer: Api, worker: Api, admin: Api
+) -> None:
+    enqueue(producer, "noop")
+    held = claim_one(worker)
+    text = admin.get("/metrics").text
+    assert 'queuelog_jobs{status="running",type="noop"} 1.0' in text
+    assert 'queuelog_jobs{status="pending",type="noop"} 0.0' in text
+    assert 'queuelog_jobs{status="failed",type="send_email"} 0.0' in text
+    done = {"lease_token": held["lease_token"]}
+    worker.post(f"/jobs/{held['id']}/complete", json=done)
+    assert 'queuelog_jobs{status="running",type="noop"} 0.0' in admin.get("/metrics").text
 
 
 def test_metrics_are_prometheus_text(producer: Api, admin: Api) -> None:

@@ -109,6 +109,12 @@ class EventsOut(BaseModel):
     next_cursor: str | None
 
 
+class StatsOut(BaseModel):
+    by_status: dict[str, int]
+    by_type: dict[str, dict[str, int]]
+    oldest_ready_age_seconds: float | None
+
+
 class KeyOut(BaseModel):
     id: int
     name: str

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from queuelog.api.answers import StatsOut
 from queuelog.api.deps import Admin, ServiceDep
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.problems import problem
@@ -44,6 +45,13 @@ async def readyz(service: ServiceDep) -> Response:
 @router.get(
     "/stats",
     summary="Counts by status and type, and the age of the oldest ready job (admin)",
+    description=(
+        "`by_status` holds every status, `by_type` every configured type (and any other that "
+        "has jobs) with every status: a count that falls to zero reads 0. "
+        "`oldest_ready_age_seconds` is how long the oldest ready job has waited (null: none "
+        "is ready); a paused type's jobs count as ready."
+    ),
+    response_model=StatsOut,
     responses=problems(*AUTHED),
 )
 async def stats(_: Admin, service: ServiceDep) -> Response:
