@@ -3,6 +3,7 @@ real server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 
@@ -127,6 +128,13 @@ def test_hardening_47_a_dot_segment_name_is_a_schedule_that_is_not_there(
                 verb(name)
         with pytest.raises(NotFound):
             root.resume_type(name)
+
+    async def read_async() -> None:
+        async with AsyncClient(real_server.url, real_server.keys["root"]) as root:
+            with pytest.raises(NotFound):
+                await root.pause_schedule(name)
+
+    asyncio.run(read_async())
     for command in ("pause", "resume", "trigger"):
         done = cli(real_server, command, name)
         assert done.returncode == 1, (command, done.stderr)

@@ -126,6 +126,7 @@ class CurlTransport:
     def _prepare(self, handle: pycurl.Curl, request: Outgoing) -> None:
         handle.reset()  # what the previous request set; the connection stays open
         handle.setopt(pycurl.URL, request.url)
+        handle.setopt(pycurl.PATH_AS_IS, 1)  # a name's "%2E" is a name, not a dot to resolve
         handle.setopt(pycurl.NOSIGNAL, 1)  # timeouts without signals: threads share it
         handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
         # Python's reading of the environment's proxies, not libcurl's ("" is none).
