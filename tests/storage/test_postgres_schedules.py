@@ -14,7 +14,7 @@ from queuelog.storage.postgres.store import PostgresStorage
 from tests.conftest import run_blocking
 from tests.postgres import fresh_schema
 from tests.storage.test_conformance import T0
-from tests.storage.test_schedules import schedule
+from tests.storage.test_schedules import job_of, schedule
 
 
 @contextmanager
@@ -73,3 +73,36 @@ def _wait_for_a_session_blocked_by(url: str, holder: int) -> None:
                 return
             time.sleep(0.05)
     raise AssertionError("the delete never waited for the row")
+
+
+def test_triggers_at_once_on_two_nodes_leave_the_newest_job_as_the_last() -> None:
+    """Triggers of one schedule at once, on two nodes: its last job is the newest one,
+    which a fire without overlap reads. A trigger made its job before it locked the
+    schedule, so one whose job was older could record it last."""
+    with two_nodes() as (_, nodes):
+        run_blocking(nodes[0].schedule_insert(schedule("busy", overlap=False), T0))
+        for _ in range(20):  # bounded rounds: each may interleave the triggers anew
+            made = _triggered_at_once(nodes, "busy", 12)
+            found = run_blocking(nodes[1].schedule_get("busy"))
+            assert found is not None and found.last_job_id == max(made), (made, found)
+
+
+def _triggered_at_once(nodes: list[PostgresStorage], name: str, count: int) -> list[int]:
+    """The ids of the jobs ``count`` triggers of ``name`` made, sent at once over ``nodes``."""
+    made: list[int] = []
+    lock = threading.Lock()
+
+    def trigger(node: PostgresStorage) -> None:
+        job = run_blocking(node.schedule_trigger(name, job_of(name, T0)))
+        with lock:
+            made.append(job.id)
+
+    threads = [
+        threading.Thread(target=trigger, args=(nodes[i % len(nodes)],)) for i in range(count)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(made) == count
+    return made

@@ -142,7 +142,9 @@ def fire(
 def trigger(
     conn: Conn, q: Queries, insert_jobs: InsertJobs, name: str, job: NewJob, now: datetime
 ) -> Job:
-    if conn.execute(q["schedule_get"], {"name": name}).fetchone() is None:
+    # Held first: a trigger that made its job before holding the schedule could record
+    # it as the last job after a newer one made at once.
+    if conn.execute(q["schedule_hold"], {"name": name}).fetchone() is None:
         raise NotFound("No such schedule")
     return made_job(conn, q, insert_jobs, name, job, now)
 

@@ -543,6 +543,11 @@ RETURNING *;
 -- name: schedule_get
 SELECT * FROM schedules WHERE name = %(name)s;
 
+-- name: schedule_hold
+-- A trigger holds its schedule before it makes the job: triggers and fires of one
+-- schedule then make their jobs in turn, and its last_job_id is the newest.
+SELECT * FROM schedules WHERE name = %(name)s FOR NO KEY UPDATE;
+
 -- name: schedule_list
 SELECT * FROM schedules ORDER BY name;
 

@@ -440,6 +440,10 @@ RETURNING *;
 -- name: schedule_get
 SELECT * FROM schedules WHERE name = :name;
 
+-- name: schedule_hold
+-- As schedule_get: the writer's transaction holds the database (PostgreSQL locks the row).
+SELECT * FROM schedules WHERE name = :name;
+
 -- name: schedule_list
 SELECT * FROM schedules ORDER BY name;
 
