@@ -341,16 +341,6 @@ def test_a_wait_with_time_left_reads_again_through_a_server_away_for_a_while(
     assert _await_across_an_outage(server, wait) == {"done": True}
 
 
-def test_a_wait_with_no_timeout_reads_again_through_a_server_away_for_a_while(
-    server: RealServer,
-) -> None:
-    def wait(url: str, job_id: int) -> Any:
-        with Client(url, server.keys["shop"], retry_policy=SHORT_TRIES) as waiter:
-            return waiter.result(job_id)
-
-    assert _await_across_an_outage(server, wait) == {"done": True}
-
-
 def test_an_async_wait_with_time_left_reads_again_through_a_server_away_for_a_while(
     server: RealServer,
 ) -> None:

@@ -67,10 +67,9 @@ class Awaiting(Generic[R]):
     def pause_after(self, error: QueueError) -> float:
         """A read the server could not take for now (a restart, a 503), after the client's
         own tries: the pause before reading again, while the wait has time left (a wait
-        outlasts a restart; one with no timeout, any outage); otherwise ``error`` is
-        raised."""
+        with a timeout outlasts a restart); otherwise ``error`` is raised."""
         remaining = self._deadline - self._clock()
-        if not unreachable(error) or remaining <= 0:
+        if not unreachable(error) or math.isinf(remaining) or remaining <= 0:
             raise error
         return min(REREAD_PAUSE_SECONDS, remaining)
 
