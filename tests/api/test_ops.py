@@ -13,7 +13,7 @@ def test_healthz_and_readyz(anonymous: Api) -> None:
     assert anonymous.get("/readyz").json() == {"status": "ready"}
 
 
-def test_stats_count_by_status_and_type(
+def test_hardening_50_stats_count_every_status_and_type_zero_too(
     producer: Api, worker: Api, admin: Api, clock: FakeClock
 ) -> None:
     enqueue(producer, "noop")
@@ -33,7 +33,7 @@ def test_stats_count_by_status_and_type(
     assert stats["oldest_ready_age_seconds"] == 12
 
 
-def test_metrics_count_every_status_of_every_configured_type_zero_too(
+def test_hardening_50_metrics_count_every_status_of_every_configured_type_zero_too(
     producer: Api, worker: Api, admin: Api
 ) -> None:
     enqueue(producer, "noop")

@@ -115,8 +115,19 @@ def test_hardening_46_a_job_s_history_is_read_in_pages_of_500_at_most(producer: 
         pages, cursor = pages + 1, page["next_cursor"]
         if cursor is None:
             break
-    assert pages == 72 and seen == first["events"] + rest.json()["events"]
-    assert [e["event"] for e in seen] == ["enqueued"] + ["replaced"] * 501
+    every = first["events"] + rest.json()["events"]
+    assert pages == 72 and seen == every
+    ids = [e["id"] for e in every]
+    assert (
+        ids == sorted(set(ids)) and [e["event"] for e in every] == ["enqueued"] + ["replaced"] * 501
+    )
+    # Any event's id is a cursor: a client following the history asks after the last it read.
+    after = producer.get(f"/jobs/{job_id}/events", params={"cursor": ids[9], "limit": 3}).json()
+    assert [e["id"] for e in after["events"]] == ids[10:13]
+    assert producer.get(f"/jobs/{job_id}/events", params={"cursor": ids[-1]}).json() == {
+        "events": [],
+        "next_cursor": None,
+    }
 
 
 def test_events_with_a_bad_limit_or_cursor_are_422_and_of_another_s_job_404(

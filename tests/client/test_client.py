@@ -66,8 +66,11 @@ def test_events_reads_every_page_of_a_long_history_sync_and_async(
         )
         job = made[0].job
         shop.enqueue("noop", {"n": 500}, unique_key="long", on_duplicate="replace")
-        history = [e.event for e in shop.events(job)]
+        events = shop.events(job)
+        history = [e.event for e in events]
         assert history == ["enqueued"] + ["replaced"] * 500
+        page = shop.events_page(job, cursor=events[-3].id, limit=1)
+        assert page.events == events[-2:-1] and page.next_cursor == str(events[-2].id)
 
     async def read_async() -> list[str]:
         async with AsyncClient(real_server.url, real_server.keys["shop"]) as shop:

@@ -432,7 +432,7 @@ def test_by_default_a_worker_claims_nothing_ahead_of_long_jobs(server: RealServe
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-def test_prefetched_jobs_not_started_by_the_deadline_are_released_unrun(
+def test_hardening_49_prefetched_jobs_not_started_by_the_deadline_are_released_unrun(
     server: RealServer, kind: str
 ) -> None:
     """Also with an async handler, whose cancel at the deadline frees its thread before

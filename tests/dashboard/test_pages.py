@@ -10,7 +10,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from queuelog.clock import FakeClock
-from tests.api.test_reading import replaced
 from tests.conftest import Api, KeyMaker, claim_one, enqueue
 from tests.dashboard.conftest import Browser, log_in
 
@@ -252,22 +251,6 @@ def test_hardening_02_the_page_of_a_big_payload_stays_bounded(
     assert "cut here: only the first 64 KiB of the indented JSON are shown" in page.text
     small = enqueue(producer, payload={"n": 1})
     assert "cut here" not in browser.get(f"/ui/jobs/{small['id']}").text
-
-
-def test_hardening_46_a_job_page_shows_its_history_a_hundred_events_at_a_time(
-    browser: Browser, producer: Api
-) -> None:
-    """5,000 replacements made a 1 MB page: the page shows 100 events and links to the
-    next hundred, and back to the first."""
-    job_id = replaced(producer, 150)
-    page = browser.get(f"/ui/jobs/{job_id}").text
-    assert page.count('<strong class="event">') == 100 and "« The first events" not in page
-    later = re.search(r'href="(/ui/jobs/\d+\?events_cursor=\d+#events)">Later events', page)
-    assert later, "no link to the later events"
-    rest = browser.get(html.unescape(later.group(1))).text
-    assert rest.count('<strong class="event">') == 51 and "Later events" not in rest
-    assert f'href="/ui/jobs/{job_id}#events">« The first events' in rest
-    assert browser.get(f"/ui/jobs/{job_id}?events_cursor=x").status_code == 422
 
 
 def test_hardening_09_ids_beyond_the_api_s_bounds_are_404(browser: Browser) -> None:

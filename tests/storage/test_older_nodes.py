@@ -16,7 +16,6 @@ from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.protocol import Storage
 from queuelog.storage.sqlfile import load_migrations
 from queuelog.storage.sqlite.store import SqliteStorage
-from queuelog.storage.sqlite.transactions import _statements
 from tests.conftest import run_blocking
 from tests.postgres import fresh_schema
 from tests.storage.backends import BACKENDS
@@ -36,8 +35,7 @@ def database(backend: str, directory: Path) -> Iterator[tuple[Callable[[], Stora
 
         def run_sqlite(sql: str) -> None:
             with sqlite3.connect(path, isolation_level=None) as conn:
-                for statement in _statements(sql):
-                    conn.execute(statement)
+                conn.executescript(sql)
 
         yield (lambda: SqliteStorage(path)), run_sqlite
     else:

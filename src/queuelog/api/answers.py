@@ -96,6 +96,7 @@ class DependenciesOut(BaseModel):
 
 
 class EventOut(BaseModel):
+    id: int
     at: str
     event: str
     from_status: str | None
@@ -198,6 +199,7 @@ def dependency_json(job: Job) -> dict[str, Any]:
 
 def event_json(event: JobEvent, show_detail: bool) -> dict[str, Any]:
     return {
+        "id": event.id,
         "at": _time(event.at),
         "event": event.event.value,
         "from_status": event.from_status.value if event.from_status else None,

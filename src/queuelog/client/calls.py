@@ -19,6 +19,7 @@ from queuelog.client.types import (
     Dependency,
     Enqueued,
     Event,
+    EventPage,
     Job,
     JsonObject,
     Page,
@@ -27,7 +28,6 @@ from queuelog.clock import rfc3339
 
 T = TypeVar("T")
 JobRef = Job | int
-EventPage = tuple[list[Event], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,14 +224,18 @@ def list_page(
     return Call("GET", "/jobs", read, resend=True, params=params)
 
 
-def events_page(job_id: JobRef, cursor: str | None = None) -> Call[EventPage]:
-    """One page of a job's history, oldest first (``GET /jobs/{id}/events``), and the
-    cursor of the next page (None: it was the last)."""
+def events_page(
+    job_id: JobRef, cursor: str | int | None = None, limit: int | None = None
+) -> Call[EventPage]:
+    """One page of a job's history, oldest first (``GET /jobs/{id}/events``): the events
+    after the event ``cursor`` (a page's ``next_cursor``, or any event's ``id``: the
+    last one read, to follow a history), up to ``limit`` (1-500, default 500)."""
 
     def read(data: Any) -> EventPage:
-        return [Event.from_json(e) for e in data["events"]], data.get("next_cursor")
+        events = [Event.from_json(e) for e in data["events"]]
+        return EventPage(events, data.get("next_cursor"))
 
-    params = _drop_none({"cursor": cursor})
+    params = _drop_none({"cursor": cursor, "limit": limit})
     return Call("GET", f"/jobs/{_job_id(job_id)}/events", read, resend=True, params=params)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, Protocol, TypeVar
 
 from queuelog.client import calls
-from queuelog.client.calls import Call, EventPage, JobRef
-from queuelog.client.types import Event
+from queuelog.client.calls import Call, JobRef
+from queuelog.client.types import Event, EventPage
 from queuelog.errors import QueueError
 
 R_co = TypeVar("R_co", covariant=True)
@@ -41,8 +41,8 @@ class History:
         return None if self._read_all else calls.events_page(self._job, self._cursor)
 
     def take(self, page: EventPage, /) -> None:
-        events, self._cursor = page
-        self._events += events
+        self._events += page.events
+        self._cursor = page.next_cursor
         self._read_all = self._cursor is None
 
     def pause_after(self, error: QueueError, /) -> float:

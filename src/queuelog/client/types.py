@@ -169,6 +169,7 @@ class Event:
     to_status: JobStatus
     actor: str
     detail: str | None
+    id: int | None = None  # its place in the history: a cursor for the events after it
 
     @classmethod
     def from_json(cls, data: JsonObject) -> Event:
@@ -180,6 +181,7 @@ class Event:
             to_status=JobStatus(data["to_status"]),
             actor=str(data["actor"]),
             detail=data.get("detail"),
+            id=data.get("id"),
         )
 
 
@@ -281,6 +283,14 @@ class Page:
     """One page of ``GET /jobs``."""
 
     jobs: list[Job]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    """One page of ``GET /jobs/{id}/events``."""
+
+    events: list[Event]
     next_cursor: str | None
 
 

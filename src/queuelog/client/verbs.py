@@ -145,6 +145,7 @@ class Verbs(ABC, Generic[H, X]):
     get = Verb(calls.get)
     list_page = Verb(calls.list_page)
     events = Follow(reads.events)
+    events_page = Verb(calls.events_page)
     dependencies = Verb(calls.dependencies)
     cancel = Verb(calls.cancel)
     retry = Verb(calls.retry)

@@ -271,7 +271,9 @@ async def get_job(
         "A page of up to `limit` events (1-500, default 500), oldest first. A job's history "
         "has no bound (each retry, release or replace adds to it): while there is more, "
         "`next_cursor` names the page's last event; pass it back as `cursor` for the next "
-        "page. A `limit` out of range or a `cursor` that is not one is 422 `validation`."
+        "page. A `cursor` may be any event's `id`: the page holds the events after it, so a "
+        "client that follows a history asks again with the last `id` it read. A `limit` out "
+        "of range or a `cursor` that is not an id is 422 `validation`."
     ),
     responses=problems(*AUTHED, 404, 422),
 )
@@ -282,7 +284,7 @@ async def job_events(
     limit: Annotated[int, Query(ge=1, le=500)] = 500,
     cursor: Annotated[
         str | None,
-        Query(pattern=CURSOR_PATTERN, description="A page's `next_cursor`: an event's id."),
+        Query(pattern=CURSOR_PATTERN, description="An event's `id` (a page's `next_cursor`)."),
     ] = None,
 ) -> Response:
     events, next_cursor = await service.events(caller, job_id, limit, cursor)

@@ -186,6 +186,8 @@ LIMIT %(limit)s;
 
 -- name: job_events
 -- A page of a job's history: its events after the event %(after)s (a seek in job_events_job).
+-- Every event is written in a transaction that holds its job's row, so one job's event
+-- ids are committed in id order: a page after an id never misses one committed later.
 SELECT * FROM job_events WHERE job_id = %(job_id)s AND id > %(after)s ORDER BY id
 LIMIT %(limit)s;
 
