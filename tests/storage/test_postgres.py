@@ -500,6 +500,7 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
         "transaction_wrote",
         "keys_lock",
         "job_redrive_hold",
+        "job_prunable_held",
         "job_dependents_hold",
     }
     sqlite_names = set(load_queries("queuelog.storage.sqlite"))

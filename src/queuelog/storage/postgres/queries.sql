@@ -392,6 +392,17 @@ WHERE status = %(status)s AND status IN ('completed', 'failed', 'cancelled')
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
+-- name: job_prunable_held
+-- job_prunable's jobs that no active job depends on, read again once they are locked:
+-- its snapshot was taken before its locks, so it misses a dependent whose enqueue
+-- committed (releasing its lock on the job) while the pruner read. This statement's
+-- snapshot, taken after the locks, sees it.
+SELECT id FROM jobs
+WHERE id = ANY(%(ids)s::bigint[])
+  AND NOT (has_dependents AND EXISTS (
+      SELECT 1 FROM job_dependencies AS d JOIN jobs AS w ON w.id = d.job_id
+      WHERE d.depends_on_id = jobs.id AND w.status IN ('waiting', 'pending', 'running')));
+
 -- name: job_delete
 DELETE FROM jobs WHERE id = ANY(%(ids)s::bigint[]);
 

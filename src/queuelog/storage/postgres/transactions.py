@@ -354,6 +354,8 @@ def prune(conn: Conn, cutoffs: Mapping[JobStatus, datetime], limit: int) -> int:
         args = {"status": status.value, "cutoff": to_micros(cutoff), "limit": limit}
         ids += [r["id"] for r in conn.execute(Q["job_prunable"], args)]
     if ids:
+        ids = [r["id"] for r in conn.execute(Q["job_prunable_held"], {"ids": ids})]
+    if ids:
         conn.execute(Q["job_events_delete"], {"ids": ids})
         conn.execute(Q["job_dependencies_delete"], {"ids": ids})
         # The jobs_pruned trigger deletes the idempotency keys naming them (0016).
