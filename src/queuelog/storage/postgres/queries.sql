@@ -380,28 +380,28 @@ WHERE id = %(id)s AND status IN ('failed', 'cancelled')
 RETURNING *;
 
 -- name: job_prunable
--- SKIP LOCKED: pruners on several nodes take disjoint rows. Never a job that an active
--- job depends on: its dependents wait for it, or read it. An enqueue that makes a job
--- depend on this one locks it first (job_dependency_hold), so it is skipped meanwhile.
+-- SKIP LOCKED: pruners on several nodes take disjoint rows. Never a job that another
+-- job depends on, until that one is pruned: its dependents wait for it or read it, and a
+-- redrive of a dependent that ended brings it back to wait for it or read it again.
+-- An enqueue that makes a job depend on this one locks it first (job_dependency_hold),
+-- so it is skipped meanwhile.
 SELECT id FROM jobs
 WHERE status = %(status)s AND status IN ('completed', 'failed', 'cancelled')
   AND updated_at < %(cutoff)s::bigint
   AND NOT (has_dependents AND EXISTS (
-      SELECT 1 FROM job_dependencies AS d JOIN jobs AS w ON w.id = d.job_id
-      WHERE d.depends_on_id = jobs.id AND w.status IN ('waiting', 'pending', 'running')))
+      SELECT 1 FROM job_dependencies AS d WHERE d.depends_on_id = jobs.id))
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- name: job_prunable_held
--- job_prunable's jobs that no active job depends on, read again once they are locked:
+-- job_prunable's jobs that no job depends on, read again once they are locked:
 -- its snapshot was taken before its locks, so it misses a dependent whose enqueue
 -- committed (releasing its lock on the job) while the pruner read. This statement's
 -- snapshot, taken after the locks, sees it.
 SELECT id FROM jobs
 WHERE id = ANY(%(ids)s::bigint[])
   AND NOT (has_dependents AND EXISTS (
-      SELECT 1 FROM job_dependencies AS d JOIN jobs AS w ON w.id = d.job_id
-      WHERE d.depends_on_id = jobs.id AND w.status IN ('waiting', 'pending', 'running')));
+      SELECT 1 FROM job_dependencies AS d WHERE d.depends_on_id = jobs.id));
 
 -- name: job_delete
 DELETE FROM jobs WHERE id = ANY(%(ids)s::bigint[]);
