@@ -20,6 +20,7 @@ from queuelog.client import (
     JobCancelled,
     JobFailed,
     JobTimeout,
+    ServerUnavailable,
     Worker,
 )
 from queuelog.client.awaiting import Awaiting
@@ -350,3 +351,23 @@ def test_an_async_wait_with_time_left_reads_again_through_a_server_away_for_a_wh
 
     answer = _await_across_an_outage(server, lambda url, i: asyncio.run(wait(url, i)))
     assert answer == {"done": True}
+
+
+def test_a_wait_without_a_timeout_says_a_server_it_cannot_reach_at_once() -> None:
+    """With no timeout there is no time left to read again in: a server that cannot be
+    reached (a wrong address) is ServerUnavailable once the client's own tries are spent,
+    never a wait without end."""
+    raised: list[BaseException] = []
+
+    def wait() -> None:
+        with Client("http://127.0.0.1:1", "ql_x", retry_policy=SHORT_TRIES) as waiter:
+            try:
+                waiter.wait(7)
+            except ServerUnavailable as error:
+                raised.append(error)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    thread.join(DEADLINE)
+    assert not thread.is_alive(), "the wait went on reading a server it cannot reach"
+    assert len(raised) == 1

@@ -228,7 +228,7 @@ async def test_one_prune_pass_catches_up_with_more_jobs_than_one_batch(
     assert await service.storage.job_list(ALL) == []
 
 
-async def test_a_job_that_an_active_job_depends_on_is_kept_past_its_retention(
+async def test_a_job_that_a_job_not_completed_depends_on_is_kept_past_its_retention(
     service: JobService, clock: FakeClock, shop: ApiKey, mailer: ApiKey
 ) -> None:
     done = await _completed(service, shop, mailer)
@@ -241,7 +241,7 @@ async def test_a_job_that_an_active_job_depends_on_is_kept_past_its_retention(
     ((pending, _),) = await service.enqueue_many(shop, [ran])
     assert (waiting.status, pending.status) == (JobStatus.WAITING, JobStatus.PENDING)
     clock.advance(40 * DAY)
-    assert await service.prune() == 1, "only the job no active job depends on"
+    assert await service.prune() == 1, "only the job no job depends on"
     assert await service.storage.job_get(loose) is None
     kept = await service.storage.job_get_many([done, failed])
     assert sorted(job.id for job in kept) == sorted([done, failed])

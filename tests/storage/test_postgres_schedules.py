@@ -75,7 +75,7 @@ def _wait_for_a_session_blocked_by(url: str, holder: int) -> None:
     raise AssertionError("the delete never waited for the row")
 
 
-def test_triggers_at_once_on_two_nodes_leave_the_newest_job_as_the_last() -> None:
+def test_hardening_51_triggers_at_once_on_two_nodes_leave_the_newest_job_as_the_last() -> None:
     """Triggers of one schedule at once, on two nodes: its last job is the newest one,
     which a fire without overlap reads. A trigger made its job before it locked the
     schedule, so one whose job was older could record it last."""

@@ -34,7 +34,7 @@ async def test_hardening_53_a_failed_dependency_outlives_its_retention_while_its
     assert [job.id for job in await claim(store, limit=10)] == []
 
 
-async def test_a_completed_dependency_is_kept_for_a_dependent_a_redrive_brings_back(
+async def test_hardening_53_a_completed_dependency_is_kept_for_a_dependent_a_redrive_brings_back(
     store: Storage,
 ) -> None:
     """C waits for X (completed) and Y (cancelled, which cancelled C): X is kept while C
@@ -54,13 +54,21 @@ async def test_a_completed_dependency_is_kept_for_a_dependent_a_redrive_brings_b
     assert {job.id for job in await store.job_get_many([x.id, y.id])} == {x.id, y.id}
 
 
-async def test_a_dependency_is_pruned_once_its_dependents_are(store: Storage) -> None:
-    ((a, _),) = await store.job_insert_many([new_job()], T0)
-    ((b, _),) = await store.job_insert_many([waiting_on(a.id)], T0)
-    for _ in range(2):
+async def test_hardening_53_a_chain_of_completed_jobs_is_pruned_in_one_pass(
+    store: Storage,
+) -> None:
+    """Each job waits for the one before (jobs run in order): a completed dependent never
+    runs again, so it keeps nothing; only the link the pending tail waits for is kept."""
+    ((first, _),) = await store.job_insert_many([new_job()], T0)
+    chain = [first.id]
+    for _ in range(49):
+        ((link, _),) = await store.job_insert_many([waiting_on(chain[-1])], T0)
         (held,) = await claim(store)
         await finish(store, held)
-    assert await store.job_prune({JobStatus.COMPLETED: LATER}) == 1  # b: none depends on it
-    assert await store.job_get(b.id) is None and await store.job_get(a.id) is not None
-    assert await store.job_prune({JobStatus.COMPLETED: LATER}) == 1
-    assert await store.job_get(a.id) is None
+        chain.append(link.id)
+    (held,) = await claim(store)
+    await finish(store, held)  # the 50th link
+    ((tail, _),) = await store.job_insert_many([waiting_on(chain[-1])], T0)
+    assert tail.status is JobStatus.PENDING
+    assert await store.job_prune({JobStatus.COMPLETED: LATER}) == 49
+    assert [job.id for job in await store.job_get_many(chain)] == [chain[-1]]

@@ -105,7 +105,8 @@ Choices where the contract is silent:
   makes it `waiting` until they have ended as it needs (a failed one counts as not ended
   until it is redriven). The jobs a redriven job's failure cancelled wait again, unless
   another of their dependencies failed too: a redrive of that one brings them back.
-  Retention keeps a job while any waiting, pending or running job depends on it.
+  Retention keeps a job while a job not completed depends on it (a failed or cancelled
+  one until it is deleted: a redrive may bring it back).
 """
 
 

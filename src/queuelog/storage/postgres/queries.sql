@@ -380,28 +380,30 @@ WHERE id = %(id)s AND status IN ('failed', 'cancelled')
 RETURNING *;
 
 -- name: job_prunable
--- SKIP LOCKED: pruners on several nodes take disjoint rows. Never a job that another
--- job depends on, until that one is pruned: its dependents wait for it or read it, and a
--- redrive of a dependent that ended brings it back to wait for it or read it again.
--- An enqueue that makes a job depend on this one locks it first (job_dependency_hold),
--- so it is skipped meanwhile.
+-- SKIP LOCKED: pruners on several nodes take disjoint rows. Never a job that a job not
+-- completed depends on: an active dependent waits for it or reads it, and a failed or
+-- cancelled one may be redriven to wait for it or read it again, until it is pruned
+-- itself. A completed dependent never runs again. An enqueue that makes a job depend on
+-- this one locks it first (job_dependency_hold), so it is skipped meanwhile.
 SELECT id FROM jobs
 WHERE status = %(status)s AND status IN ('completed', 'failed', 'cancelled')
   AND updated_at < %(cutoff)s::bigint
   AND NOT (has_dependents AND EXISTS (
-      SELECT 1 FROM job_dependencies AS d WHERE d.depends_on_id = jobs.id))
+      SELECT 1 FROM job_dependencies AS d JOIN jobs AS w ON w.id = d.job_id
+      WHERE d.depends_on_id = jobs.id AND w.status <> 'completed'))
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- name: job_prunable_held
--- job_prunable's jobs that no job depends on, read again once they are locked:
+-- job_prunable's jobs that no job not completed depends on, read again once locked:
 -- its snapshot was taken before its locks, so it misses a dependent whose enqueue
 -- committed (releasing its lock on the job) while the pruner read. This statement's
 -- snapshot, taken after the locks, sees it.
 SELECT id FROM jobs
 WHERE id = ANY(%(ids)s::bigint[])
   AND NOT (has_dependents AND EXISTS (
-      SELECT 1 FROM job_dependencies AS d WHERE d.depends_on_id = jobs.id));
+      SELECT 1 FROM job_dependencies AS d JOIN jobs AS w ON w.id = d.job_id
+      WHERE d.depends_on_id = jobs.id AND w.status <> 'completed'));
 
 -- name: job_delete
 DELETE FROM jobs WHERE id = ANY(%(ids)s::bigint[]);

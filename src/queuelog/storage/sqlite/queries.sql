@@ -306,14 +306,16 @@ WHERE id = :id AND status IN ('failed', 'cancelled')
 RETURNING *;
 
 -- name: job_prunable
--- Never a job that another job depends on, until that one is pruned: its dependents
--- wait for it or read it, and a redrive of a dependent that ended brings it back to
--- wait for it or read it again. Deleting a job deletes its dependencies' rows.
+-- Never a job that a job not completed depends on: an active dependent waits for it or
+-- reads it, and a failed or cancelled one may be redriven to wait for it or read it
+-- again, until it is pruned itself (deleting a job deletes its dependencies' rows). A
+-- completed dependent never runs again: a chain of completed jobs is pruned at once.
 SELECT id FROM jobs INDEXED BY jobs_finished
 WHERE status = :status AND status IN ('completed', 'failed', 'cancelled')
   AND updated_at < :cutoff
   AND NOT (has_dependents AND EXISTS (
-      SELECT 1 FROM job_dependencies AS d WHERE d.depends_on_id = jobs.id))
+      SELECT 1 FROM job_dependencies AS d JOIN jobs AS w ON w.id = d.job_id
+      WHERE d.depends_on_id = jobs.id AND w.status <> 'completed'))
 LIMIT :limit;
 
 -- name: job_delete
