@@ -31,9 +31,9 @@ from queuelog.specs import (
     EnqueueSpec,
     FinishSpec,
     decode_cursor,
-    encode_cursor,
     held_token,
     holds,
+    paged,
     progress_text,
     stored_json,
 )
@@ -141,12 +141,7 @@ class JobService:
         """A page of a job's history, oldest first, after the event ``cursor`` names."""
         await self.get(caller, job_id)
         after = decode_cursor(cursor) if cursor else 0
-        events = await self.storage.job_events(job_id, after, limit + 1)
-        if len(events) <= limit:
-            return events, None
-        last = events[limit - 1].id
-        assert last is not None  # read from the store: every event there has its id
-        return events[:limit], encode_cursor(last)
+        return paged(await self.storage.job_events(job_id, after, limit + 1), limit)
 
     async def dependencies(self, caller: ApiKey, job_id: int) -> list[Job]:
         """A job's dependencies, for whoever sees the job (the worker holding it too)."""
@@ -177,10 +172,7 @@ class JobService:
         )
         if not admin and params.principal is None and params.holder is None:
             return [], None
-        jobs = await self.storage.job_list(params)
-        if len(jobs) > limit:
-            return jobs[:limit], encode_cursor(jobs[limit - 1].id)
-        return jobs, None
+        return paged(await self.storage.job_list(params), limit)
 
     async def stats(self) -> QueueStats:
         """Jobs by status and type: every status of every configured type (and of any

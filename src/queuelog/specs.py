@@ -8,7 +8,7 @@ import json
 import re
 from dataclasses import field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from queuelog.clock import rfc3339
 from queuelog.errors import PayloadTooLarge, ValidationFailed
@@ -144,6 +144,24 @@ def progress_text(progress: JsonObject) -> str:
 
 def encode_cursor(job_id: int) -> str:
     return str(job_id)
+
+
+class _Stored(Protocol):
+    @property
+    def id(self) -> int | None: ...
+
+
+Row = TypeVar("Row", bound=_Stored)
+
+
+def paged(rows: list[Row], limit: int) -> tuple[list[Row], str | None]:
+    """A page of ``rows`` (read with one more than ``limit``, to know whether there is
+    more) and the cursor of the next page: its last row's id, or None."""
+    if len(rows) <= limit:
+        return rows, None
+    last = rows[limit - 1].id
+    assert last is not None  # read from the store: every row there has its id
+    return rows[:limit], encode_cursor(last)
 
 
 def decode_cursor(cursor: str) -> int:

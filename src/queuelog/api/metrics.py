@@ -20,7 +20,7 @@ from queuelog.wakeup import Finishes
 
 # The methods kept as the label: those an HTTP API's clients send (the routes serve GET,
 # HEAD, POST and DELETE; the others are counted as the 405s they are).
-_ROUTED_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_LABELLED_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 class _JobsCollector:
@@ -163,7 +163,7 @@ class Metrics:
         """Count one request and record its latency. Any other method than those kept is
         labelled ``other``: anyone, without a key, chooses the method, and each new
         label would be new series on every scrape for the life of the process."""
-        method = method if method in _ROUTED_METHODS else "other"
+        method = method if method in _LABELLED_METHODS else "other"
         self._requests.labels(method, route, str(status)).inc()
         self._latency.labels(method, route).observe(seconds)
 

@@ -254,12 +254,12 @@ class Acknowledger:
     def hand_back(self, late: list[Running]) -> None:
         """Hand back the jobs still running at the deadline, all at once and briefly."""
         abandoned = [r for r in late if r.abandon()]
+        if not abandoned:
+            return
         # Every job is given up before any async handler is cancelled: the thread a
         # cancel frees would otherwise start a job claimed ahead not given up yet.
         for running in abandoned:
             running.cancel()
-        if not abandoned:
-            return
         connection = self._client.connection
         reporter = Client(
             connection.url,
