@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -285,6 +286,36 @@ def test_a_rate_limited_claim_is_sent_again_after_retry_after() -> None:
     with Client("http://127.0.0.1:1", "ql_x", retry_policy=FAST, transport=pool) as worker:
         assert worker.claim() == []
     assert len(pool.sent) == 2  # refused before anything happened, so even a claim is safe
+
+
+def test_a_503_is_sent_again_no_sooner_than_its_retry_after() -> None:
+    """The server's Retry-After is the least wait before a send goes again, up to the
+    policy's max_delay: the backoff alone would have sent it at once."""
+    answers = [
+        answer(503, {"type": "unavailable"}, {"Retry-After": "1"}),
+        answer(503, {"type": "unavailable"}, {"Retry-After": "3600"}),
+        answer(200, {"jobs": []}),
+    ]
+    pool = Scripted(lambda _: answers[len(pool.sent) - 1])
+    policy = RetryPolicy(attempts=3, base_delay=0.001, max_delay=1.5)
+    with Client("http://127.0.0.1:1", "ql_x", retry_policy=policy, transport=pool) as worker:
+        started = time.monotonic()
+        assert list(worker.list()) == []
+        waited = time.monotonic() - started
+    assert len(pool.sent) == 3
+    assert 1.0 + 1.5 <= waited < 60  # 1 s as asked, then 3,600 s cut to max_delay
+
+
+def test_server_error_carries_retry_after() -> None:
+    problem = {"type": "unavailable", "title": "Database unavailable", "status": 503}
+    failing = scripted(503, problem, {"Retry-After": "5"}, RetryPolicy(attempts=1))
+    with failing, pytest.raises(ServerError) as raised:
+        failing.get(1)
+    assert (raised.value.status, raised.value.retry_after) == (503, 5)
+    without = scripted(503, problem, None, RetryPolicy(attempts=1))
+    with without, pytest.raises(ServerError) as raised:
+        without.get(1)
+    assert raised.value.retry_after is None
 
 
 def test_rate_limited_carries_retry_after() -> None:

@@ -3,7 +3,7 @@ and the client's own (the server could not be reached, or answered something une
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from queuelog.errors import (
     Forbidden,
@@ -22,6 +22,8 @@ from queuelog.errors import (
 if TYPE_CHECKING:
     from queuelog.client.types import Job
 
+T = TypeVar("T")
+
 
 class BodyTooLarge(QueueError):
     slug, status, title = "body-too-large", 413, "Request body is too large"
@@ -32,10 +34,17 @@ class ServerError(QueueError):
 
     slug, status, title = "internal", 500, "Server error"
 
-    def __init__(self, detail: str = "", status: int = 500, slug: str = "internal") -> None:
+    def __init__(
+        self,
+        detail: str = "",
+        status: int = 500,
+        slug: str = "internal",
+        retry_after: int | None = None,
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.slug = slug
+        self.retry_after = retry_after
 
 
 class ServerUnavailable(QueueError):
@@ -91,10 +100,11 @@ def error_from_problem(status: int, body: Any, retry_after: str | None = None) -
     slug = str(problem.get("type", ""))
     detail = str(problem.get("detail") or problem.get("title") or f"HTTP {status}")
     if slug == RateLimited.slug or status == 429:
-        return RateLimited(_seconds(retry_after))
+        return RateLimited(_seconds(retry_after, 1))
     cls = ERRORS_BY_SLUG.get(slug)
     if cls is None:
-        return ServerError(detail, status=status, slug=slug or "unknown")
+        wait = _seconds(retry_after, None)
+        return ServerError(detail, status=status, slug=slug or "unknown", retry_after=wait)
     extra = {k: v for k, v in problem.items() if k not in ("type", "title", "status", "detail")}
     return cls(detail, **extra)
 
@@ -104,8 +114,9 @@ def error_from_item(status: int, slug: str | None) -> QueueError:
     return error_from_problem(status, {"type": slug or "", "detail": f"item refused ({slug})"})
 
 
-def _seconds(value: str | None) -> int:
+def _seconds(value: str | None, absent: T) -> int | T:
+    """A ``Retry-After`` of delay-seconds, else ``absent`` (no header, or a date)."""
     try:
-        return max(0, int(value)) if value is not None else 1
+        return max(0, int(value)) if value is not None else absent
     except ValueError:
-        return 1
+        return absent

@@ -124,8 +124,10 @@ class Connection:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Sends tried again after a connection failure or a 429: ``attempts`` in all, with
-    exponential backoff and jitter up to ``max_delay`` seconds (or ``Retry-After``)."""
+    """Sends tried again after a connection failure, a 429 or an answer that means "not
+    now" (502, 503, 504, 507): ``attempts`` in all, with exponential backoff and jitter up
+    to ``max_delay`` seconds. The answer's ``Retry-After`` is the least wait: a 429's as it
+    is, another's up to ``max_delay`` (a proxy may ask for an hour)."""
 
     attempts: int = 4
     base_delay: float = 0.2
@@ -158,6 +160,8 @@ class RetryPolicy:
                 return max(float(error.retry_after), self.delay(attempt))
             if call.again is not None and _answer_lost(error):
                 call.again()
+            if isinstance(error, ServerError) and error.retry_after is not None:
+                return max(min(float(error.retry_after), self.max_delay), self.delay(attempt))
             return self.delay(attempt)
         if isinstance(error, QueueError):
             raise error
