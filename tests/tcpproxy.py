@@ -2,7 +2,8 @@
 
 ``cut()`` closes every forwarded connection and the listening socket, so the
 port refuses new connections, as a stopped database's would; ``restore()``
-listens on the same port again.
+listens on the same port again. ``stall()`` keeps the connections open now but
+forwards nothing more on them, as a network partition or a dead middlebox would.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class TcpProxy:
         self.port = free_port()
         self._lock = threading.Lock()
         self._open: list[socket.socket] = []
+        self._stalled: set[socket.socket] = set()
         self._listener: socket.socket | None = None
         self.restore()
 
@@ -42,6 +44,12 @@ class TcpProxy:
 
     close = cut
 
+    def stall(self) -> None:
+        """Forward nothing more on the connections open now, without closing them;
+        connections made later are forwarded."""
+        with self._lock:
+            self._stalled.update(self._open)
+
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
@@ -61,14 +69,18 @@ class TcpProxy:
                     return
                 self._open += [client, upstream]
             for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        """Copy bytes one way until either side closes (drop them once stalled)."""
+        _copy(source, sink, self._stalled)
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    """Copy bytes one way until either side closes."""
+def _copy(source: socket.socket, sink: socket.socket, stalled: set[socket.socket]) -> None:
     try:
         while data := source.recv(65536):
-            sink.sendall(data)
+            if source not in stalled:
+                sink.sendall(data)
     except OSError:
         pass
     finally:

@@ -32,6 +32,7 @@ from queuelog.storage.sqlfile import load_migrations, load_queries
 from queuelog.storage.subscribers import ReadySubscriber
 from tests.conftest import make_settings, run_blocking
 from tests.postgres import NODES, fresh_schema, postgres_url, rows_read, subscribed
+from tests.realserver import wait_until
 from tests.storage.test_conformance import T0, claim, finish, new_job
 from tests.tcpproxy import TcpProxy
 
@@ -521,6 +522,28 @@ def test_listener_reconnects_after_losing_its_connection(
         if woken.wait(0.5):
             break
     assert woken.is_set()
+
+
+def test_hardening_54_listener_reconnects_when_its_connection_goes_silent(
+    proxied: tuple[PostgresStorage, TcpProxy], nodes: list[PostgresStorage]
+) -> None:
+    """A connection that carries nothing more but stays open (a partition, a middlebox
+    that died) raises nothing while it is only read: the listener asks it a question
+    after a silence and reconnects when no answer comes, so that every request awaiting
+    a result looks at its job again (None) and later finishes are heard."""
+    node, proxy = proxied
+    connected: list[object] = []
+    heard: list[int] = []
+    node.subscribe_finished(lambda ids: connected.append(1) if ids is None else heard.extend(ids))
+    wait_until(lambda: bool(connected), "the node to start listening", 10)
+    proxy.stall()
+    run_blocking(nodes[0].job_insert_many([new_job()], T0))
+    run_blocking(finish(nodes[0], run_blocking(claim(nodes[0]))[0]))
+    wait_until(lambda: len(connected) > 1, "the listener to drop its silent connection", 40)
+    run_blocking(nodes[0].job_insert_many([new_job()], T0))
+    (later,) = run_blocking(claim(nodes[0]))
+    run_blocking(finish(nodes[0], later))
+    wait_until(lambda: later.id in heard, "finishes to be heard again", 10)
 
 
 def test_a_node_whose_connections_have_high_descriptor_numbers_still_works() -> None:

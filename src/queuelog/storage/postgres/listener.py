@@ -3,9 +3,14 @@ finished jobs whose results requests here await."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import psycopg
 
@@ -16,6 +21,11 @@ log = logging.getLogger("queuelog.storage.postgres")
 CHANNEL = "queuelog_ready"
 FINISHED_CHANNEL = "queuelog_finished"
 APPLICATION = "queuelog-listener"
+# A connection that goes silent (a network partition, a middlebox that died, a failover
+# to another host at the same address) raises nothing of itself while it is only read:
+# after this long without a notification the listener asks it a question, and one not
+# answered within as long again is taken for dead.
+PING_SECONDS = 5.0
 
 
 class ReadyListener:
@@ -24,16 +34,24 @@ class ReadyListener:
     A notification sent while the connection was down is lost, so every
     (re)connection also calls the callbacks once: claimers look again, and the
     long poll's periodic re-check covers the rest; every request awaiting a result
-    (finish callbacks called with None) looks at its job again.
+    (finish callbacks called with None) looks at its job again. A connection that
+    stays silent for ``ping_seconds`` is asked ``SELECT 1``; without an answer within
+    ``ping_seconds`` more it is dropped and the listener reconnects.
     """
 
     def __init__(
-        self, url: str, node: str, poll_seconds: float = 0.1, retry_seconds: float = 1.0
+        self,
+        url: str,
+        node: str,
+        poll_seconds: float = 0.1,
+        retry_seconds: float = 1.0,
+        ping_seconds: float = PING_SECONDS,
     ) -> None:
         self._url = url
         self._node = node  # this node's enqueues: its service woke its own long polls
         self._poll_seconds = poll_seconds
         self._retry_seconds = retry_seconds
+        self._ping_seconds = ping_seconds
         self._callbacks: list[Callable[[], None]] = []
         self._finish_callbacks: list[Callable[[Iterable[int] | None], None]] = []
         self._stop = threading.Event()
@@ -105,6 +123,28 @@ class ReadyListener:
             self._fire()
             self._fire_finished(None)
             self.listening.set()
+            heard = time.monotonic()
             while not self._stop.is_set():
                 for note in conn.notifies(timeout=self._poll_seconds):
+                    heard = time.monotonic()
                     self._heard(note.channel, note.payload, schema)
+                if time.monotonic() - heard >= self._ping_seconds:
+                    self._ping(conn)
+                    heard = time.monotonic()
+
+    def _ping(self, conn: psycopg.Connection[Any]) -> None:
+        """Ask the connection a question; shut its socket if no answer comes in time, so
+        that the wait fails (psycopg.Error) and the loop reconnects. A notification that
+        comes meanwhile is kept for the next ``notifies()``."""
+        watchdog = threading.Timer(self._ping_seconds, _shut, args=(conn.pgconn.socket,))
+        watchdog.start()
+        try:
+            conn.execute("SELECT 1")
+        finally:
+            watchdog.cancel()
+
+
+def _shut(fd: int) -> None:
+    """Shut down the socket behind ``fd`` (the connection still owns and closes it)."""
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
