@@ -234,7 +234,10 @@ def _by_group(
         yield place
         if free < 2:
             continue
-        limit = min(free, args["limit"])  # the list begins with the job just taken
+        limit = min(free, args["limit"])  # the list begins with the job just taken...
         more = sql.rows("ready_of_group", {**args, "group": group, "limit": limit})
-        for later in [_place(r) for r in more if _place(r) > place]:
+        # ... unless another transaction holds that job's row (PostgreSQL's SKIP LOCKED
+        # passes it over) or moved it: the group gives free jobs in all, never more.
+        after = [p for p in map(_place, more) if p > place and p[2] != place[2]]
+        for later in after[: free - 1]:
             heapq.heappush(heads, (later, group, 1))  # read already: no list of its own

@@ -1,0 +1,55 @@
+"""PostgreSQL only: flow control while other transactions hold jobs' rows."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from datetime import timedelta
+
+import psycopg
+
+from queuelog.models import Job, JobStatus
+from queuelog.storage.postgres.store import PostgresStorage
+from queuelog.storage.protocol import FlowLimits, JobListParams
+from tests.conftest import run_blocking
+from tests.storage.test_flow import T0, job, params
+
+
+def test_hardening_55_a_group_whose_first_job_is_held_elsewhere_gets_no_more_than_its_slots(
+    schema: str, nodes: list[PostgresStorage]
+) -> None:
+    """A claim behind a long run of a full group reads each group's first ready job, then
+    the group's next ones; while another transaction holds the first job's row (as an
+    enqueue naming it in depends_on does), that second read passes it over, and the
+    group gave its first job and as many more as its free slots."""
+    two = {"grouped": FlowLimits(group_concurrency=2)}
+    node = nodes[0]
+    later = T0 + timedelta(microseconds=1)
+    run_blocking(node.job_insert_many([job("grouped", "big", i, T0) for i in range(60)], T0))
+    run_blocking(node.job_insert_many([job("grouped", "b", i, later) for i in range(5)], later))
+    due = T0 + timedelta(seconds=1)
+    held = run_blocking(node.job_claim(replace(params(due, limit=2), limits=two)))
+    assert {j.group for j in held} == {"big"}  # big is full from here on
+    (head,) = [j for j in group_b(node) if j.payload["n"] == 0]
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_head() -> None:
+        with psycopg.connect(schema) as conn, conn.transaction():
+            conn.execute("SELECT id FROM jobs WHERE id = %s FOR NO KEY UPDATE", (head.id,))
+            locked.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_the_head)
+    holder.start()
+    assert locked.wait(10)
+    threading.Timer(1.0, release.set).start()  # the claim waits for the row, then takes it
+    taken = run_blocking(node.job_claim(replace(params(due, limit=3), limits=two)))
+    holder.join(30)
+    assert [j.group for j in taken].count("b") <= 2
+    running = [j for j in group_b(node) if j.status is JobStatus.RUNNING]
+    assert len(running) == 2, "group b gives its 2 slots, and no more"
+
+
+def group_b(node: PostgresStorage) -> list[Job]:
+    jobs = run_blocking(node.job_list(JobListParams(limit=100, type="grouped")))
+    return [j for j in jobs if j.group == "b"]
