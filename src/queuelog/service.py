@@ -206,6 +206,7 @@ class JobService:
             retry_at=lambda job: self._retry_at(job, now),
             limits=self.flow.limits,
             configured=self.flow.configured,
+            clock=self.clock.now,
         )
         jobs = await self.storage.job_claim(params)
         self.flow.claimed(params, len(jobs))

@@ -207,15 +207,33 @@ async def test_rate_limit_counts_claims_in_a_sliding_window(store: Storage) -> N
 async def test_rate_limit_holds_for_a_claim_stamped_before_the_one_it_waited_for(
     store: Storage,
 ) -> None:
-    # On PostgreSQL a claim takes its time, then waits for the type's lock while another
-    # claim, stamped later, counts and records its own: the earlier stamp must still
-    # find the claims of its window, though the later claim's window has left them.
+    # Nodes' clocks differ a little, so a claim may be stamped before the one it waited
+    # for: the earlier stamp must still find the claims of its window, though the later
+    # claim's window has left them.
     await store.job_insert_many([job("rated", n=i) for i in range(6)], T0)
     assert len(await store.job_claim(params(T0, limit=2))) == 2
     assert len(await store.job_claim(params(T0 + timedelta(seconds=10.5), limit=1))) == 1
     late = params(T0 + timedelta(seconds=5), limit=5)
     assert await store.job_claim(late) == [], "three claims in the window ending at T0+5s"
     assert late.skipped[("rated", "rate_limit")] == 1
+
+
+async def test_hardening_56_a_claim_is_stamped_when_it_takes_its_jobs_not_when_asked(
+    store: Storage,
+) -> None:
+    """A claim of a limited type reads its clock again once it holds the type's lock
+    (on PostgreSQL another claim may hold it for seconds): its jobs and rate window are
+    stamped then, so a claim that waited does not add a window's worth to the next one."""
+    await store.job_insert_many([job("rated", n=i) for i in range(6)], T0)
+    taken_at = T0 + timedelta(seconds=20)
+    waited = replace(params(T0, limit=5), clock=lambda: taken_at)
+    claimed = await store.job_claim(waited)
+    assert len(claimed) == 2 and {j.claimed_at for j in claimed} == {taken_at}
+    assert {j.lease_expires_at for j in claimed} == {taken_at + timedelta(seconds=30)}
+    (event, *_) = reversed(await store.job_events(claimed[0].id))
+    assert event.at == taken_at
+    next_one = params(taken_at + timedelta(seconds=5), limit=5)
+    assert await store.job_claim(next_one) == [], "two claims in the window ending at +25 s"
 
 
 async def test_a_paused_type_is_never_claimed_until_resumed(store: Storage) -> None:

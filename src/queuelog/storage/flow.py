@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from itertools import islice
 from typing import Any, Protocol
 
@@ -63,6 +64,9 @@ def take(sql: FlowSql, params: ClaimParams) -> list[Job]:
         named = None if params.types is None else list(dict.fromkeys(params.types))
         rows = sql.rows("job_claim", claim_params(params, sql.types(named)))
     else:
+        sql.lock([name for name in types if name in params.limits])
+        if params.clock is not None:  # the locks may have been waited for
+            params = replace(params, now=params.clock())
         rows = claim(sql, params, types, paused)
     jobs = sorted(map(job_from_row, rows), key=claim_order)
     if jobs:
@@ -84,9 +88,9 @@ def scope(params: ClaimParams, paused: set[str]) -> list[str] | None:
 
 
 def claim(sql: FlowSql, params: ClaimParams, types: list[str], paused: set[str]) -> list[Row]:
-    """Claim up to ``params.limit`` ready jobs of ``types`` that no limit holds back."""
+    """Claim up to ``params.limit`` ready jobs of ``types`` that no limit holds back,
+    once the limited types' locks are held."""
     params.skipped.clear()  # a transaction run again counts afresh
-    sql.lock([name for name in types if name in params.limits])
     streams: list[Iterator[Place]] = []
     for name in types:
         if name in paused:
@@ -129,10 +133,9 @@ def _rate_used(sql: FlowSql, params: ClaimParams, name: str, limits: FlowLimits)
     """Claims of ``name`` in the window ending now; older ones are forgotten."""
     assert limits.rate_per_seconds is not None
     since = window_start(to_micros(params.now), limits.rate_per_seconds)
-    # A claim takes its time before it waits for the type's lock, so the claim it waited
-    # for may be stamped later, and its window may have left claims this one still
-    # counts: a claim is forgotten only _KEPT_PAST_WINDOW after it left the window, far
-    # longer than the lock is held (one claim's transaction).
+    # Nodes' clocks differ a little, so the claim this one waited for may be stamped
+    # later, and its window may have left claims this one still counts: a claim is
+    # forgotten only _KEPT_PAST_WINDOW after it left the window.
     sql.run("type_claims_forget", {"type": name, "since": since - _KEPT_PAST_WINDOW})
     (row,) = sql.rows("type_claims_used", {"type": name, "since": since})
     return int(row["n"])
