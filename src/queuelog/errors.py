@@ -8,8 +8,14 @@ from typing import Any
 
 def quoted(text: str) -> str:
     """A caller's text inside a message, as JSON writes a string (``"oth\\u0000er"``):
-    what an answer says never depends on how Python shows a value."""
-    return json.dumps(text, ensure_ascii=False)
+    what an answer says never depends on how Python shows a value. A lone surrogate,
+    which no UTF-8 answer can carry, is escaped as JSON escapes it (``"\\ud800"``)."""
+    shown = json.dumps(text, ensure_ascii=False)
+    try:
+        shown.encode()
+    except UnicodeEncodeError:
+        return json.dumps(text)
+    return shown
 
 
 class QueueError(Exception):

@@ -3,6 +3,7 @@ release with a delay (snooze), limits in claims, and every new 4xx."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,26 @@ def test_rate_limit_window_slides_with_the_clock(
     assert claim(worker, limit=10) == []
     clock.advance(0.2)
     assert len(claim(worker, limit=10)) == 2
+
+
+def test_hardening_56_a_claim_is_stamped_by_the_clock_read_once_its_type_is_locked(
+    producer: Api, worker: Api, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service hands the storage its clock, read again once the claim holds the
+    type's lock: with a clock that moves a second at each read, the job is stamped by
+    the last read, not by the one the claim took when it was asked."""
+    enqueue(producer, "metered")
+    start, reads = clock.now(), []
+
+    def ticking() -> datetime:
+        reads.append(start + timedelta(seconds=len(reads) + 1))
+        return reads[-1]
+
+    monkeypatch.setattr(clock, "now", ticking)
+    (job,) = claim(worker, types=["metered"])
+    monkeypatch.undo()
+    assert len(reads) >= 2
+    assert datetime.fromisoformat(job["claimed_at"]) == reads[-1]
 
 
 def test_release_with_a_delay_snoozes_the_job(producer: Api, worker: Api, clock: FakeClock) -> None:

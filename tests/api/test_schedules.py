@@ -386,6 +386,19 @@ def test_bad_schedules_are_422(
     assert admin.get("/schedules/tick").status_code == 404
 
 
+@pytest.mark.parametrize("timezone", ["\\ud800", "Europe/\\udfff"])
+def test_hardening_57_a_lone_surrogate_time_zone_is_422_not_500(admin: Api, timezone: str) -> None:
+    """The refusal quotes the zone: a lone surrogate in it, kept as it came, could not be
+    written as UTF-8 and the 422 became a 500."""
+    body = '{"name": "tick", "every_seconds": 60, "type": "noop", "timezone": "' + timezone + '"}'
+    sent = {"content": body, "headers": {"Content-Type": "application/json"}}
+    response = admin.post("/schedules", **sent)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["loc"][-1] == "timezone"
+    assert "\\ud" in response.json()["detail"] + str(response.json()["errors"])
+    assert admin.get("/schedules/tick").status_code == 404
+
+
 @pytest.mark.parametrize("name", [".", ".."])
 def test_hardening_18_a_schedule_named_a_dot_segment_is_422(admin: Api, name: str) -> None:
     body = {"name": name, "every_seconds": 60, "type": "noop"}

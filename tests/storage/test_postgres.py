@@ -25,6 +25,7 @@ from queuelog.errors import IdempotencyKeyReused
 from queuelog.maintenance import Maintenance
 from queuelog.models import EventKind, Job, JobStatus, Priority, Role
 from queuelog.service import JobService
+from queuelog.storage.postgres.listener import ReadyListener
 from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.postgres.transactions import Q
 from queuelog.storage.protocol import FinishParams, JobListParams, NewJob
@@ -544,6 +545,24 @@ def test_hardening_54_listener_reconnects_when_its_connection_goes_silent(
     (later,) = run_blocking(claim(nodes[0]))
     run_blocking(finish(nodes[0], later))
     wait_until(lambda: later.id in heard, "finishes to be heard again", 10)
+
+
+def test_an_idle_listener_keeps_a_connection_that_answers_its_pings(schema: str) -> None:
+    """Pings of a connection that answers change nothing: no reconnection (each would
+    make every waiting request read its job again), and notifications still come."""
+    listener = ReadyListener(schema, node="other", ping_seconds=0.2)
+    calls: list[object] = []
+    listener.add_finished(calls.append)
+    listener.start()
+    try:
+        wait_until(lambda: bool(calls), "the listener to connect", 10)
+        time.sleep(2)  # about ten pings
+        with psycopg.connect(schema, autocommit=True) as conn:
+            conn.execute("SELECT pg_notify('queuelog_finished', current_schema() || ':7')")
+        wait_until(lambda: len(calls) > 1, "the notification", 10)
+        assert calls == [None, [7]]
+    finally:
+        listener.close()
 
 
 def test_a_node_whose_connections_have_high_descriptor_numbers_still_works() -> None:

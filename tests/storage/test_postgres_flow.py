@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 
 from queuelog.models import Job, JobStatus
 from queuelog.storage.postgres.store import PostgresStorage
+from queuelog.storage.postgres.transactions import Q
 from queuelog.storage.protocol import FlowLimits, JobListParams
 from tests.conftest import run_blocking
 from tests.storage.test_flow import T0, job, params
@@ -53,3 +55,32 @@ def test_hardening_55_a_group_whose_first_job_is_held_elsewhere_gets_no_more_tha
 def group_b(node: PostgresStorage) -> list[Job]:
     jobs = run_blocking(node.job_list(JobListParams(limit=100, type="grouped")))
     return [j for j in jobs if j.group == "b"]
+
+
+def test_hardening_56_a_claim_reads_its_clock_once_it_holds_the_type_s_lock(
+    schema: str, nodes: list[PostgresStorage]
+) -> None:
+    """Another claim of the type may hold its lock for a while: the claim's time is read
+    after the lock is had, not when the claim was asked."""
+    node = nodes[0]
+    run_blocking(node.job_insert_many([job("rated", n=i) for i in range(3)], T0))
+    locked, released_at, read_at = threading.Event(), [], []
+
+    def hold_the_type() -> None:
+        with psycopg.connect(schema) as conn, conn.transaction():
+            conn.execute(Q["flow_lock"], {"type": "rated"})
+            locked.set()
+            time.sleep(1.0)
+            released_at.append(time.monotonic())
+
+    def clock() -> datetime:
+        read_at.append(time.monotonic())
+        return T0 + timedelta(seconds=1)
+
+    holder = threading.Thread(target=hold_the_type)
+    holder.start()
+    assert locked.wait(10)
+    claimed = run_blocking(node.job_claim(replace(params(T0, limit=2), clock=clock)))
+    holder.join(30)
+    assert len(claimed) == 2 and {j.claimed_at for j in claimed} == {T0 + timedelta(seconds=1)}
+    assert read_at and read_at[0] >= released_at[0], "the clock was read before the lock"

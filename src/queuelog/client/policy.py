@@ -125,7 +125,7 @@ class Connection:
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """Sends tried again after a connection failure, a 429 or an answer that means "not
-    now" (502, 503, 504, 507): ``attempts`` in all, with exponential backoff and jitter up
+    now" (``TRANSIENT_STATUS``): ``attempts`` in all, with exponential backoff and jitter up
     to ``max_delay`` seconds. The answer's ``Retry-After`` is the least wait: a 429's as it
     is, another's up to ``max_delay`` (a proxy may ask for an hour)."""
 

@@ -56,17 +56,18 @@ def take(sql: FlowSql, params: ClaimParams) -> list[Job]:
     made pending, then up to ``params.limit`` ready ones are leased, in claim order,
     each with its ``claimed`` event. Without a limit or pause in the way this is one
     statement over the ready index; else the types are read one by one (``claim``)."""
-    sql.run("job_promote_due", {"now": to_micros(params.now)})
     paused = {row["type"] for row in sql.rows("type_paused", {})}
     types = scope(params, paused)
+    if types is not None:
+        sql.lock([name for name in types if name in params.limits])
+        if params.clock is not None:  # the locks may have been waited for
+            params = replace(params, now=params.clock())
+    sql.run("job_promote_due", {"now": to_micros(params.now)})
     if types is None:
         # Each named type's ready jobs are read once, however often the claim names it.
         named = None if params.types is None else list(dict.fromkeys(params.types))
         rows = sql.rows("job_claim", claim_params(params, sql.types(named)))
     else:
-        sql.lock([name for name in types if name in params.limits])
-        if params.clock is not None:  # the locks may have been waited for
-            params = replace(params, now=params.clock())
         rows = claim(sql, params, types, paused)
     jobs = sorted(map(job_from_row, rows), key=claim_order)
     if jobs:

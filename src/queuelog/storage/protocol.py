@@ -52,7 +52,7 @@ class NewJob:
     principal: str
     idempotency_key: str | None = None
     fingerprint: str | None = None
-    # stored_json(payload), when the caller already encoded it against the limit.
+    # stored_json(payload), if the caller encoded it to check the limit: encoded once.
     payload_text: str | None = None
     # While an active job of this principal and type holds the unique key, no job is
     # made: the holder is kept, or (replace) a pending holder takes this payload.
@@ -117,8 +117,7 @@ class ClaimParams:
     configured: Sequence[str] = ()
     # Filled by the claim: how many times a (type, reason) held a ready job back.
     skipped: Counter[tuple[str, str]] = field(default_factory=Counter)
-    # Read again once the claim holds its types' flow locks (it may have waited for
-    # them), so its jobs and rate windows are stamped when taken; None: ``now``.
+    # Read again once the claim holds its types' locks (waited for): stamped when taken.
     clock: Callable[[], datetime] | None = None
 
 
@@ -134,7 +133,7 @@ class FinishParams:
     error: str | None = None
     retryable: bool = True
     retry_at: datetime | None = None
-    # stored_json(result), when the caller already encoded it against the limit.
+    # stored_json(result), if the caller encoded it to check the limit: encoded once.
     result_text: str | None = None
     # The types with concurrency limits: a backend shared by several processes tells
     # the others when a job of one of them ends (a slot is free).
@@ -163,7 +162,8 @@ class JobListParams:
     before_id: int | None = None
     status: JobStatus | None = None
     type: str | None = None
-    # Visibility: with either set, only jobs this producer enqueued or this worker holds.
+    # Visibility: with either set, only jobs this producer enqueued or this worker holds
+    # now; with neither, all jobs.
     principal: str | None = None
     holder: str | None = None
     idempotency_key: str | None = None

@@ -9,7 +9,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import psycopg
@@ -77,7 +77,7 @@ class ReadyListener:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=self._poll_seconds + 5)
+        self._thread.join(timeout=self._poll_seconds + self._ping_seconds + 5)
 
     def _fire(self) -> None:
         for callback in list(self._callbacks):
@@ -104,44 +104,53 @@ class ReadyListener:
             self._fire_finished([int(i) for i in ids.split(",") if i])
 
     def _loop(self) -> None:
+        lost = False  # logged once when the connection goes, once when it is back
         while not self._stop.is_set():
             try:
-                self._listen()
+                self._listen(lost)
             except psycopg.Error as exc:
+                if self.listening.is_set() or not lost:  # not each failed reconnection
+                    log.warning("LISTEN connection lost (%s); reconnecting", type(exc).__name__)
                 self.listening.clear()
-                log.warning("LISTEN connection lost (%s); reconnecting", type(exc).__name__)
+                lost = True
                 self._stop.wait(self._retry_seconds)
 
-    def _listen(self) -> None:
+    def _listen(self, lost: bool) -> None:
         with psycopg.connect(
             self._url, autocommit=True, application_name=APPLICATION, connect_timeout=10
         ) as conn:
-            row = conn.execute(Q["current_schema"]).fetchone()
+            with self._answered(conn):  # a connection may go silent from its start
+                row = conn.execute(Q["current_schema"]).fetchone()
+                conn.execute(f"LISTEN {CHANNEL}")
+                conn.execute(f"LISTEN {FINISHED_CHANNEL}")
             schema = row[0] if row else None
-            conn.execute(f"LISTEN {CHANNEL}")
-            conn.execute(f"LISTEN {FINISHED_CHANNEL}")
             self._fire()
             self._fire_finished(None)
             self.listening.set()
+            if lost:
+                log.warning("LISTEN connection back")
             heard = time.monotonic()
             while not self._stop.is_set():
                 for note in conn.notifies(timeout=self._poll_seconds):
                     heard = time.monotonic()
                     self._heard(note.channel, note.payload, schema)
                 if time.monotonic() - heard >= self._ping_seconds:
-                    self._ping(conn)
+                    with self._answered(conn):
+                        conn.execute("SELECT 1")
                     heard = time.monotonic()
 
-    def _ping(self, conn: psycopg.Connection[Any]) -> None:
-        """Ask the connection a question; shut its socket if no answer comes in time, so
-        that the wait fails (psycopg.Error) and the loop reconnects. A notification that
-        comes meanwhile is kept for the next ``notifies()``."""
+    @contextlib.contextmanager
+    def _answered(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """Shut the connection's socket if what runs inside has no answer within
+        ``ping_seconds``, so that its wait fails (psycopg.Error) and the loop reconnects.
+        A notification that comes meanwhile is kept for the next ``notifies()``."""
         watchdog = threading.Timer(self._ping_seconds, _shut, args=(conn.pgconn.socket,))
         watchdog.start()
         try:
-            conn.execute("SELECT 1")
+            yield
         finally:
             watchdog.cancel()
+            watchdog.join()  # _shut is over before the connection (and its fd) can close
 
 
 def _shut(fd: int) -> None:
