@@ -15,7 +15,14 @@ from datetime import UTC, datetime, timedelta
 
 from queuelog.clock import Clock
 from queuelog.config import ScheduleConfig, Settings
-from queuelog.errors import InvalidState, NotFound, QueueError, ValidationFailed, quoted
+from queuelog.errors import (
+    InvalidState,
+    NotFound,
+    QueueError,
+    StorageUnavailable,
+    ValidationFailed,
+    quoted,
+)
 from queuelog.intake import Intake
 from queuelog.models import ApiKey, Job, Priority, Role
 from queuelog.schedules import (
@@ -210,6 +217,10 @@ class Scheduler:
         for schedule in await self.storage.schedule_due(now):
             try:
                 await self._fire(schedule, now, since, outcomes)
+            except StorageUnavailable:
+                # The other schedules would meet it too: their fires wait for the next
+                # pass. The fault is logged once, when it begins (storage/health.py).
+                break
             except Exception:  # one broken schedule must not keep the others from firing
                 log.exception("schedule %s: the fire failed", schedule.name)
         if outcomes[FireOutcome.MADE]:

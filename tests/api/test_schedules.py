@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from queuelog.clock import FakeClock
 from queuelog.config import Settings
-from queuelog.errors import UnknownJobType
+from queuelog.errors import StorageUnavailable, UnknownJobType
 from queuelog.scheduler import Scheduler
 from queuelog.storage.protocol import FireOutcome, Storage
 from tests.conftest import Api, make_settings
@@ -113,6 +113,41 @@ async def test_a_fire_makes_one_job_of_the_schedule(
     # The schedule's principal is not the producer's: producers do not see its jobs.
     assert producer.get(f"/jobs/{job['id']}").status_code == 404
     assert producer.get("/jobs").json()["jobs"] == []
+
+
+class FailingFires:
+    """The store, but a database that refuses every fire (a full disk, a read-only
+    file): what the sweeper meets during a storage fault."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage, self.fires = storage, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.storage, name)
+
+    async def schedule_fire(self, fire: Any) -> Any:
+        self.fires += 1
+        raise StorageUnavailable("disk I/O error", reason="io-error")
+
+
+async def test_hardening_58_a_storage_fault_ends_the_fires_without_a_traceback_a_schedule(
+    admin: Api,
+    storage: Storage,
+    settings: Settings,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The fault is logged once, when it begins (storage/health.py); each due schedule
+    of each pass logged a traceback of it besides (3,742 lines in 10 s, 20 schedules).
+    The pass's other work (the pruning that may free a full disk) still runs."""
+    for name in ("tick", "tock", "tack"):
+        create(admin, name=name, type="noop")
+    failing = FailingFires(storage)
+    scheduler = Scheduler(failing, settings, clock)  # type: ignore[arg-type]
+    clock.advance(30.4)
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 0
+    assert failing.fires == 1, "the pass went on to the next schedule"
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
 
 
 async def test_after_downtime_one_job_for_the_latest_missed_fire(

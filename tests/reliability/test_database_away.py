@@ -120,6 +120,7 @@ def _cut_during_a_stream(server: RealServer, proxy: TcpProxy) -> None:
         assert _until(lambda: stream.count(503) >= 5, 60), stream.answers[-5:]
         ready = httpx.get(f"{server.url}/readyz", timeout=30)
         assert ready.status_code == 503 and ready.json()["type"] == "unavailable"
+        assert ready.headers["Retry-After"] == "1"  # as every 503 says when to ask again
         proxy.restore()
         stored_before = stream.count(201)
         # Back by itself: no restart, no request of the test's own but the stream's.

@@ -179,6 +179,7 @@ def test_a_full_disk_refuses_writes_as_problems_and_recovers_when_space_returns(
 
             ready = httpx.get(f"{server.url}/readyz", timeout=10)
             assert ready.status_code == 503 and ready.json()["type"] == "unavailable"
+            assert ready.headers["Retry-After"] == "5"  # the full disk's own
             # No line per refused request: the log has not grown.
             assert server.log_path.stat().st_size == log_before
             log = server.log()

@@ -565,6 +565,31 @@ def test_an_idle_listener_keeps_a_connection_that_answers_its_pings(schema: str)
         listener.close()
 
 
+def test_hardening_58_a_listener_that_cannot_reconnect_says_so_once_and_once_when_back(
+    schema: str, proxied: tuple[PostgresStorage, TcpProxy], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not a line per failed reconnection (one a second for as long as an outage lasts)."""
+    _, proxy = proxied
+    parts = urlsplit(schema)
+    user = f"{parts.username}@" if parts.username else ""
+    url = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{proxy.port}"))
+    listener = ReadyListener(url, node="other", retry_seconds=0.05)
+    connected: list[object] = []
+    listener.add_finished(connected.append)
+    caplog.set_level(logging.WARNING, logger="queuelog.storage.postgres")
+    listener.start()
+    try:
+        wait_until(lambda: bool(connected), "the listener to connect", 10)
+        proxy.cut()
+        time.sleep(2)  # dozens of reconnections refused
+        proxy.restore()
+        wait_until(lambda: len(connected) > 1, "the listener to reconnect", 10)
+    finally:
+        listener.close()
+    said = [r.getMessage() for r in caplog.records if "LISTEN" in r.getMessage()]
+    assert len(said) == 2 and "lost" in said[0] and said[1] == "LISTEN connection back", said
+
+
 def test_a_node_whose_connections_have_high_descriptor_numbers_still_works() -> None:
     """A server holding many long polls has sockets past descriptor 1024 (select()'s
     limit) when its pool opens a connection: the pool's check must still pass it."""

@@ -44,7 +44,7 @@ _DESCRIPTIONS = {
 # Every documented route reads or writes the database, so any may meet a storage fault.
 _STORAGE_FAULTS = (503, 507)
 # The answers that say when to send again.
-_RETRY_AFTER = {
+RETRY_AFTER = {
     "Retry-After": {
         "description": "Seconds to wait before sending the request again.",
         "schema": {"type": "integer", "minimum": 1},
@@ -78,7 +78,7 @@ def problems(
     said = described or {}
     return {
         status: {"description": said.get(status, _DESCRIPTIONS[status])}
-        | ({"headers": _RETRY_AFTER} if status in _SAYS_WHEN else {})
+        | ({"headers": RETRY_AFTER} if status in _SAYS_WHEN else {})
         for status in (*statuses, *_STORAGE_FAULTS)
     }
 

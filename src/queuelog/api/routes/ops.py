@@ -8,8 +8,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from queuelog.api.answers import StatsOut
 from queuelog.api.deps import Admin, ServiceDep
-from queuelog.api.openapi import AUTHED, problems
+from queuelog.api.openapi import AUTHED, RETRY_AFTER, problems
 from queuelog.api.problems import problem
+from queuelog.errors import StorageUnavailable
 
 router = APIRouter(tags=["operations"])
 
@@ -31,14 +32,15 @@ def healthz() -> dict[str, str]:
     "while it cannot be reached, or since a write was refused for a storage fault (no "
     "space, an I/O error, read-only): each check then tries a small write, and answers "
     "200 again once one is stored.",
-    responses={503: {"description": "`unavailable`: the node cannot write now."}},
+    responses={
+        503: {"description": "`unavailable`: the node cannot write now.", "headers": RETRY_AFTER}
+    },
 )
 async def readyz(service: ServiceDep) -> Response:
     storage = service.storage
     if not await storage.ping():
-        fault = storage.health.fault
-        detail = fault.detail if fault is not None else "The database cannot be reached"
-        return problem(503, "unavailable", "Database unavailable", detail)
+        fault = storage.health.fault or StorageUnavailable("The database cannot be reached")
+        return problem(503, "unavailable", "Database unavailable", fault.detail, fault.retry_after)
     return JSONResponse({"status": "ready"})
 
 
