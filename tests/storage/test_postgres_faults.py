@@ -229,3 +229,24 @@ def test_a_write_that_loses_every_try_is_refused_for_contention_not_as_a_fault(
             assert "lost to other transactions" in caplog.text
         finally:
             store.close()
+
+
+def test_hardening_60_after_a_long_outage_the_store_is_found_again_soon(
+    away: tuple[PostgresStorage, TcpProxy],
+) -> None:
+    """The pool's tries to reconnect pause longer each time (1, 2, 4, ... 32 s): after 40 s
+    away the next try came up to half a minute after the database was back. Chains of
+    tries are now given up after the store's connect timeout (10 s) and started again by
+    the next request."""
+    store, proxy = away
+    run_blocking(store.job_insert_many([new_job()], T0))
+    proxy.cut()
+    away_until = time.monotonic() + 40
+    while time.monotonic() < away_until:  # requests keep coming, as a node's sweeps do
+        assert not run_blocking(store.ping())
+        time.sleep(0.5)
+    proxy.restore()
+    back_at = time.monotonic()
+    while not run_blocking(store.ping()) and time.monotonic() < back_at + 60:
+        time.sleep(0.1)
+    assert time.monotonic() - back_at < 10, "the pool slept through the database's return"

@@ -72,11 +72,13 @@ class _ConnectFailures(logging.Filter):
 
 class _Replaced(logging.Filter):
     """Drops the pool's warning for each connection ``live_connection`` found dropped by
-    the server and closed: it is replaced, and a fault that lasts is logged by the
-    store's health, once when it begins and once when it ends."""
+    the server and closed, and for each chain of tries to replace one given up (a
+    request starts another): a fault that lasts is logged by the store's health, once
+    when it begins and once when it ends."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("discarding closed connection")
+        said = record.getMessage()
+        return not said.startswith(("discarding closed connection", "reconnection attempt"))
 
 
 _POOL_LOG.addFilter(_Replaced())

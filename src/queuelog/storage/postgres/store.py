@@ -84,7 +84,8 @@ class PostgresStorage(SqlReads):
             turns ``synchronous_commit`` off for this node's sessions (a server
             crash may lose the last fraction of a second of acknowledged work).
         pool_size: most connections this node opens (plus one for LISTEN).
-        connect_timeout: how long to wait for the database when opening.
+        connect_timeout: how long to wait for the database when opening, and how long
+            one chain of the pool's tries to replace a lost connection lasts.
         connection_wait: how long a request waits for a connection before it is
             refused (503) as the database being unreachable.
         lock_wait: how long a statement waits for a lock another program holds before
@@ -97,7 +98,7 @@ class PostgresStorage(SqlReads):
         self._lock_timeout = f"{max(1, round(lock_wait * 1000))}ms"
         self.health = StorageHealth()
         self._node = uuid.uuid4().hex  # names this node's enqueue notifications
-        self._pool = self._new_pool(pool_size, connection_wait)
+        self._pool = self._new_pool(pool_size, connection_wait, connect_timeout)
         self._listener: ReadyListener | None = None
         self._listener_lock = threading.Lock()
         try:
@@ -111,7 +112,12 @@ class PostgresStorage(SqlReads):
 
     # -- connections -------------------------------------------------------
 
-    def _new_pool(self, size: int, wait: float) -> ConnectionPool[Conn]:
+    def _new_pool(self, size: int, wait: float, reconnect: float) -> ConnectionPool[Conn]:
+        # The pool tries a lost connection again after a pause that doubles each time:
+        # after an outage of a minute its next try came up to half a minute after the
+        # database was back. A chain of tries is given up after ``reconnect`` seconds (as
+        # long as opening waits for a database that is starting), and the next request
+        # starts a new one.
         return ConnectionPool(
             self._url,
             min_size=1,
@@ -120,6 +126,7 @@ class PostgresStorage(SqlReads):
             kwargs={"autocommit": True, "row_factory": dict_row},
             configure=self._configure,
             timeout=wait,
+            reconnect_timeout=reconnect,
             open=False,
             name="queuelog",
         )
