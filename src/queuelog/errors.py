@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 
@@ -11,11 +12,10 @@ def quoted(text: str) -> str:
     what an answer says never depends on how Python shows a value. A lone surrogate,
     which no UTF-8 answer can carry, is escaped as JSON escapes it (``"\\ud800"``)."""
     shown = json.dumps(text, ensure_ascii=False)
-    try:
-        shown.encode()
-    except UnicodeEncodeError:
-        return json.dumps(text)
-    return shown
+    return _LONE_SURROGATE.sub(lambda found: f"\\u{ord(found[0]):04x}", shown)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class QueueError(Exception):

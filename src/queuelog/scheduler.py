@@ -217,10 +217,12 @@ class Scheduler:
         for schedule in await self.storage.schedule_due(now):
             try:
                 await self._fire(schedule, now, since, outcomes)
-            except StorageUnavailable:
-                # The other schedules would meet it too: their fires wait for the next
-                # pass. The fault is logged once, when it begins (storage/health.py).
-                break
+            except StorageUnavailable as refused:
+                # A fault is logged once, when it begins (storage/health.py), not with
+                # each fire; what is no fault (contention, one row's lock) is said here.
+                # The next schedules still fire: the refusal may be this one's alone.
+                if self.storage.health.writable:
+                    log.warning("schedule %s: the fire was refused: %s", schedule.name, refused)
             except Exception:  # one broken schedule must not keep the others from firing
                 log.exception("schedule %s: the fire failed", schedule.name)
         if outcomes[FireOutcome.MADE]:

@@ -115,22 +115,28 @@ async def test_a_fire_makes_one_job_of_the_schedule(
     assert producer.get("/jobs").json()["jobs"] == []
 
 
-class FailingFires:
-    """The store, but a database that refuses every fire (a full disk, a read-only
-    file): what the sweeper meets during a storage fault."""
+class RefusedFires:
+    """The store, but a database that refuses the fires of the schedules named (all of
+    them with None) for ``reason``: what the sweeper meets during a storage fault, or
+    when one schedule's row is contended."""
 
-    def __init__(self, storage: Storage) -> None:
-        self.storage, self.fires = storage, 0
+    def __init__(self, storage: Storage, reason: str, names: set[str] | None = None) -> None:
+        self.storage, self.reason, self.names, self.fires = storage, reason, names, 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.storage, name)
 
     async def schedule_fire(self, fire: Any) -> Any:
         self.fires += 1
-        raise StorageUnavailable("disk I/O error", reason="io-error")
+        if self.names is None or fire.name in self.names:
+            refused = StorageUnavailable("refused", reason=self.reason)
+            if self.reason != "contention":  # a fault, as the store's health counts it
+                raise self.storage.health.refuse(refused)
+            raise refused
+        return await self.storage.schedule_fire(fire)
 
 
-async def test_hardening_58_a_storage_fault_ends_the_fires_without_a_traceback_a_schedule(
+async def test_hardening_58_a_storage_fault_logs_no_traceback_a_schedule(
     admin: Api,
     storage: Storage,
     settings: Settings,
@@ -138,16 +144,32 @@ async def test_hardening_58_a_storage_fault_ends_the_fires_without_a_traceback_a
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The fault is logged once, when it begins (storage/health.py); each due schedule
-    of each pass logged a traceback of it besides (3,742 lines in 10 s, 20 schedules).
-    The pass's other work (the pruning that may free a full disk) still runs."""
+    of each pass logged a traceback of it besides (3,742 lines in 10 s, 20 schedules)."""
     for name in ("tick", "tock", "tack"):
         create(admin, name=name, type="noop")
-    failing = FailingFires(storage)
+    failing = RefusedFires(storage, "io-error")
     scheduler = Scheduler(failing, settings, clock)  # type: ignore[arg-type]
     clock.advance(30.4)
+    caplog.clear()
     assert (await scheduler.fire_due())[FireOutcome.MADE] == 0
-    assert failing.fires == 1, "the pass went on to the next schedule"
-    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert failing.fires == 3
+    said = [r for r in caplog.records if r.name.startswith("queuelog.schedules")]
+    assert not said, [r.getMessage() for r in said]
+
+
+async def test_a_schedule_whose_fires_are_contended_keeps_no_other_from_firing(
+    admin: Api, storage: Storage, settings: Settings, clock: FakeClock
+) -> None:
+    """Refused fires keep their schedule first among the due: the others fire still."""
+    for name in ("tick", "tock", "tack"):
+        create(admin, name=name, type="noop")
+    contended = RefusedFires(storage, "contention", {"tick"})
+    scheduler = Scheduler(contended, settings, clock)  # type: ignore[arg-type]
+    for _ in range(3):
+        clock.advance(60)
+        assert (await scheduler.fire_due())[FireOutcome.MADE] == 2
+    made = {s["name"]: s["jobs_made"] for s in admin.get("/schedules").json()["schedules"]}
+    assert (made["tick"], made["tock"], made["tack"]) == (0, 3, 3)
 
 
 async def test_after_downtime_one_job_for_the_latest_missed_fire(

@@ -236,6 +236,15 @@ async def test_hardening_56_a_claim_is_stamped_when_it_takes_its_jobs_not_when_a
     assert await store.job_claim(next_one) == [], "two claims in the window ending at +25 s"
 
 
+async def test_a_claim_that_waited_for_its_lock_takes_a_job_due_meanwhile(
+    store: Storage,
+) -> None:
+    """Jobs whose time came while the claim waited are made ready at the claim's time."""
+    await store.job_insert_many([job("rated", n=1, at=T0 + timedelta(seconds=10))], T0)
+    waited = replace(params(T0, limit=5), clock=lambda: T0 + timedelta(seconds=20))
+    assert [j.payload["n"] for j in await store.job_claim(waited)] == [1]
+
+
 async def test_a_paused_type_is_never_claimed_until_resumed(store: Storage) -> None:
     await store.job_insert_many([job("free", n=1), job("limited", n=2)], T0)
     await store.type_set_paused("free", True, "root", T0)

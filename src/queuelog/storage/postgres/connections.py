@@ -81,7 +81,30 @@ class _Replaced(logging.Filter):
         return not said.startswith(("discarding closed connection", "reconnection attempt"))
 
 
+class _Retries(logging.Filter):
+    """Lets the pool's line for a failed try to connect through when its reason (in
+    libpq's words: a refused password, say) is new, else once in ``_SAID_AGAIN_SECONDS``:
+    the pool tries again every few seconds for as long as a fault lasts, and the store's
+    health logs the fault once when it begins and once when it ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = ("", 0.0)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        said = record.getMessage()
+        if not said.startswith("error connecting"):
+            return True
+        reason, now = said.partition(": ")[2], time.monotonic()
+        if reason == self._last[0] and now - self._last[1] < _SAID_AGAIN_SECONDS:
+            return False
+        self._last = (reason, now)
+        return True
+
+
+_SAID_AGAIN_SECONDS = 60.0
 _POOL_LOG.addFilter(_Replaced())
+_POOL_LOG.addFilter(_Retries())
 
 
 def open_pool(pool: ConnectionPool[Conn], timeout: float) -> None:
@@ -89,7 +112,7 @@ def open_pool(pool: ConnectionPool[Conn], timeout: float) -> None:
     If it never answers, the one error raised says why, in libpq's words (the database
     does not exist, a password was refused), not each attempt's log line."""
     failures = _ConnectFailures()
-    _POOL_LOG.addFilter(failures)
+    _POOL_LOG.filters.insert(0, failures)  # before _Retries, which may drop a line it needs
     try:
         pool.open(wait=True, timeout=timeout)
     except PoolTimeout as exc:

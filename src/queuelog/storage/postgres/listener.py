@@ -109,8 +109,11 @@ class ReadyListener:
             try:
                 self._listen(lost)
             except psycopg.Error as exc:
-                if self.listening.is_set() or not lost:  # not each failed reconnection
-                    log.warning("LISTEN connection lost (%s); reconnecting", type(exc).__name__)
+                failure = type(exc).__name__
+                if self.listening.is_set():  # said once: not each failed reconnection
+                    log.warning("LISTEN connection lost (%s); reconnecting", failure)
+                elif not lost:
+                    log.warning("LISTEN connection failed (%s); trying again", failure)
                 self.listening.clear()
                 lost = True
                 self._stop.wait(self._retry_seconds)
@@ -144,16 +147,19 @@ class ReadyListener:
         """Shut the connection's socket if what runs inside has no answer within
         ``ping_seconds``, so that its wait fails (psycopg.Error) and the loop reconnects.
         A notification that comes meanwhile is kept for the next ``notifies()``."""
-        watchdog = threading.Timer(self._ping_seconds, _shut, args=(conn.pgconn.socket,))
-        watchdog.start()
-        try:
-            yield
-        finally:
-            watchdog.cancel()
-            watchdog.join()  # _shut is over before the connection (and its fd) can close
+        # A socket of its own on the connection's: libpq may close its descriptor (a
+        # broken connection) before the timer is cancelled, and the number be reused.
+        with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+            watchdog = threading.Timer(self._ping_seconds, _shut, args=(sock,))
+            watchdog.start()
+            try:
+                yield
+            finally:
+                watchdog.cancel()
+                watchdog.join()
 
 
-def _shut(fd: int) -> None:
-    """Shut down the socket behind ``fd`` (the connection still owns and closes it)."""
-    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as sock:
+def _shut(sock: socket.socket) -> None:
+    """Shut down the connection's socket (libpq still owns and closes it)."""
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
