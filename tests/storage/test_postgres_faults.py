@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -21,20 +23,26 @@ from tests.tcpproxy import TcpProxy
 WAIT_SECONDS = 0.5
 
 
-@pytest.fixture
-def away() -> Iterator[tuple[PostgresStorage, TcpProxy]]:
+@contextmanager
+def proxied_store(**options: Any) -> Iterator[tuple[PostgresStorage, TcpProxy]]:
     """A store that reaches its database through a forwarder the test can cut."""
     with fresh_schema() as url:
         parts = urlsplit(url)
         proxy = TcpProxy((parts.hostname or "127.0.0.1", parts.port or 5432))
         user = f"{parts.username}@" if parts.username else ""
         proxied = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{proxy.port}"))
-        store = PostgresStorage(proxied, pool_size=2, connection_wait=WAIT_SECONDS)
+        store = PostgresStorage(proxied, connection_wait=WAIT_SECONDS, **options)
         try:
             yield store, proxy
         finally:
             store.close()
             proxy.close()
+
+
+@pytest.fixture
+def away() -> Iterator[tuple[PostgresStorage, TcpProxy]]:
+    with proxied_store(pool_size=2) as proxied:
+        yield proxied
 
 
 def test_an_unreachable_database_is_refused_within_the_wait_and_found_again(
@@ -238,26 +246,17 @@ def test_hardening_60_after_a_long_outage_the_store_is_found_again_soon(
     away its next try came 15 s after the database was back. A chain of tries is now
     given up after the store's connect timeout and started again by the next request;
     each try's line is not logged again while its reason is the same."""
-    with fresh_schema() as url:
-        parts = urlsplit(url)
-        proxy = TcpProxy((parts.hostname or "127.0.0.1", parts.port or 5432))
-        user = f"{parts.username}@" if parts.username else ""
-        proxied = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{proxy.port}"))
-        store = PostgresStorage(proxied, connect_timeout=2, connection_wait=WAIT_SECONDS)
-        try:
-            run_blocking(store.job_insert_many([new_job()], T0))
-            proxy.cut()
-            away_until = time.monotonic() + 16
-            while time.monotonic() < away_until:  # requests keep coming, as sweeps do
-                assert not run_blocking(store.ping())
-                time.sleep(0.25)
-            proxy.restore()
-            back_at = time.monotonic()
-            while not run_blocking(store.ping()) and time.monotonic() < back_at + 30:
-                time.sleep(0.1)
-            assert time.monotonic() - back_at < 8, "the pool slept through the database's return"
-        finally:
-            store.close()
-            proxy.close()
+    with proxied_store(connect_timeout=2) as (store, proxy):
+        run_blocking(store.job_insert_many([new_job()], T0))
+        proxy.cut()
+        away_until = time.monotonic() + 16
+        while time.monotonic() < away_until:  # requests keep coming, as sweeps do
+            assert not run_blocking(store.ping())
+            time.sleep(0.25)
+        proxy.restore()
+        back_at = time.monotonic()
+        while not run_blocking(store.ping()) and time.monotonic() < back_at + 30:
+            time.sleep(0.1)
+        assert time.monotonic() - back_at < 8, "the pool slept through the database's return"
     tries = [r for r in caplog.records if r.getMessage().startswith("error connecting")]
     assert len(tries) <= 2, [r.getMessage() for r in tries]
