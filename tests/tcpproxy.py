@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from urllib.parse import urlsplit, urlunsplit
 
 from tests.realserver import free_port
 
@@ -24,6 +25,18 @@ class TcpProxy:
         self._stalled: set[socket.socket] = set()
         self._listener: socket.socket | None = None
         self.restore()
+
+    @classmethod
+    def to_database(cls, url: str) -> TcpProxy:
+        """A forwarder to the PostgreSQL server ``url`` names."""
+        parts = urlsplit(url)
+        return cls((parts.hostname or "127.0.0.1", parts.port or 5432))
+
+    def database_url(self, url: str) -> str:
+        """``url`` (to the server this forwards to) made to go through the forwarder."""
+        parts = urlsplit(url)
+        user = f"{parts.username}@" if parts.username else ""
+        return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{self.port}"))
 
     def restore(self) -> None:
         """Listen (again) on ``port`` and forward what comes."""
@@ -69,14 +82,13 @@ class TcpProxy:
                     return
                 self._open += [client, upstream]
             for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        """Copy bytes one way until either side closes (drop them once stalled)."""
-        _copy(source, sink, self._stalled)
+                pump = threading.Thread(target=_pump, args=(source, sink, self._stalled))
+                pump.daemon = True
+                pump.start()
 
 
-def _copy(source: socket.socket, sink: socket.socket, stalled: set[socket.socket]) -> None:
+def _pump(source: socket.socket, sink: socket.socket, stalled: set[socket.socket]) -> None:
+    """Copy bytes one way until either side closes (drop them once ``source`` stalls)."""
     try:
         while data := source.recv(65536):
             if source not in stalled:

@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -76,12 +75,6 @@ def _until(condition: Callable[[], bool], timeout: float) -> bool:
     return True
 
 
-def _proxied(url: str, port: int) -> str:
-    parts = urlsplit(url)
-    user = f"{parts.username}@" if parts.username else ""
-    return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{port}"))
-
-
 def _assert_refusal(answer: Answer) -> None:
     assert answer.response is not None
     assert answer.response.headers["content-type"] == "application/problem+json"
@@ -96,9 +89,8 @@ def test_a_database_that_goes_away_is_503_within_the_wait_and_comes_back(
     tmp_path: Path,
 ) -> None:
     with fresh_schema() as url:
-        parts = urlsplit(url)
-        proxy = TcpProxy((parts.hostname or "127.0.0.1", parts.port or 5432))
-        env = {"QUEUELOG_DATABASE_URL": _proxied(url, proxy.port)}
+        proxy = TcpProxy.to_database(url)
+        env = {"QUEUELOG_DATABASE_URL": proxy.database_url(url)}
         config = {"connection_wait_seconds": WAIT_SECONDS}
         try:
             with closing(RealServer(tmp_path, config=config, env=env)) as server:

@@ -43,10 +43,8 @@ T = TypeVar("T")
 @pytest.fixture
 def proxied(schema: str) -> Iterator[tuple[PostgresStorage, TcpProxy]]:
     """A node that reaches the schema through a forwarder the test can cut."""
-    parts = urlsplit(schema)
-    proxy = TcpProxy((parts.hostname or "127.0.0.1", parts.port or 5432))
-    user = f"{parts.username}@" if parts.username else ""
-    store = PostgresStorage(urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{proxy.port}")))
+    proxy = TcpProxy.to_database(schema)
+    store = PostgresStorage(proxy.database_url(schema))
     try:
         yield store, proxy
     finally:
@@ -570,10 +568,7 @@ def test_hardening_58_a_listener_that_cannot_reconnect_says_so_once_and_once_whe
 ) -> None:
     """Not a line per failed reconnection (one a second for as long as an outage lasts)."""
     _, proxy = proxied
-    parts = urlsplit(schema)
-    user = f"{parts.username}@" if parts.username else ""
-    url = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{proxy.port}"))
-    listener = ReadyListener(url, node="other", retry_seconds=0.05)
+    listener = ReadyListener(proxy.database_url(schema), node="other", retry_seconds=0.05)
     connected: list[object] = []
     listener.add_finished(connected.append)
     caplog.set_level(logging.WARNING, logger="queuelog.storage.postgres")

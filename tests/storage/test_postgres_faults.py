@@ -27,11 +27,8 @@ WAIT_SECONDS = 0.5
 def proxied_store(**options: Any) -> Iterator[tuple[PostgresStorage, TcpProxy]]:
     """A store that reaches its database through a forwarder the test can cut."""
     with fresh_schema() as url:
-        parts = urlsplit(url)
-        proxy = TcpProxy((parts.hostname or "127.0.0.1", parts.port or 5432))
-        user = f"{parts.username}@" if parts.username else ""
-        proxied = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{proxy.port}"))
-        store = PostgresStorage(proxied, connection_wait=WAIT_SECONDS, **options)
+        proxy = TcpProxy.to_database(url)
+        store = PostgresStorage(proxy.database_url(url), connection_wait=WAIT_SECONDS, **options)
         try:
             yield store, proxy
         finally:

@@ -3,7 +3,7 @@ and the client's own (the server could not be reached, or answered something une
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from queuelog.errors import (
     Forbidden,
@@ -21,8 +21,6 @@ from queuelog.errors import (
 
 if TYPE_CHECKING:
     from queuelog.client.types import Job
-
-T = TypeVar("T")
 
 
 class BodyTooLarge(QueueError):
@@ -100,11 +98,13 @@ def error_from_problem(status: int, body: Any, retry_after: str | None = None) -
     slug = str(problem.get("type", ""))
     detail = str(problem.get("detail") or problem.get("title") or f"HTTP {status}")
     if slug == RateLimited.slug or status == 429:
-        return RateLimited(_seconds(retry_after, 1))
+        wait = _seconds(retry_after)
+        return RateLimited(1 if wait is None else wait)
     cls = ERRORS_BY_SLUG.get(slug)
     if cls is None:
-        wait = _seconds(retry_after, None)
-        return ServerError(detail, status=status, slug=slug or "unknown", retry_after=wait)
+        return ServerError(
+            detail, status=status, slug=slug or "unknown", retry_after=_seconds(retry_after)
+        )
     extra = {k: v for k, v in problem.items() if k not in ("type", "title", "status", "detail")}
     return cls(detail, **extra)
 
@@ -114,9 +114,9 @@ def error_from_item(status: int, slug: str | None) -> QueueError:
     return error_from_problem(status, {"type": slug or "", "detail": f"item refused ({slug})"})
 
 
-def _seconds(value: str | None, absent: T) -> int | T:
-    """A ``Retry-After`` of delay-seconds, else ``absent`` (no header, or a date)."""
+def _seconds(value: str | None) -> int | None:
+    """A ``Retry-After`` of delay-seconds; None without one (no header, or a date)."""
     try:
-        return max(0, int(value)) if value is not None else absent
+        return max(0, int(value)) if value is not None else None
     except ValueError:
-        return absent
+        return None

@@ -81,6 +81,9 @@ class _Replaced(logging.Filter):
         return not said.startswith(("discarding closed connection", "reconnection attempt"))
 
 
+_SAID_AGAIN_SECONDS = 60.0
+
+
 class _Retries(logging.Filter):
     """Lets the pool's line for a failed try to connect through when its reason (in
     libpq's words: a refused password, say) is new, else once in ``_SAID_AGAIN_SECONDS``:
@@ -102,7 +105,6 @@ class _Retries(logging.Filter):
         return True
 
 
-_SAID_AGAIN_SECONDS = 60.0
 _POOL_LOG.addFilter(_Replaced())
 _POOL_LOG.addFilter(_Retries())
 
