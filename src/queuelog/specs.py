@@ -10,6 +10,8 @@ from dataclasses import field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
+import orjson
+
 from queuelog.clock import rfc3339
 from queuelog.errors import PayloadTooLarge, ValidationFailed
 from queuelog.models import (
@@ -52,13 +54,15 @@ class EnqueueSpec:
         canonical numbers (``1.0`` as ``1``), so equal requests match however
         they were spelled.
         """
+        payload, fractions = _canonical(self.payload)
+        delay, fraction = _canonical(self.delay_seconds)
         body = {
             "type": self.type,
-            "payload": _canonical(self.payload),
+            "payload": payload,
             "priority": int(self.priority),
             "max_retries": max_retries,
             "run_at": rfc3339(self.run_at) if self.run_at else None,
-            "delay_seconds": _canonical(self.delay_seconds),
+            "delay_seconds": delay,
         }
         # Only when given: the fingerprints of requests without a unique key stay as
         # they were stored before unique keys existed.
@@ -71,22 +75,26 @@ class EnqueueSpec:
             body["depends_on"] = list(self.depends_on)
             body["depends_on_items"] = list(self.depends_on_items)
             body["on_dependency_failure"] = self.on_dependency_failure.value
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return hashlib.sha256(_canonical_text(body, fractions or fraction)).hexdigest()
 
 
-def _canonical(value: Any) -> Any:
-    """``value`` with integral floats as ints, at any depth.
+def _canonical(value: Any) -> tuple[Any, bool]:
+    """``value`` with integral floats as ints, at any depth, and whether a float with a
+    fraction remains.
 
     A loop over the containers still to convert, not a recursion: how deep a payload
     nests is the caller's choice, the interpreter's stack is not.
     """
     pending: list[dict[str, Any] | list[Any]] = []
+    fractions = False
 
     def converted(item: Any) -> Any:
-        if isinstance(item, float) and item.is_integer():
-            return int(item)
-        if isinstance(item, dict | list):
+        nonlocal fractions
+        if isinstance(item, float):
+            if item.is_integer():
+                return int(item)
+            fractions = True
+        elif isinstance(item, dict | list):
             copy = dict(item) if isinstance(item, dict) else list(item)
             pending.append(copy)
             return copy
@@ -101,7 +109,28 @@ def _canonical(value: Any) -> Any:
         else:
             for index, child in enumerate(container):
                 container[index] = converted(child)
-    return root
+    return root, fractions
+
+
+def _canonical_text(body: dict[str, Any], fractions: bool) -> bytes:
+    """``body`` as the standard encoder writes it with sorted keys, compact and in
+    ASCII: the text every fingerprint stored so far was made of, so a request sent again
+    across an upgrade, or to a node of another version, still matches its job.
+
+    orjson writes it several times faster, and to the same bytes unless the body has a
+    float with a fraction (written its own way: ``1e-5``, not ``1e-05``), a character
+    the standard encoder escapes (past ASCII, and DEL) or an integer beyond 64 bits:
+    those bodies are written by the standard encoder.
+    """
+    if not fractions:
+        try:
+            text = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # an integer beyond 64 bits
+            pass
+        else:
+            if text.isascii() and b"\x7f" not in text:
+                return text
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
 @readonly_dataclass

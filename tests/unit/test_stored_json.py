@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -73,3 +74,51 @@ def test_hardening_02_the_fingerprint_reads_a_deep_payload_without_recursing() -
     spelled_as_int = EnqueueSpec("noop", payload=nested(1), idempotency_key="k")
     assert spelled_as_float.fingerprint(3) == spelled_as_int.fingerprint(3)
     assert spelled_as_float.fingerprint(3) != EnqueueSpec("noop", payload=nested(2)).fingerprint(3)
+
+
+def _standard_fingerprint(spec: EnqueueSpec, max_retries: int) -> str:
+    """The fingerprint as every earlier version made it: the standard encoder's sorted,
+    compact ASCII text of the request, integral floats written as ints."""
+    body = {
+        "type": spec.type,
+        "payload": json.loads(json.dumps(spec.payload), parse_float=_integral_as_int),
+        "priority": int(spec.priority),
+        "max_retries": max_retries,
+        "run_at": None,
+        "delay_seconds": _integral_as_int(repr(spec.delay_seconds))
+        if spec.delay_seconds is not None
+        else None,
+    }
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _integral_as_int(text: str) -> float | int:
+    number = float(text)
+    return int(number) if number.is_integer() else number
+
+
+_PAYLOADS = st.dictionaries(
+    st.text() | st.sampled_from(["a", "\x7f", "é", "\u2028", "\x00"]),
+    _JSON | st.sampled_from([1e-7, 1e22, 2.0**70, 10**30, -(2**63), 2**64, "\x7f", "\x1f"]),
+    max_size=5,
+)
+
+
+@given(_PAYLOADS, st.none() | st.floats(min_value=0, max_value=1e6))
+def test_a_fingerprint_is_the_one_earlier_versions_made(payload: Any, delay: float | None) -> None:
+    # A request sent again across an upgrade, or to a node of another version, must
+    # still match the fingerprint stored with its job.
+    spec = EnqueueSpec("noop", payload=payload, delay_seconds=delay, idempotency_key="k")
+    assert spec.fingerprint(3) == _standard_fingerprint(spec, 3)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{"a": "b"}, {"z": 1, "a": [True, None, 2.0]}, {"del": "\x7f"}, {"é": 1}, {"n": 2**64}],
+)
+def test_the_fingerprint_of_each_kind_of_payload_is_the_standard_one(payload: Any) -> None:
+    spec = EnqueueSpec("noop", payload=payload, delay_seconds=1.5, idempotency_key="k")
+    assert spec.fingerprint(3) == _standard_fingerprint(spec, 3)
+    without_delay = EnqueueSpec("noop", payload=payload, idempotency_key="k")
+    assert without_delay.fingerprint(3) == _standard_fingerprint(without_delay, 3)
