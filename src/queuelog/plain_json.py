@@ -26,7 +26,10 @@ _JSON_TYPES = (dict, list, str, int, float, bool, type(None))
 def strict_json(text: str) -> Any:
     """``text`` as JSON, refusing (ValueError) what the server refuses and Python's reader
     allows: NaN, Infinity, numbers beyond a float, lone surrogates, deep nesting."""
-    value = json.loads(text)
+    try:
+        value = json.loads(text)
+    except RecursionError:  # thousands of levels: the reader's own stack ran out
+        raise ValueError(f"must not nest deeper than {MAX_JSON_DEPTH} levels") from None
     check_plain(value)
     return value
 

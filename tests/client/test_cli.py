@@ -171,7 +171,15 @@ def test_server_down_exits_4(real_server: RealServer) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["ftp://127.0.0.1:21", "file:///etc/passwd", "not a url", "http://127.0.0.1:99999"]
+    "url",
+    [
+        "ftp://127.0.0.1:21",
+        "file:///etc/passwd",
+        "not a url",
+        "http://127.0.0.1:99999",
+        "http://127.0.0.1:8000/?",  # every call's path would follow the query
+        "http://127.0.0.1:8000/#top",
+    ],
 )
 def test_hardening_27_a_server_url_that_is_not_http_is_bad_usage(
     real_server: RealServer, url: str
@@ -209,7 +217,17 @@ def test_bad_usage_exits_2(real_server: RealServer) -> None:
     assert not_worker.returncode == 2 and "is not a queuelog.Worker" in not_worker.stderr
 
 
-@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999", '"\\ud800"'])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "1e999",
+        '"\\ud800"',
+        pytest.param("[" * 3000 + "]" * 3000, id="nested-3000-deep"),  # the reader's stack
+    ],
+)
 def test_hardening_19_json_values_the_server_refuses_exit_2_without_a_traceback(
     real_server: RealServer, tmp_path: Path, value: str
 ) -> None:
@@ -465,6 +483,53 @@ def test_hardening_05_cli_strips_control_characters_from_server_values(
         assert "]8;;https://evil.example/" in printed, args  # shown, inert
         for control in CONTROLS:
             assert control not in printed, (args, control)
+
+
+class Redirecting(Answering):
+    """A proxy that sends http to https: 301 to every request, with no body."""
+
+    def do_GET(self) -> None:
+        self.send_response(301)
+        self.send_header("Location", "https://127.0.0.1/")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_POST = do_DELETE = do_GET
+
+
+class OtherShape(Answering):
+    """A server that answers 200 with JSON that is not the API's."""
+
+    def do_GET(self) -> None:
+        self.answer(200, {"ok": True})
+
+    do_POST = do_DELETE = do_GET
+
+
+@pytest.mark.parametrize("handler", [Redirecting, OtherShape])
+def test_hardening_61_cli_does_not_take_an_answer_it_cannot_read_for_success(
+    handler: type[Answering],
+) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = clean_environ(QUEUELOG_URL=f"http://127.0.0.1:{server.server_address[1]}")
+    env["QUEUELOG_API_KEY"] = "ql_x"
+    commands = [
+        ("jobs", "list"), ("jobs", "show", "1"), ("jobs", "cancel", "1"), ("enqueue", "noop"),
+        ("types", "list"), ("types", "pause", "noop"), ("schedules", "pause", "nightly"),
+    ]  # fmt: skip
+    if handler is Redirecting:  # its answer has no body to read: only the status tells
+        commands.append(("schedules", "delete", "nightly"))
+    try:
+        for args in commands:
+            done = subprocess.run(
+                [QUEUELOG, *args], capture_output=True, text=True, env=env, timeout=120
+            )
+            assert done.returncode == 4, (args, done.stdout, done.stderr)
+            assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class Busy(Answering):

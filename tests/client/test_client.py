@@ -38,6 +38,7 @@ from queuelog.errors import (
     ValidationFailed,
 )
 from queuelog.models import JobStatus, Priority
+from queuelog.client.transport import Answer
 from tests.client.pools import Scripted, answer
 from tests.realserver import RealServer, free_port, wait_until
 
@@ -333,6 +334,70 @@ def test_rate_limited_carries_retry_after() -> None:
     with limited, pytest.raises(RateLimited) as raised:
         limited.get(1)
     assert raised.value.retry_after == 7
+
+
+def test_a_429_asking_for_longer_than_a_call_should_hang_is_raised_at_once() -> None:
+    problem = {"type": "rate-limited", "detail": "slow"}
+    for asked in ("301", "99999999999999999"):  # a proxy's, or nonsense: sleep would overflow
+        limited = scripted(429, problem, {"Retry-After": asked})
+        with limited, pytest.raises(RateLimited) as raised:
+            limited.get(1)
+        assert raised.value.retry_after == int(asked)
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_hardening_61_a_redirect_is_not_taken_for_success(status: int) -> None:
+    # A proxy sending http to https answers 301, with no body or with one: nothing was done.
+    for body in (None, {"id": 1}):
+        with scripted(status, body, {"Location": "https://127.0.0.1:1/"}) as redirected:
+            with pytest.raises(ServerError) as raised:
+                redirected.revoke_key(5)  # its own answer has no body
+            assert (raised.value.status, raised.value.slug) == (status, "unexpected-status")
+            with pytest.raises(ServerError):
+                redirected.get(1)
+
+
+def test_hardening_61_an_empty_answer_to_a_call_that_reads_one_is_a_server_error() -> None:
+    with scripted(204, None) as empty:
+        empty.revoke_key(5)  # the API's own answer: 204
+        with pytest.raises(ServerError, match="cannot be read"):
+            empty.get(1)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"ok": True},
+        [],
+        "job",
+        {"jobs": [{"id": "7; rm", "type": "noop"}], "next_cursor": None},
+        {"jobs": [{"id": 7}], "next_cursor": None},
+    ],
+)
+def test_hardening_61_json_of_another_shape_is_a_server_error(body: Any) -> None:
+    with scripted(200, body) as odd:
+        with pytest.raises(ServerError) as raised:
+            odd.list_page()
+        assert raised.value.slug == "unreadable" and "GET /jobs" in str(raised.value)
+        with pytest.raises(ServerError, match="cannot be read"):
+            odd.enqueue("noop")
+
+
+@pytest.mark.parametrize("content", [b"[" * 100_000 + b"]" * 100_000, b'{"id": NaN}', b"{"])
+def test_hardening_61_an_answer_that_is_not_json_is_a_server_error(content: bytes) -> None:
+    pool = Scripted(lambda _: Answer(200, content, None))
+    with Client("http://127.0.0.1:1", "ql_x", retry_policy=FAST, transport=pool) as odd:
+        with pytest.raises(ServerError) as raised:
+            odd.get(1)
+    assert raised.value.slug == "not-json"
+
+
+def test_a_problem_whose_detail_is_not_text_is_told_by_its_title() -> None:
+    problem = {"type": "conflict-ish", "title": "Odd", "detail": {"a": "\x1b[2J"}}
+    with scripted(409, problem, retry=RetryPolicy(attempts=1)) as odd:
+        with pytest.raises(ServerError) as raised:
+            odd.get(1)
+    assert str(raised.value) == "Odd"
 
 
 def test_server_failure_is_a_server_error_with_its_status() -> None:

@@ -66,16 +66,34 @@ class Call(Generic[T]):
 
 
 def answer(call: Call[T], status: int, content: bytes, retry_after: str | None) -> T:
-    """What a call returns for a (fully read) answer, or the error it raises."""
+    """What a call returns for a (fully read) answer, or the error it raises.
+
+    Only a 2xx answer of the shape the call expects is a success. Anything else that is
+    not an error answer (a redirect from a proxy that sends http to https, say, or JSON
+    of another shape) is a ServerError: a call that did not happen must not read as one
+    that did.
+    """
     try:
-        body = json.loads(content) if content else None
-    except ValueError:
+        body = json.loads(content, parse_constant=_refused) if content else None
+    except (ValueError, RecursionError):
         body = _NOT_JSON
     if status >= 400:
         raise error_from_problem(status, body, retry_after)
+    said = f"the answer to {call.method} {call.path}"
+    if not 200 <= status < 300:
+        raise ServerError(f"{said} is HTTP {status}, not the API's", status, "unexpected-status")
     if body is _NOT_JSON:
-        raise ServerError(f"the answer to {call.method} {call.path} is not JSON", 502, "not-json")
-    return call.read(body)
+        raise ServerError(f"{said} is not JSON", 502, "not-json")
+    try:
+        return call.read(body)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        raise ServerError(f"{said} cannot be read ({reason})", 502, "unreadable") from None
+
+
+def _refused(constant: str) -> Any:
+    """NaN and Infinity, which Python's reader takes and JSON has not."""
+    raise ValueError(f"{constant} is not JSON")
 
 
 _NOT_JSON = object()

@@ -96,7 +96,8 @@ def error_from_problem(status: int, body: Any, retry_after: str | None = None) -
     """The exception for one problem+json answer (or any error answer without one)."""
     problem: dict[str, Any] = body if isinstance(body, dict) else {}
     slug = str(problem.get("type", ""))
-    detail = str(problem.get("detail") or problem.get("title") or f"HTTP {status}")
+    said = [problem.get("detail"), problem.get("title")]
+    detail = next((text for text in said if isinstance(text, str) and text), f"HTTP {status}")
     if slug == RateLimited.slug or status == 429:
         wait = _seconds(retry_after)
         return RateLimited(1 if wait is None else wait)

@@ -22,6 +22,9 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 # Answers that mean "not now": from a proxy, a server that is starting or stopping, or
 # one whose database cannot take the request for now (503, or 507 for lack of space).
 TRANSIENT_STATUS = frozenset({502, 503, 504, 507})
+# Seconds of a 429's Retry-After the client waits out before sending again; a longer
+# wait is the caller's to decide: RateLimited is raised, with its retry_after.
+LONGEST_RATE_WAIT = 300
 # The failures of either client's HTTP library (libcurl's for ``Client``, httpx for
 # ``AsyncClient``) where the request never reached the server...
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, NotSent)
@@ -40,8 +43,8 @@ def unreachable(error: QueueError) -> bool:
 
 def server_url(url: str) -> str:
     """``url``, if it can name a queuelog server: http:// or https:// with a host (and a
-    port within range); ValueError otherwise. libcurl would speak FTP, or read a local
-    file, for a URL of another scheme."""
+    port within range), and no query or fragment; ValueError otherwise. libcurl would
+    speak FTP, or read a local file, for a URL of another scheme."""
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises for a port out of range or not a number
@@ -49,6 +52,8 @@ def server_url(url: str) -> str:
         parts = None
     if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise ValueError("the server URL must be an http:// or https:// URL with a host")
+    if "?" in url or "#" in url:  # each call's path and query would follow it
+        raise ValueError("the server URL must not carry a query (?) or a fragment (#)")
     if not _visible_ascii(url):  # libcurl takes ASCII only, and a line break splits a request
         raise ValueError(
             "the server URL must be visible ASCII, with no space or line break: percent-encode "
@@ -127,7 +132,8 @@ class RetryPolicy:
     """Sends tried again after a connection failure, a 429 or an answer that means "not
     now" (``TRANSIENT_STATUS``): ``attempts`` in all, with exponential backoff and jitter up
     to ``max_delay`` seconds. The answer's ``Retry-After`` is the least wait: a 429's as it
-    is, another's up to ``max_delay`` (a proxy may ask for an hour)."""
+    is (up to ``LONGEST_RATE_WAIT``, past which it is raised), another's up to
+    ``max_delay`` (a proxy may ask for an hour)."""
 
     attempts: int = 4
     base_delay: float = 0.2
@@ -142,7 +148,9 @@ class RetryPolicy:
         if attempt >= self.attempts:
             return False
         if isinstance(error, RateLimited):
-            return True  # refused before the server did anything: safe for every call
+            # Refused before the server did anything: safe for every call, after the wait
+            # it asks for, unless that is longer than a call should hang (a proxy's hour).
+            return error.retry_after <= LONGEST_RATE_WAIT
         if isinstance(error, NOT_SENT):
             return True  # the request never reached the server
         if isinstance(error, BROKEN):
