@@ -260,12 +260,10 @@ class Acknowledger:
         # cancel frees would otherwise start a job claimed ahead not given up yet.
         for running in abandoned:
             running.cancel()
-        connection = self._client.connection
-        reporter = Client(
-            connection.url,
-            connection.api_key,
-            timeout=LATE_SECONDS,
-            retry_policy=RetryPolicy(attempts=1),
+        # The worker's own transport (an application's certificates or routes may be in
+        # it), with a short timeout and one try each.
+        reporter = self._client.with_options(
+            timeout=LATE_SECONDS, retry_policy=RetryPolicy(attempts=1)
         )
         threads = [
             threading.Thread(target=self._report_late, args=(reporter, r), daemon=True)
@@ -276,7 +274,6 @@ class Acknowledger:
         stop_at = time.monotonic() + LATE_SECONDS
         for thread in threads:
             thread.join(timeout=max(0.0, stop_at - time.monotonic()))
-        reporter.close()
 
     def _report_late(self, reporter: Client, running: Running) -> None:
         try:

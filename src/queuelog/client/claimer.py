@@ -53,7 +53,7 @@ class Claimer:
             started, limit = time.monotonic(), min(free, CLAIM_LIMIT)
             linger = self._options.linger_ms if self._lingering and limit > 1 else 0
             jobs = self._claim(limit, linger)
-            if not self._hand_out(jobs):  # the worker winds down without this claim's jobs
+            if not self._hand_out(jobs, started):  # the worker winds down without this claim's jobs
                 self._give_back(jobs)
                 return
             self._lingering = self._worth_lingering(jobs, time.monotonic() - started, linger, limit)
@@ -199,14 +199,14 @@ class Claimer:
             except QueueError as error:
                 log.warning("job_id=%s left to its lease (%s)", job.id, error.detail)
 
-    def _hand_out(self, jobs: list[Job]) -> bool:
-        """Give ``jobs`` to the handlers; False, handing out none, once stopping. Decided
-        under the lock ``stop`` takes, so that jobs handed out count as busy before the
-        wind-down looks, and none is handed out after."""
+    def _hand_out(self, jobs: list[Job], sent: float) -> bool:
+        """Give ``jobs``, claimed by a claim ``sent`` then, to the handlers; False, handing
+        out none, once stopping. Decided under the lock ``stop`` takes, so that jobs handed
+        out count as busy before the wind-down looks, and none is handed out after."""
         lease = self._options.lease_seconds
         read = self._client.dependencies
         claimed = [
-            Running(job, float(lease or job.lease_seconds or 30), dependencies_of=read)
+            Running(job, float(lease or job.lease_seconds or 30), leased=sent, dependencies_of=read)
             for job in jobs
         ]
         with self._changed:

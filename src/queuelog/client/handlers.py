@@ -65,7 +65,7 @@ class Handlers:
         while (running := self._claimer.next_job()) is not None:
             started = time.monotonic()
             try:
-                if not running.begin():  # handed back at the deadline: never run it
+                if not running.begin():  # handed back at the deadline, or its lease lost
                     continue
                 outcome = self._execute(running)
                 running.ran = time.monotonic() - started

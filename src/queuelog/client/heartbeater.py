@@ -107,9 +107,12 @@ class Heartbeater:
             running.next_beat = time.monotonic() + running.lease / 3
         except LOST as error:
             # Once its outcome is on its way the lease ends with it: the acknowledger says
-            # what became of the outcome.
+            # what became of the outcome. A job no handler has started is not started now:
+            # the server gives it to another worker.
+            begun = running.lose()
             if not running.reported:
-                log.warning("job_id=%s lost its lease (%s)", running.job.id, error.slug)
+                said = "lost its lease" if begun else "lost its lease before it ran: not run"
+                log.warning("job_id=%s %s (%s)", running.job.id, said, error.slug)
             self.release(running)
         except QueueError as error:
             log.warning("job_id=%s heartbeat failed: %s", running.job.id, error.detail)

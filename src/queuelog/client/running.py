@@ -55,6 +55,10 @@ class Running:
     reported: bool = False  # its outcome is on its way to the server
     begun: bool = False  # a handler has started it
     abandoned: bool = False  # the shutdown deadline passed: its outcome is dropped
+    lost: bool = False  # the server refused its heartbeat: another worker may hold it now
+    # When the claim that brought it was sent: its lease began no earlier, however late
+    # the claim's answer came (None: now).
+    leased: float | None = None
     future: Future[Any] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     last_beat: float = 0.0
@@ -64,8 +68,9 @@ class Running:
     dependencies_of: Callable[[int], list[Dependency]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.next_beat = self.started + self.lease / 3
-        self.last_beat = self.started
+        leased = self.started if self.leased is None else min(self.leased, self.started)
+        self.next_beat = leased + self.lease / 3
+        self.last_beat = leased
         # The job the handler gets: its report_progress lands here, its dependencies()
         # asks the server.
         read = self.dependencies_of
@@ -108,9 +113,17 @@ class Running:
                 self.progress = progress
 
     def begin(self) -> bool:
-        """True, once started, unless the job was abandoned (at the shutdown deadline)."""
+        """True, once started, unless the job was abandoned (at the shutdown deadline) or
+        its lease was lost while it waited for a handler."""
         with self.lock:
-            self.begun = not self.abandoned
+            self.begun = not (self.abandoned or self.lost)
+            return self.begun
+
+    def lose(self) -> bool:
+        """Its lease is gone (a heartbeat refused): no handler starts it now. Whether one
+        had started it already."""
+        with self.lock:
+            self.lost = True
             return self.begun
 
     def claim_report(self) -> bool:

@@ -11,7 +11,7 @@ from queuelog.client import calls, tracing
 from queuelog.client.calls import Call, EnqueueOptions, JobRef, answer
 from queuelog.client.coalesce import Coalescer
 from queuelog.client.errors import ServerError
-from queuelog.client.policy import BROKEN
+from queuelog.client.policy import BROKEN, RetryPolicy
 from queuelog.client.reads import ManyReads
 from queuelog.client.transport import CurlTransport, Outgoing, Transport
 from queuelog.client.types import Job, JsonObject
@@ -90,6 +90,13 @@ class Client(Verbs[Transport, Transport]):
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    def with_options(self, *, timeout: float, retry_policy: RetryPolicy) -> Client:
+        """A client of this one's server and key, sending through this one's transport
+        (its own, if it was given one), with another timeout and retry policy. Close this
+        one, not the copy: the transport is this one's."""
+        url, key, transport = self.connection.url, self.connection.api_key, self._http
+        return Client(url, key, timeout=timeout, retry_policy=retry_policy, transport=transport)
 
     def close(self) -> None:
         self._http.close()

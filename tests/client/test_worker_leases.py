@@ -1,0 +1,156 @@
+"""A worker's hold on its jobs' leases: renewed from when the claim was sent, given up
+when the server took a lease back, and handed back at the deadline through the
+worker's own transport."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from queuelog.client import Client, Job, Worker
+from queuelog.client.transport import Answer, NotSent, Outgoing
+from queuelog.models import JobStatus
+from tests.client.pools import Noting, Sent
+from tests.client.test_worker import DEADLINE, admin, running, running_on_server
+from tests.realserver import RealServer, wait_until
+
+
+def history(server: RealServer, job_id: int) -> list[str]:
+    with admin(server) as root:
+        return [e.event for e in root.events(job_id)]
+
+
+class LateClaims(Noting):
+    """Holds back the answer of every claim that brought jobs for ``seconds``: a busy
+    server, or a slow network, after the server leased them."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
+        got = send()
+        if sent.path == "/jobs/claim" and b'"jobs":[]' not in got.body.replace(b" ", b""):
+            time.sleep(self.seconds)
+        return got
+
+
+def test_a_lease_is_renewed_from_when_its_claim_was_sent(server: RealServer) -> None:
+    # The lease began when the server answered the claim's query, not when the answer
+    # arrived: timed from the answer, the first heartbeat came after the lease had ended.
+    lease, late = 6, 4.8
+    worker = Worker(concurrency=1, wait_seconds=1, lease_seconds=lease, linger_ms=0)
+    ran: list[int] = []
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        ran.append(job.id)
+        time.sleep(2.5)  # past when a heartbeat timed from the answer would come
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        job = shop.enqueue("noop")
+    with running(worker, server, LateClaims(late)):
+        wait_until(lambda: history(server, job.id)[-1] == "completed", "the job completed")
+    assert ran == [job.id]
+    assert "lease_expired" not in history(server, job.id)
+
+
+class HeartbeatsHeld(Noting):
+    """Sends no heartbeat until ``open`` is set (as a network that drops them), and notes
+    the status of each heartbeat's answer once they go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = threading.Event()
+        self.refused: set[str] = set()
+
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
+        if not sent.path.endswith("/heartbeat"):
+            return send()
+        if not self.open.is_set():
+            raise NotSent("held back by the test")
+        got = send()
+        if got.status == 409:
+            self.refused.add(sent.path)
+        return got
+
+
+def test_a_job_whose_lease_was_lost_while_it_waited_for_a_handler_is_not_run(
+    server: RealServer,
+) -> None:
+    """Two jobs claimed ahead wait for the one handler; their leases run out meanwhile and
+    the server fails them (no retries left). Once a heartbeat tells the worker, the handler
+    must not start them: the server may have given them to another worker."""
+    worker = Worker(concurrency=1, prefetch=2, wait_seconds=1, lease_seconds=1, linger_ms=0)
+    release = threading.Event()
+    ran: list[int] = []
+
+    @worker.handler("slow")  # max_retries 0: a lease that runs out fails the job
+    def handle(job: Job) -> None:
+        ran.append(job.id)
+        release.wait(DEADLINE)
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        ids = [m.job.id for m in shop.enqueue_many([{"type": "slow"}] * 3)]
+    transport = HeartbeatsHeld()
+    try:
+        with running(worker, server, transport):
+            wait_until(lambda: len(ran) == 1, "the first job started")
+            waiting = [i for i in ids if i not in ran]
+            with admin(server) as root:
+                expired = lambda: all(root.get(i).status is JobStatus.FAILED for i in waiting)  # noqa: E731
+                wait_until(expired, "the waiting jobs' leases to run out")
+            transport.open.set()
+            told = {f"/jobs/{i}/heartbeat" for i in waiting}
+            wait_until(lambda: told <= transport.refused, "their heartbeats refused")
+            release.set()
+            time.sleep(1.0)  # the handler is free: it must start neither
+            assert len(ran) == 1
+    finally:
+        release.set()
+
+
+class Routed(Noting):
+    """A transport of the application's own: it reaches the server behind a name only it
+    knows (``http://queue.internal``)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+
+    def send(self, request: Outgoing) -> Answer:
+        real = replace(request, url=request.url.replace("http://queue.internal", self.url))
+        return super().send(real)
+
+
+def test_jobs_are_handed_back_at_the_deadline_through_the_worker_s_own_transport(
+    server: RealServer,
+) -> None:
+    worker = Worker(concurrency=1, prefetch=1, wait_seconds=1, shutdown_seconds=0.5)
+    release = threading.Event()
+    ran: list[int] = []
+
+    @worker.handler("noop")
+    def stuck(job: Job) -> None:
+        ran.append(job.id)
+        release.wait(DEADLINE)
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        ids = [m.job.id for m in shop.enqueue_many([{"type": "noop"}] * 2)]
+    transport = Routed(server.url)
+    client = Client("http://queue.internal", server.keys["mailer"], transport=transport)
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: running_on_server(server) == 2 and ran, "both jobs held")
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+    finally:
+        release.set()
+        client.close()
+    (started,) = ran
+    (unstarted,) = [i for i in ids if i != started]
+    assert history(server, started)[-1] == "retry_scheduled"  # failed as retryable
+    assert history(server, unstarted)[-1] == "released"  # its attempt unspent
