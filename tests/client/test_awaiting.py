@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -25,6 +26,7 @@ from queuelog.client import (
 )
 from queuelog.client.awaiting import Awaiting
 from queuelog.client.policy import RetryPolicy
+from queuelog.client.transport import Answer, Outgoing
 from queuelog.errors import NotFound
 from queuelog.models import JobStatus
 from tests.client.pools import Noting, Sent, answer
@@ -371,3 +373,54 @@ def test_a_wait_without_a_timeout_says_a_server_it_cannot_reach_at_once() -> Non
     thread.join(DEADLINE)
     assert not thread.is_alive(), "the wait went on reading a server it cannot reach"
     assert len(raised) == 1
+
+
+PENDING_JOB = {
+    "id": 7, "type": "noop", "payload": {}, "priority": "low", "status": "pending",
+    "retry_count": 0, "max_retries": 3, "run_at": "2026-11-30T03:32:31Z",
+    "created_at": "2026-11-30T03:32:31Z", "updated_at": "2026-11-30T03:32:31Z",
+}  # fmt: skip
+
+
+def _scripted_waits(answers: list[tuple[int, Any, dict[str, str]]]) -> tuple[Client, list[str]]:
+    """A client whose reads are answered from ``answers`` in turn (then the last again);
+    the URLs it sent."""
+    urls: list[str] = []
+
+    class Script(Noting):
+        def send(self, request: Outgoing) -> Answer:
+            urls.append(request.url)
+            status, body, headers = answers[min(len(urls), len(answers)) - 1]
+            return answer(status, body, headers)
+
+    client = Client("http://127.0.0.1:1", "ql_x", retry_policy=RetryPolicy(), transport=Script())
+    return client, urls
+
+
+def test_a_wait_ends_by_its_timeout_though_the_server_asks_for_a_longer_pause() -> None:
+    # A 429 (or 503) asking for 20 s: waited out and sent again, the read ended the wait
+    # 20 s past a timeout of 2.
+    for status in (429, 503):
+        limited = {"type": "rate-limited" if status == 429 else "unavailable"}
+        client, _ = _scripted_waits(
+            [(200, PENDING_JOB, {}), (status, limited, {"Retry-After": "20"})]
+        )
+        started = time.monotonic()
+        with client, pytest.raises(JobTimeout):
+            client.wait(7, timeout=2)
+        assert time.monotonic() - started < 6
+
+
+def test_a_wait_s_read_sent_again_asks_the_server_to_hold_it_no_longer_than_the_wait_has_left() -> (
+    None
+):
+    client, urls = _scripted_waits(
+        [
+            (503, {"type": "unavailable"}, {"Retry-After": "1"}),
+            (200, PENDING_JOB | {"status": "completed"}, {}),
+        ]
+    )
+    with client:
+        assert client.wait(7, timeout=3).status is JobStatus.COMPLETED
+    first, again = (float(parse_qs(urlsplit(u).query)["wait_seconds"][0]) for u in urls)
+    assert first > 2.5 and again <= first - 0.9  # a second of the wait went on the pause

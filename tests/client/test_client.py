@@ -24,6 +24,7 @@ from queuelog.client import (
 from queuelog.client.errors import BodyTooLarge
 from queuelog.client.policy import Connection
 from queuelog.client.running import Running
+from queuelog.client.transport import Answer
 from queuelog.client.worker import Run
 from queuelog.errors import (
     Forbidden,
@@ -38,7 +39,6 @@ from queuelog.errors import (
     ValidationFailed,
 )
 from queuelog.models import JobStatus, Priority
-from queuelog.client.transport import Answer
 from tests.client.pools import Scripted, answer
 from tests.realserver import RealServer, free_port, wait_until
 
@@ -386,17 +386,17 @@ def test_hardening_61_json_of_another_shape_is_a_server_error(body: Any) -> None
 @pytest.mark.parametrize("content", [b"[" * 100_000 + b"]" * 100_000, b'{"id": NaN}', b"{"])
 def test_hardening_61_an_answer_that_is_not_json_is_a_server_error(content: bytes) -> None:
     pool = Scripted(lambda _: Answer(200, content, None))
-    with Client("http://127.0.0.1:1", "ql_x", retry_policy=FAST, transport=pool) as odd:
-        with pytest.raises(ServerError) as raised:
-            odd.get(1)
+    odd = Client("http://127.0.0.1:1", "ql_x", retry_policy=FAST, transport=pool)
+    with odd, pytest.raises(ServerError) as raised:
+        odd.get(1)
     assert raised.value.slug == "not-json"
 
 
 def test_a_problem_whose_detail_is_not_text_is_told_by_its_title() -> None:
     problem = {"type": "conflict-ish", "title": "Odd", "detail": {"a": "\x1b[2J"}}
-    with scripted(409, problem, retry=RetryPolicy(attempts=1)) as odd:
-        with pytest.raises(ServerError) as raised:
-            odd.get(1)
+    odd = scripted(409, problem, retry=RetryPolicy(attempts=1))
+    with odd, pytest.raises(ServerError) as raised:
+        odd.get(1)
     assert str(raised.value) == "Odd"
 
 

@@ -18,7 +18,7 @@ import pytest
 from queuelog.client import Client, Fail, Job, Retry, Worker
 from queuelog.client.acknowledger import ACK_BYTES
 from queuelog.client.claimer import AHEAD_SECONDS
-from queuelog.client.transport import Answer, Broken
+from queuelog.client.transport import Answer
 from queuelog.models import JobStatus
 from tests.client.conftest import CONFIG, TYPES
 from tests.client.pools import Noting, Sent, answer
@@ -669,37 +669,6 @@ def test_a_completion_the_server_never_answers_is_said_unreported_as_the_worker_
     said = [r.getMessage() for r in caplog.records if f"job_id={job.id} " in r.getMessage()]
     unanswered = "outcome=unreported (no answer from the server before the worker stopped)"
     assert any(unanswered in line for line in said), said
-
-
-class LosesFirstCompletion(Noting):
-    """Sends the first completion to the server and loses its answer (a restart)."""
-
-    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
-        got = send()
-        if sent.path == "/jobs/batch/complete" and self.paths().count(f"POST {sent.path}") == 1:
-            raise Broken("the connection closed before the answer")
-        return got
-
-
-def test_a_completion_whose_answer_was_lost_is_not_said_lost(
-    server: RealServer, caplog: pytest.LogCaptureFixture
-) -> None:
-    # Sent again, the completion met the job completed by its first delivery: 409, which
-    # the worker logged as a lost job, though the job had completed.
-    caplog.set_level(logging.INFO, logger="queuelog.worker")
-    worker = Worker(concurrency=1, wait_seconds=1)
-    worker.handler("noop")(lambda job: {"done": True})
-    with Client(server.url, server.keys["shop"]) as shop:
-        job = shop.enqueue("noop")
-    transport = LosesFirstCompletion()
-    with running(worker, server, transport):
-        wait_until(settled(server, job.id), "the job to complete")
-        wait_until(lambda: transport.paths().count("POST /jobs/batch/complete") == 2, "a resend")
-    with admin(server) as root:
-        assert root.get(job).status is JobStatus.COMPLETED
-    said = [r.getMessage() for r in caplog.records if f"job_id={job.id} " in r.getMessage()]
-    assert any("outcome=completed, unconfirmed" in line for line in said), said
-    assert not any("outcome=lost" in line for line in said), said
 
 
 class SlowCompletion(Noting):

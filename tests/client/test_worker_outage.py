@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,7 +13,7 @@ import pytest
 
 from queuelog.client import Client, Fail, Job, Snooze, Worker
 from queuelog.client.policy import RetryPolicy
-from queuelog.client.transport import Answer, NotSent
+from queuelog.client.transport import Answer, Broken, NotSent
 from queuelog.models import JobStatus
 from tests.client.pools import Noting, Sent, answer
 from tests.client.test_worker import DEADLINE, admin
@@ -347,3 +348,62 @@ def test_a_heartbeat_that_meets_its_jobs_own_completion_warns_of_no_lost_lease(
         heartbeats = [s for s in transport.sent if s.path.endswith("/heartbeat")]
     assert heartbeats, "no heartbeat was sent"
     assert "lost its lease" not in caplog.text, caplog.text
+
+
+class LosesTheFirstAnswer(Noting):
+    """Sends the first outcome and loses its answer (a restart); then refuses the next
+    ``refusals`` outcomes unsent, so that the client's own tries run out and the worker
+    sends the outcome again later, as a new call."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.refusals = refusals
+
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
+        if not sent.path.endswith(OUTCOME_PATHS):
+            return send()
+        tries = outcome_sends(self)
+        if tries == 1:
+            send()
+            raise Broken("the connection closed before the answer")
+        if tries <= 1 + self.refusals:
+            raise NotSent("the server is restarting")
+        return send()
+
+
+@pytest.mark.parametrize(
+    ("outcome", "status", "said"),
+    [
+        ("complete", JobStatus.COMPLETED, "completed"),
+        ("fail", JobStatus.FAILED, "failed"),
+        ("snooze", JobStatus.PENDING, "snoozed"),
+    ],
+)
+@pytest.mark.parametrize("refusals", [0, 3])  # sent again by the client, or by the worker
+def test_an_outcome_whose_answer_was_lost_is_said_unconfirmed_not_lost(
+    server: RealServer,
+    caplog: pytest.LogCaptureFixture,
+    outcome: str,
+    status: JobStatus,
+    said: str,
+    refusals: int,
+) -> None:
+    caplog.set_level(logging.INFO, logger="queuelog.worker")
+    worker = Worker(concurrency=1, wait_seconds=1, linger_ms=0)
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        if outcome == "fail":
+            raise Fail("no such mailbox")
+        if outcome == "snooze":
+            raise Snooze(3600)
+
+    (job_id,) = enqueued(server, "noop", 1)
+    transport = LosesTheFirstAnswer(refusals)
+    with running(worker, server, transport, server.url):
+        settle(server, [job_id], status)
+        wait_until(lambda: outcome_sends(transport) >= 2 + refusals, "the outcome sent again")
+        wait_until(lambda: f"job_id={job_id} " in caplog.text, "its outcome logged")
+    lines = [r.getMessage() for r in caplog.records if f"job_id={job_id} " in r.getMessage()]
+    assert any(f"outcome={said}, unconfirmed" in line for line in lines), lines
+    assert not any("outcome=lost" in line for line in lines), lines

@@ -18,12 +18,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from queuelog.client import calls
+from queuelog.client.calls import Call
 from queuelog.client.errors import BodyTooLarge
 from queuelog.client.heartbeater import Heartbeater
 from queuelog.client.outcome import Outcome
-from queuelog.client.policy import RetryPolicy, unreachable
+from queuelog.client.policy import RetryPolicy, answer_lost, unreachable
 from queuelog.client.running import LATE_SECONDS, LOST, Running, log, log_outcome
 from queuelog.client.sync import Client
 from queuelog.client.types import Acknowledged
@@ -117,25 +119,36 @@ class Acknowledger:
 
     def _report_one(self, running: Running, outcome: Outcome) -> bool:
         """Send a failure or a snooze; False when the server could not be reached."""
+        if outcome.snooze_seconds is not None:
+            call: Call[Any] = calls.release(running.job, delay_seconds=outcome.snooze_seconds)
+        else:
+            error = outcome.error or "failed"
+            retry_in = outcome.retry_in_seconds
+            call = calls.fail(
+                running.job, error, retryable=outcome.retryable, retry_in_seconds=retry_in
+            )
         try:
-            if outcome.snooze_seconds is not None:
-                self._client.release(running.job, delay_seconds=outcome.snooze_seconds)
-            else:
-                self._client.fail(
-                    running.job,
-                    outcome.error or "failed",
-                    retryable=outcome.retryable,
-                    retry_in_seconds=outcome.retry_in_seconds,
-                )
+            self._client.send(dataclasses.replace(call, again=lambda: _unconfirmed([running])))
             log_outcome(running, outcome.label)
         except LOST as error:
-            log_outcome(running, f"lost ({error.slug})", logging.WARNING)
+            self._said_lost(running, outcome, error.slug)
         except QueueError as error:
             if unreachable(error):
+                if answer_lost(error):
+                    _unconfirmed([running])
                 return False
             log_outcome(running, f"unreported ({error.detail})", logging.ERROR)
         self._leases.release(running)
         return True
+
+    @staticmethod
+    def _said_lost(running: Running, outcome: Outcome, slug: str) -> None:
+        """Log an outcome the server refused as its job no longer held by this worker."""
+        if slug == "invalid-state" and running.unconfirmed:
+            # A delivery whose answer was lost most likely did it.
+            log_outcome(running, f"{outcome.label}, unconfirmed (sent again: no longer running)")
+        else:
+            log_outcome(running, f"lost ({slug})", logging.WARNING)
 
     # -- completions ------------------------------------------------------------
 
@@ -208,12 +221,12 @@ class Acknowledger:
 
     def _complete(self, batch: list[Done]) -> list[Done]:
         """Complete ``batch``; what the server could not be reached for, to send again."""
-        resent: list[bool] = []
+        held = [r for r, _ in batch]
         try:
             items = [(r.job, o.result) for r, o in batch]
             call = calls.complete_many(items, return_jobs=False)
-            call = dataclasses.replace(call, again=lambda: resent.append(True))
-            with self._awaiting([r for r, _ in batch]):
+            call = dataclasses.replace(call, again=lambda: _unconfirmed(held))
+            with self._awaiting(held):
                 answers = self._client.send(call)
         except BodyTooLarge:
             if len(batch) > 1:  # completing is guarded by the lease token: safe to resend
@@ -223,27 +236,26 @@ class Acknowledger:
             return []
         except QueueError as error:
             if unreachable(error):
+                if answer_lost(error):
+                    _unconfirmed(held)
                 return batch
             for running, _ in batch:
                 log_outcome(running, f"unreported ({error.detail})", logging.ERROR)
                 self._leases.release(running)
             return []
-        for (running, _), ack in zip(batch, answers, strict=True):
-            self._settle(running, ack, bool(resent))
+        for (running, outcome), ack in zip(batch, answers, strict=True):
+            self._settle(running, outcome, ack)
         return []
 
-    def _settle(self, running: Running, ack: Acknowledged, resent: bool) -> None:
+    def _settle(self, running: Running, outcome: Outcome, ack: Acknowledged) -> None:
         slug = ack.error.slug if ack.error else "?"
         if ack.ok:
             log_outcome(running, "completed")
         elif slug == "payload-too-large":
             self._too_large(running)
             return
-        elif slug == "invalid-state" and resent:
-            # The first delivery's answer was lost: it most likely completed the job.
-            log_outcome(running, "completed, unconfirmed (sent again: no longer running)")
         else:
-            log_outcome(running, f"lost ({slug})", logging.WARNING)
+            self._said_lost(running, outcome, slug)
         self._leases.release(running)
 
     def _too_large(self, running: Running) -> None:
@@ -288,6 +300,12 @@ class Acknowledger:
         except Exception as error:  # left to its lease, which expires as an attempt
             log_outcome(running, f"abandoned, unreported ({error})", logging.WARNING)
         self._leases.release(running)
+
+
+def _unconfirmed(held: list[Running]) -> None:
+    """``held``'s outcomes were sent and the answer lost: they may have landed."""
+    for running in held:
+        running.unconfirmed = True
 
 
 def _parts(batch: list[Done]) -> list[list[Done]]:

@@ -55,23 +55,25 @@ class Awaiting(Generic[R]):
         if self._job is not None and (self._job.status in TERMINAL or remaining <= 0):
             return None
         read = calls.get(self._job_id, wait_seconds=min(max(remaining, 0.0), MAX_WAIT_SECONDS))
-        return dataclasses.replace(read, expired=self._expired)
+        return dataclasses.replace(read, remaining=self._remaining)
 
-    def _expired(self) -> bool:
-        return self._clock() >= self._deadline
+    def _remaining(self) -> float:
+        return self._deadline - self._clock()
 
     def take(self, job: Job) -> None:
         """The answer to the last read."""
         self._job = job
 
     def pause_after(self, error: QueueError) -> float:
-        """A read the server could not take for now (a restart, a 503), after the client's
-        own tries: the pause before reading again, while the wait has time left (a wait
-        with a timeout outlasts a restart); otherwise ``error`` is raised."""
-        remaining = self._deadline - self._clock()
+        """A read the server could not take for now (a restart, a 503, a 429), after the
+        client's own tries: the pause before reading again (the answer's Retry-After, at
+        least ``REREAD_PAUSE_SECONDS``), while the wait has time left (a wait with a
+        timeout outlasts a restart, and ends by its timeout); otherwise ``error`` is
+        raised."""
+        remaining = self._remaining()
         if not unreachable(error) or math.isinf(remaining) or remaining <= 0:
             raise error
-        return min(REREAD_PAUSE_SECONDS, remaining)
+        return min(max(REREAD_PAUSE_SECONDS, error.retry_after or 0), remaining)
 
     def finished(self) -> R:
         """What the wait answers (``then`` of the finished job); JobTimeout (with the job as

@@ -57,9 +57,10 @@ class Call(Generic[T]):
     headers: dict[str, str] = field(default_factory=dict)
     wait_seconds: float = 0.0  # the server may hold the answer this long (long-poll)
     produces: Produces | None = None  # an enqueue: traced as a producer's send
-    # A wait's read: true once the wait's time is up, when it is not sent again after a
-    # connection that broke or timed out on the way (a quick refusal still is).
-    expired: Callable[[], bool] | None = None
+    # A wait's read: the seconds its wait has left. It is not sent again once they are
+    # up, nor after a pause that outlasts them, and sent again it asks the server to hold
+    # it no longer than they last.
+    remaining: Callable[[], float] | None = None
     # Told when the call is sent again after a try that may have reached the server (its
     # answer lost): a refusal of the second delivery may be the first one's doing.
     again: Callable[[], None] | None = None

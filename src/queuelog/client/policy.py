@@ -114,7 +114,12 @@ class Connection:
         if call.json is not None:
             body = json.dumps(call.json, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
             headers["Content-Type"] = "application/json"
-        query = f"?{urlencode(call.params)}" if call.params else ""
+        params = call.params
+        if call.remaining is not None and "wait_seconds" in params:
+            # Sent again, a wait's read is held no longer than the wait has left.
+            left = max(0.0, min(call.wait_seconds, call.remaining()))
+            params = {**params, "wait_seconds": round(left, 3)}
+        query = f"?{urlencode(params)}" if params else ""
         # A long-poll claim is answered up to wait_seconds late by design.
         return Outgoing(
             call.method,
@@ -156,7 +161,7 @@ class RetryPolicy:
         if isinstance(error, BROKEN):
             # It may have reached the server and been acted on; or it was held for as
             # long as the server could hold it: a wait's read, after the wait's time.
-            return call.resend and not (call.expired is not None and call.expired())
+            return call.resend and not (call.remaining is not None and call.remaining() <= 0)
         return isinstance(error, ServerError) and error.status in TRANSIENT_STATUS and call.resend
 
     def retry_or_raise(
@@ -164,13 +169,12 @@ class RetryPolicy:
     ) -> float:
         """Seconds to wait before sending ``call`` again; raises when it must not be."""
         if self.should_retry(call, error, attempt):
-            if isinstance(error, RateLimited):
-                return max(float(error.retry_after), self.delay(attempt))
-            if call.again is not None and _answer_lost(error):
-                call.again()
-            if isinstance(error, ServerError) and error.retry_after is not None:
-                return max(min(float(error.retry_after), self.max_delay), self.delay(attempt))
-            return self.delay(attempt)
+            pause = self._pause(error, attempt)
+            # A wait's read is not sent after its wait is over: the wait reads again.
+            if call.remaining is None or pause < call.remaining():
+                if call.again is not None and answer_lost(error):
+                    call.again()
+                return pause
         if isinstance(error, QueueError):
             raise error
         reason = type(error).__name__
@@ -178,8 +182,19 @@ class RetryPolicy:
             f"cannot reach the queuelog server at {conn.shown_url} ({reason}: {error})"
         ) from error
 
+    def _pause(self, error: Exception, attempt: int) -> float:
+        """Seconds to wait before attempt ``attempt + 1``: the backoff, or the answer's
+        Retry-After if longer (a 5xx's up to ``max_delay``)."""
+        if isinstance(error, RateLimited):
+            return max(float(error.retry_after), self.delay(attempt))
+        if isinstance(error, ServerError) and error.retry_after is not None:
+            return max(min(float(error.retry_after), self.max_delay), self.delay(attempt))
+        return self.delay(attempt)
 
-def _answer_lost(error: Exception) -> bool:
+
+def answer_lost(error: BaseException) -> bool:
     """Whether the request may have been acted on with no answer back: a connection that
-    broke once it was on its way (an answer, even a 503, says what was done)."""
-    return isinstance(error, BROKEN) and not isinstance(error, NOT_SENT)
+    broke once it was on its way (an answer, even a 503, says what was done), also as
+    the cause of the ServerUnavailable a client raises once its tries are spent."""
+    cause = error.__cause__ if isinstance(error, ServerUnavailable) else error
+    return isinstance(cause, BROKEN) and not isinstance(cause, NOT_SENT)

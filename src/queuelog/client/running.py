@@ -56,6 +56,9 @@ class Running:
     begun: bool = False  # a handler has started it
     abandoned: bool = False  # the shutdown deadline passed: its outcome is dropped
     lost: bool = False  # the server refused its heartbeat: another worker may hold it now
+    # Its outcome was sent and the answer lost: a refusal of a later delivery as no longer
+    # running most likely means that one landed.
+    unconfirmed: bool = False
     # When the claim that brought it was sent: its lease began no earlier, however late
     # the claim's answer came (None: now).
     leased: float | None = None
