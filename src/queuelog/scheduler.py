@@ -204,14 +204,16 @@ class Scheduler:
         """Fire every due schedule; how many fires ended each way on this node.
 
         A pass may come late (a busy loop): each fire time since this node's previous
-        pass makes its job, if it is at most ``_LATE_SWEEPS`` sweep intervals old.
-        Older fire times that no node made (after downtime: this node's first pass, a
-        process suspended, the database out of reach) make one job, for the latest.
+        pass makes its job, if it is at most ``_LATE_SWEEPS`` sweep intervals old; on
+        this node's first pass, each of those (other nodes may have been up for them, or
+        this one since it started). Older fire times that no node made (the cluster
+        down, a process suspended, the database out of reach) make one job, for the
+        latest.
         """
         now = self.clock.now()
         late = now - timedelta(seconds=_LATE_SWEEPS * self.settings.sweep_interval_seconds)
         # (A clock set back makes the previous pass seem later than now: taken as now.)
-        since = min(max(self._last_pass or now, late), now)
+        since = min(max(self._last_pass or late, late), now)
         self._last_pass = now
         outcomes = dict.fromkeys(FireOutcome, 0)
         for schedule in await self.storage.schedule_due(now):

@@ -204,6 +204,47 @@ async def test_a_pass_late_by_more_than_an_interval_makes_each_fire_time_it_was_
     assert runs == [f"2026-03-28T23:59:{n}.000000Z" for n in range(31, 36)]
 
 
+async def test_a_node_s_first_pass_makes_each_fire_time_other_nodes_were_up_for(
+    tmp_path: Path, admin: Api, storage: Storage, clock: FakeClock
+) -> None:
+    """A node that (re)starts beside one running all along, passes every 4 s and a
+    schedule every second: its first pass took every fire time due for one, the latest,
+    so the fires the running node would have made were lost."""
+    sweeps = make_settings(tmp_path, schedules=CONFIGURED, sweep_interval_seconds=4)
+    running = Scheduler(storage, sweeps, clock)
+    create(admin, type="noop", every_seconds=1)
+    await running.fire_due()
+    made = 0
+    for _ in range(5):
+        clock.advance(4)
+        made += (await running.fire_due())[FireOutcome.MADE]
+        clock.advance(3.5)  # the other node starts, and passes before the running one
+        made += (await Scheduler(storage, sweeps, clock).fire_due())[FireOutcome.MADE]
+    runs = sorted(j["run_at"] for j in admin.get("/jobs", params={"limit": 100}).json()["jobs"])
+    seconds = [int(datetime.fromisoformat(r).timestamp()) for r in runs]
+    assert seconds == list(range(seconds[0], seconds[0] + made))  # no fire time missed
+    assert made == 37  # 23:59:31 to 00:00:07
+
+
+async def test_a_fire_missed_while_down_is_made_when_the_node_is_back_before_the_next(
+    admin: Api, settings: Settings, storage: Storage, clock: FakeClock
+) -> None:
+    """One node, a schedule every 5 s: down from just after one fire until just before
+    the fire after next, its first pass came after that fire, and folded the one it
+    missed into it."""
+    node = Scheduler(storage, settings, clock)
+    create(admin, type="noop", every_seconds=5)  # first at 23:59:35
+    await node.fire_due()
+    clock.advance(5.5)
+    assert (await node.fire_due())[FireOutcome.MADE] == 1  # 23:59:35; then the node stops
+    clock.advance(8.5)  # 23:59:40 passes while it is down; it is back at 23:59:44.5
+    node = Scheduler(storage, settings, clock)
+    clock.advance(1.0)
+    assert (await node.fire_due())[FireOutcome.MADE] == 2
+    runs = sorted(j["run_at"] for j in admin.get("/jobs").json()["jobs"])
+    assert runs == [f"2026-03-28T23:59:{n}.000000Z" for n in (35, 40, 45)]
+
+
 async def test_a_pass_makes_a_hundred_fires_of_a_schedule_at_most(
     tmp_path: Path, admin: Api, storage: Storage, clock: FakeClock
 ) -> None:
