@@ -560,16 +560,35 @@ def test_acknowledgements_are_cut_by_size_before_sending(server: RealServer) -> 
     assert max(size for size, _ in transport.acks) <= ACK_BYTES
 
 
-def test_a_result_that_cannot_travel_fails_only_its_own_job(server: RealServer) -> None:
+def _nested(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        # A file name read with surrogateescape: not UTF-8.
+        pytest.param({"name": b"caf\xe9.txt".decode("utf-8", "surrogateescape")}, id="surrogate"),
+        pytest.param({"n": float("nan")}, id="nan"),
+        # Deeper than the server takes: it refused the whole acknowledgement, so every
+        # job of it ran again; deeper than the encoder's stack, the job was dropped.
+        pytest.param(_nested(70), id="70-deep"),
+        pytest.param(_nested(3000), id="3000-deep"),
+    ],
+)
+def test_a_result_that_cannot_travel_fails_only_its_own_job(
+    server: RealServer, bad: dict[str, Any]
+) -> None:
     worker = Worker(concurrency=5, wait_seconds=1)
     together = threading.Barrier(5, timeout=DEADLINE)
 
     @worker.handler("noop")
     def handle(job: Job) -> dict[str, Any]:
         together.wait()
-        if job.payload["bad"]:  # a file name read with surrogateescape: not UTF-8
-            return {"name": b"caf\xe9.txt".decode("utf-8", "surrogateescape")}
-        return {"ok": True}
+        return bad if job.payload["bad"] else {"ok": True}
 
     with Client(server.url, server.keys["shop"]) as shop:
         made = shop.enqueue_many([{"type": "noop", "payload": {"bad": i == 0}} for i in range(5)])

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from queuelog.client.types import JsonObject
+from queuelog.plain_json import check_plain
 
 # The server keeps 2,000 characters of an error; sending far more only risks a refusal.
 ERROR_CHARS = 4000
@@ -84,9 +85,12 @@ def outcome_of_return(value: Any) -> Outcome:
         return Outcome(completed=True)
     result = value if isinstance(value, dict) else {"value": value}
     try:
-        # As it will travel: UTF-8 (no lone surrogates), no NaN.
-        json.dumps(result, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
+        # As it will travel: UTF-8 (no lone surrogates), no NaN; and as the server reads
+        # it (no deeper than it takes), or it would refuse the whole acknowledgement.
+        text = json.dumps(result, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+        check_plain(json.loads(text))
+    except (TypeError, ValueError, RecursionError) as exc:
         reason = _sendable(f"result is not JSON: {exc}")
         return Outcome(completed=False, error=reason, retryable=False)
     return Outcome(completed=True, result=result)
