@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -495,3 +498,60 @@ def test_a_verb_called_on_the_class_sends_for_the_client_given(
         assert Client.get(shop, job.id) == job
         (event,) = Client.events(shop, job)
         assert event.event == "enqueued"
+
+
+class _LateAnswers(BaseHTTPRequestHandler):
+    """Answers every read with a job, 1.5 s late (a busy server)."""
+
+    def do_GET(self) -> None:
+        time.sleep(1.5)
+        body = json.dumps({"id": 7, "type": "noop", "payload": {}, "priority": "low",
+                           "status": "pending", "retry_count": 0, "max_retries": 3,
+                           "run_at": "2026-11-30T03:32:31Z", "created_at": "2026-11-30T03:32:31Z",
+                           "updated_at": "2026-11-30T03:32:31Z"}).encode()  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_both_clients_take_an_answer_that_comes_within_their_timeout_alike() -> None:
+    """``timeout`` is seconds to connect, and again to be answered: an answer 1.5 s late
+    with ``timeout=1`` reached ``Client`` but was a ReadTimeout for ``AsyncClient``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _LateAnswers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with Client(url, "ql_x", timeout=1, retry_policy=RetryPolicy(attempts=1)) as blocking:
+            assert blocking.get(7).id == 7
+
+        async def read() -> int:
+            policy = RetryPolicy(attempts=1)
+            async with AsyncClient(url, "ql_x", timeout=1, retry_policy=policy) as awaited:
+                return (await awaited.get(7)).id
+
+        assert asyncio.run(read()) == 7
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_closed_client_of_either_kind_sends_nothing() -> None:
+    pool = Scripted(lambda _: answer(200, {"jobs": [], "next_cursor": None}))
+    blocking = Client("http://127.0.0.1:1", "ql_x", transport=pool)
+    blocking.close()
+    with pytest.raises(RuntimeError, match="Client is closed"):
+        blocking.list_page()
+    assert pool.sent == []
+
+    async def after_close() -> None:
+        awaited = AsyncClient("http://127.0.0.1:1", "ql_x")
+        await awaited.aclose()
+        with pytest.raises(RuntimeError, match="AsyncClient is closed"):
+            await awaited.list_page()
+
+    asyncio.run(after_close())

@@ -38,6 +38,7 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
     async def send(self, call: Call[T]) -> T:
         """Send one call, trying again after connection failures where that is safe (an
         enqueue within its producer span, when OpenTelemetry is installed)."""
+        self._check_open()
         with tracing.producing(call) as call:
             attempt = 1
             while True:
@@ -62,7 +63,9 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
                     request.url,
                     content=request.body,
                     headers=request.headers,
-                    timeout=httpx.Timeout(request.read_timeout, connect=request.connect_timeout),
+                    # Each read may take the whole deadline, as libcurl's does for
+                    # ``Client``: an answer that comes late but within it is taken.
+                    timeout=httpx.Timeout(deadline, connect=request.connect_timeout),
                 )
         except TimeoutError:
             if not whole.expired():
@@ -101,6 +104,7 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
             cursor = page.next_cursor
 
     async def aclose(self) -> None:
+        self._closed = True
         await self._http.aclose()
 
     async def __aenter__(self) -> AsyncClient:

@@ -48,6 +48,7 @@ class Client(Verbs[Transport, Transport]):
     def send(self, call: Call[T]) -> T:
         """Send one call, trying again after connection failures where that is safe (an
         enqueue within its producer span, when OpenTelemetry is installed)."""
+        self._check_open()
         with tracing.producing(call) as call:
             attempt = 1
             while True:
@@ -99,6 +100,7 @@ class Client(Verbs[Transport, Transport]):
         return Client(url, key, timeout=timeout, retry_policy=retry_policy, transport=transport)
 
     def close(self) -> None:
+        self._closed = True
         self._http.close()
 
     def __enter__(self) -> Client:

@@ -135,6 +135,12 @@ class Verbs(ABC, Generic[H, X]):
         self.connection = Connection.resolve(url, api_key, timeout)
         self.retry_policy = retry_policy or RetryPolicy()
         self._http = self._open(transport)
+        self._closed = False
+
+    def _check_open(self) -> None:
+        """A closed client sends nothing (either client alike): RuntimeError."""
+        if self._closed:
+            raise RuntimeError(f"this {type(self).__name__} is closed")
 
     @abstractmethod
     def _open(self, transport: X | None) -> H:
