@@ -395,3 +395,16 @@ def _form_id(page: str) -> str:
     found = re.search(r'name="form_id" value="([\w-]+)"', page)
     assert found, "no create-key form"
     return found.group(1)
+
+
+def test_hardening_23_hidden_characters_from_a_link_are_shown_escaped(browser: Browser) -> None:
+    # Reflected in a refusal, or in a page that names what a link asked for.
+    for path, status in (
+        ("/ui/jobs?status=%E2%80%AEdeliaf", 422),
+        ("/ui/retry-failed?type=%E2%80%AEexe.gnp", 200),
+        ("/ui/jobs?type=a%E2%80%8Bb", 200),
+    ):
+        page = browser.get(path)
+        assert page.status_code == status, (path, page.status_code)
+        assert "\u202e" not in page.text and "\u200b" not in page.text, path
+    assert "\\u202edeliaf" in browser.get("/ui/jobs?status=%E2%80%AEdeliaf").text

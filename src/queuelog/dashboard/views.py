@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from markupsafe import Markup
+
 from queuelog.models import JobStatus, MinuteCounts
 from queuelog.plain_json import HIDDEN_CHARACTERS
 
@@ -54,6 +56,13 @@ def _shown(text: str) -> str:
     """JSON text with the characters a reader would not see written as their escapes
     (``\\u202e``): still the same JSON, and nothing in it reorders or hides the rest."""
     return _HIDDEN.sub(lambda found: f"\\u{ord(found[0]):04x}", text)
+
+
+def visible(value: Any) -> Any:
+    """What a page writes of ``value`` (every ``{{ }}``): text with those characters
+    written as their escapes, so that none reorders or hides what a page shows, stored
+    or reflected from a link alike. Markup (a macro's) is made of such values already."""
+    return value if isinstance(value, Markup) or not isinstance(value, str) else _shown(value)
 
 
 def pretty_json(value: Any) -> str:

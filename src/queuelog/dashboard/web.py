@@ -67,6 +67,7 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=views.visible,
     )
     env.filters.update(
         when=views.when,
