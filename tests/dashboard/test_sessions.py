@@ -261,6 +261,34 @@ def test_hardening_04_a_login_form_expires_after_an_hour(
     assert client.post("/ui/login", data=data).status_code == 403
 
 
+def test_login_forms_open_in_several_tabs_are_each_good(
+    client: TestClient, make_key: KeyMaker
+) -> None:
+    """A session's end sends every open tab to the login form at once; each form's new
+    token replaced the cookie, so only the tab loaded last could log in."""
+    _, key = make_key("root", "admin")
+    first, second = client.get("/ui/login"), client.get("/ui/login")
+    assert csrf_of(first.text) == csrf_of(second.text)
+    data = {"csrf_token": csrf_of(first.text), "key": key}
+    done = client.post("/ui/login", data=data, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/ui"
+
+
+def test_a_login_form_gets_a_new_token_once_its_cookie_s_is_half_spent(
+    client: TestClient, make_key: KeyMaker, clock: FakeClock
+) -> None:
+    _, key = make_key("root", "admin")
+    first = csrf_of(client.get("/ui/login").text)
+    clock.advance(1799)
+    assert csrf_of(client.get("/ui/login").text) == first
+    clock.advance(2)
+    fresh = client.get("/ui/login")
+    assert csrf_of(fresh.text) != first
+    clock.advance(3000)  # the first token has expired; the fresh one is good for an hour
+    data = {"csrf_token": csrf_of(fresh.text), "key": key}
+    assert client.post("/ui/login", data=data, follow_redirects=False).status_code == 303
+
+
 def test_dashboard_is_not_in_the_openapi_schema(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert not [p for p in paths if p.startswith("/ui")]

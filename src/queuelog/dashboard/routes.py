@@ -78,9 +78,10 @@ def login_form(request: Request) -> Response:
 
 
 def _login_page(request: Request, message: str | None, status: int, after: str) -> Response:
-    """The form with a fresh login token, in its field and in the login cookie; no
-    session is made for it. ``after``: the page the login leads to."""
-    token = dashboard_of(request).login_tokens.issue(now_of(request))
+    """The form with a login token, in its field and in the login cookie; no session is
+    made for it. ``after``: the page the login leads to."""
+    cookie = request.cookies.get(LOGIN_COOKIE)
+    token = dashboard_of(request).login_tokens.for_form(cookie, now_of(request))
     response = render(request, "login.html", status, message=message, csrf_token=token, after=after)
     set_login_cookie(request, response, token)
     return response
