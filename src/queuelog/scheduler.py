@@ -121,7 +121,8 @@ class Scheduler:
         self.clock = clock
         self._on_ready = on_ready or (lambda: None)
         self.intake = ScheduleIntake(settings)
-        self._last_pass: datetime | None = None  # this node's previous look for due fires
+        # This node's previous look for due fires; before the first, when it started.
+        self._last_pass: datetime = clock.now()
 
     def spec(self, name: str, fields: ScheduleConfig) -> ScheduleSpec:
         """The schedule ``fields`` describe (an API call's), or the 422 that says why not."""
@@ -203,22 +204,23 @@ class Scheduler:
     async def fire_due(self) -> dict[FireOutcome, int]:
         """Fire every due schedule; how many fires ended each way on this node.
 
-        A pass may come late (a busy loop): each fire time since this node's previous
-        pass makes its job, if it is at most ``_LATE_SWEEPS`` sweep intervals old; on
-        this node's first pass, each of those (other nodes may have been up for them, or
-        this one since it started). Older fire times that no node made (the cluster
-        down, a process suspended, the database out of reach) make one job, for the
-        latest.
+        A schedule some node has been firing (its next fire at most ``_LATE_SWEEPS``
+        sweep intervals old) makes a job for each fire time that has come: a pass may
+        come late (a busy loop), and a node that just started passes beside others. One
+        that no node fired for longer (the cluster down, a process suspended, the
+        database out of reach) makes one job for the latest fire time it missed (before
+        this node's previous pass, or its start), then one for each later.
         """
         now = self.clock.now()
         late = now - timedelta(seconds=_LATE_SWEEPS * self.settings.sweep_interval_seconds)
         # (A clock set back makes the previous pass seem later than now: taken as now.)
-        since = min(max(self._last_pass or late, late), now)
+        since = min(max(self._last_pass, late), now)
         self._last_pass = now
         outcomes = dict.fromkeys(FireOutcome, 0)
         for schedule in await self.storage.schedule_due(now):
             try:
-                await self._fire(schedule, now, since, outcomes)
+                missed = schedule.next_run_at < late
+                await self._fire(schedule, now, since if missed else None, outcomes)
             except StorageUnavailable as refused:
                 # A fault is logged once, when it begins (storage/health.py), not with
                 # each fire; what is no fault (contention, one row's lock) is said here.
@@ -232,14 +234,20 @@ class Scheduler:
         return outcomes
 
     async def _fire(
-        self, schedule: Schedule, now: datetime, since: datetime, outcomes: dict[FireOutcome, int]
+        self,
+        schedule: Schedule,
+        now: datetime,
+        missed_until: datetime | None,
+        outcomes: dict[FireOutcome, int],
     ) -> None:
         """Make the fires of ``schedule`` that have come, counting each in ``outcomes``:
-        one for all those at or before ``since`` (the latest of them), then each after
-        it, up to ``_FIRES_PER_PASS`` (the next pass takes what is left as missed)."""
+        one for all those at or before ``missed_until`` (the latest of them), then each
+        after it, up to ``_FIRES_PER_PASS`` (the next pass makes the rest)."""
         cadence: Cadence = schedule.spec.cadence
         due = schedule.next_run_at
-        fire_at = max(cadence.latest_at_or_before(since), due)
+        fire_at = (
+            due if missed_until is None else max(cadence.latest_at_or_before(missed_until), due)
+        )
         skipped, refused = 0, None
         for _ in range(_FIRES_PER_PASS):
             if fire_at > now:

@@ -245,21 +245,36 @@ async def test_a_fire_missed_while_down_is_made_when_the_node_is_back_before_the
     assert runs == [f"2026-03-28T23:59:{n}.000000Z" for n in (35, 40, 45)]
 
 
+async def test_after_the_whole_cluster_was_down_one_job_for_the_latest_missed_fire(
+    admin: Api, settings: Settings, storage: Storage, clock: FakeClock
+) -> None:
+    """Every node down for a minute, a schedule every second: one job for the latest
+    fire time missed before the node started, then one for each fire since."""
+    node = Scheduler(storage, settings, clock)
+    create(admin, type="noop", every_seconds=1)
+    await node.fire_due()
+    clock.advance(60)  # no node up meanwhile; this one starts at 00:00:30
+    node = Scheduler(storage, settings, clock)
+    clock.advance(1.5)
+    assert (await node.fire_due())[FireOutcome.MADE] == 2
+    runs = sorted(j["run_at"] for j in admin.get("/jobs").json()["jobs"])
+    assert runs == ["2026-03-29T00:00:30.000000Z", "2026-03-29T00:00:31.000000Z"]
+
+
 async def test_a_pass_makes_a_hundred_fires_of_a_schedule_at_most(
     tmp_path: Path, admin: Api, storage: Storage, clock: FakeClock
 ) -> None:
     """A minute between passes, a schedule every second: a pass is never late by more
-    than three sweeps here, so it makes each fire, up to a hundred."""
+    than three sweeps here, so it makes each fire, up to a hundred; the next the rest."""
     sweeps = make_settings(tmp_path, schedules=CONFIGURED, sweep_interval_seconds=60)
     scheduler = Scheduler(storage, sweeps, clock)
     create(admin, type="noop", every_seconds=1)
     await scheduler.fire_due()
     clock.advance(150.5)  # 150 fire times during one pass's wait
     assert (await scheduler.fire_due())[FireOutcome.MADE] == 100
-    # The next pass takes the fifty left as missed: one job, for the latest.
-    assert (await scheduler.fire_due())[FireOutcome.MADE] == 1
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 50
     tick = admin.get("/schedules/tick").json()
-    assert (tick["jobs_made"], tick["last_run_at"]) == (101, "2026-03-29T00:02:00.000000Z")
+    assert (tick["jobs_made"], tick["last_run_at"]) == (150, "2026-03-29T00:02:00.000000Z")
 
 
 async def test_fires_older_than_three_sweeps_are_missed_not_made_each(
@@ -286,7 +301,7 @@ async def test_a_clock_set_back_still_makes_the_fires_due(
     clock.advance(150.5)
     assert (await scheduler.fire_due())[FireOutcome.MADE] == 100  # 00:01:11 on are due
     clock.advance(-10)  # stepped back: the previous pass now seems to come after this one
-    assert (await scheduler.fire_due())[FireOutcome.MADE] == 1
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 40  # 00:01:11 to 00:01:50
     tick = admin.get("/schedules/tick").json()
     assert (tick["last_run_at"], tick["next_run_at"]) == (
         "2026-03-29T00:01:50.000000Z",

@@ -144,8 +144,9 @@ class Acknowledger:
     @staticmethod
     def _said_lost(running: Running, outcome: Outcome, slug: str) -> None:
         """Log an outcome the server refused as its job no longer held by this worker."""
-        if slug == "invalid-state" and running.unconfirmed:
-            # A delivery whose answer was lost most likely did it.
+        if slug in ("invalid-state", "not-lease-holder") and running.unconfirmed:
+            # A delivery whose answer was lost most likely did it (the job may even have
+            # been claimed again since: a retry or a snooze without delay).
             log_outcome(running, f"{outcome.label}, unconfirmed (sent again: no longer running)")
         else:
             log_outcome(running, f"lost ({slug})", logging.WARNING)

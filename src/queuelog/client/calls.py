@@ -57,9 +57,8 @@ class Call(Generic[T]):
     headers: dict[str, str] = field(default_factory=dict)
     wait_seconds: float = 0.0  # the server may hold the answer this long (long-poll)
     produces: Produces | None = None  # an enqueue: traced as a producer's send
-    # A wait's read: the seconds its wait has left. It is not sent again once they are
-    # up, nor after a pause that outlasts them, and sent again it asks the server to hold
-    # it no longer than they last.
+    # A wait's read: the seconds its wait has left. It is not sent again once they are up
+    # or after a pause that outlasts them; sent again, it is held no longer than they last.
     remaining: Callable[[], float] | None = None
     # Told when the call is sent again after a try that may have reached the server (its
     # answer lost): a refusal of the second delivery may be the first one's doing.
@@ -67,13 +66,10 @@ class Call(Generic[T]):
 
 
 def answer(call: Call[T], status: int, content: bytes, retry_after: str | None) -> T:
-    """What a call returns for a (fully read) answer, or the error it raises.
-
-    Only a 2xx answer of the shape the call expects is a success. Anything else that is
-    not an error answer (a redirect from a proxy that sends http to https, say, or JSON
-    of another shape) is a ServerError: a call that did not happen must not read as one
-    that did.
-    """
+    """What a call returns for a (fully read) answer, or the error it raises. Only a 2xx
+    answer of the call's shape is a success; any other that is no error (a proxy's
+    redirect to https, JSON of another shape) is a ServerError with its own status: a
+    call that did not happen never reads as done, and one answered is not sent again."""
     try:
         body = json.loads(content, parse_constant=_refused) if content else None
     except (ValueError, RecursionError):
@@ -84,12 +80,12 @@ def answer(call: Call[T], status: int, content: bytes, retry_after: str | None) 
     if not 200 <= status < 300:
         raise ServerError(f"{said} is HTTP {status}, not the API's", status, "unexpected-status")
     if body is _NOT_JSON:
-        raise ServerError(f"{said} is not JSON", 502, "not-json")
+        raise ServerError(f"{said} is not JSON", status, "not-json")
     try:
         return call.read(body)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
-        raise ServerError(f"{said} cannot be read ({reason})", 502, "unreadable") from None
+        raise ServerError(f"{said} cannot be read ({reason})", status, "unreadable") from exc
 
 
 def _refused(constant: str) -> Any:

@@ -182,8 +182,9 @@ class Claimer:
                 self.stop()
             elif not self._stopping.is_set():  # the client tried again already: pause a bit
                 log.warning("claim failed (%s); trying again soon", error.detail)
-                self._stopping.wait(options.idle_seconds)
-        except Exception:  # an answer this client cannot read: keep going, but say so
+                # As long as the server asked (a 429 for longer than the client waits out).
+                self._stopping.wait(max(options.idle_seconds, error.retry_after or 0))
+        except Exception:  # a surprise: keep going, but say so
             log.exception("claim failed")
             self._stopping.wait(options.idle_seconds)
         return []
@@ -206,7 +207,9 @@ class Claimer:
         lease = self._options.lease_seconds
         read = self._client.dependencies
         claimed = [
-            Running(job, float(lease or job.lease_seconds or 30), leased=sent, dependencies_of=read)
+            Running(
+                job, float(lease or job.lease_seconds or 30), claim_sent=sent, dependencies_of=read
+            )
             for job in jobs
         ]
         with self._changed:

@@ -129,7 +129,7 @@ class Coalescer:
             try:
                 answers = self._send(calls.enqueue_many(c.body for c in batch))
             except QueueError as error:
-                if unreachable(error) and error.slug != "not-json":
+                if unreachable(error):
                     # Not now, after the client's own tries: alone, each would try again.
                     for c in batch:
                         c.error = error

@@ -61,7 +61,7 @@ class Running:
     unconfirmed: bool = False
     # When the claim that brought it was sent: its lease began no earlier, however late
     # the claim's answer came (None: now).
-    leased: float | None = None
+    claim_sent: float | None = None
     future: Future[Any] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     last_beat: float = 0.0
@@ -71,7 +71,7 @@ class Running:
     dependencies_of: Callable[[int], list[Dependency]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        leased = self.started if self.leased is None else min(self.leased, self.started)
+        leased = self.started if self.claim_sent is None else min(self.claim_sent, self.started)
         self.next_beat = leased + self.lease / 3
         self.last_beat = leased
         # The job the handler gets: its report_progress lands here, its dependencies()
