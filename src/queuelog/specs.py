@@ -94,7 +94,7 @@ def _canonical(value: Any) -> tuple[Any, bool]:
             if item.is_integer():
                 return int(item)
             fractions = True
-        elif isinstance(item, dict | list):
+        elif isinstance(item, dict | list | tuple):  # a tuple is written as a list
             copy = dict(item) if isinstance(item, dict) else list(item)
             pending.append(copy)
             return copy
@@ -112,6 +112,16 @@ def _canonical(value: Any) -> tuple[Any, bool]:
     return root, fractions
 
 
+# orjson's sorted text, refusing (TypeError) what it would write and the standard encoder
+# writes otherwise or refuses: datetimes, dataclasses, subclasses of str, int, dict, list.
+_SORTED_PLAIN = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
 def _canonical_text(body: dict[str, Any], fractions: bool) -> bytes:
     """``body`` as the standard encoder writes it with sorted keys, compact and in
     ASCII: the text every fingerprint stored so far was made of, so a request sent again
@@ -119,13 +129,15 @@ def _canonical_text(body: dict[str, Any], fractions: bool) -> bytes:
 
     orjson writes it several times faster, and to the same bytes unless the body has a
     float with a fraction (written its own way: ``1e-5``, not ``1e-05``), a character
-    the standard encoder escapes (past ASCII, and DEL) or an integer beyond 64 bits:
-    those bodies are written by the standard encoder.
+    the standard encoder escapes (past ASCII, and DEL), an integer beyond 64 bits, or a
+    value of a type that is not JSON's, or a subclass of one (a request's body is plain
+    JSON, but a subclass may write itself another way): those bodies are written by the
+    standard encoder.
     """
     if not fractions:
         try:
-            text = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-        except TypeError:  # an integer beyond 64 bits
+            text = orjson.dumps(body, option=_SORTED_PLAIN)
+        except TypeError:  # an integer beyond 64 bits, a type or subclass of another kind
             pass
         else:
             if text.isascii() and b"\x7f" not in text:

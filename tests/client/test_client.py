@@ -386,6 +386,18 @@ def test_hardening_61_json_of_another_shape_is_a_server_error(body: Any) -> None
             odd.enqueue("noop")
 
 
+def test_hardening_61_a_call_the_server_answered_is_not_sent_again_though_unreadable() -> None:
+    # Answered 2xx, the server acted: sent again (as a 502 was), a complete that landed
+    # would be refused the second time, and the real trouble hidden.
+    pool = Scripted(lambda _: answer(200, {"x": 1}))
+    odd = Client("http://127.0.0.1:1", "ql_x", transport=pool)
+    with odd, pytest.raises(ServerError) as raised:
+        odd.get(1)
+    assert len(pool.sent) == 1
+    assert (raised.value.status, raised.value.slug) == (200, "unreadable")
+    assert isinstance(raised.value.__cause__, KeyError)  # what the client could not read
+
+
 @pytest.mark.parametrize("content", [b"[" * 100_000 + b"]" * 100_000, b'{"id": NaN}', b"{"])
 def test_hardening_61_an_answer_that_is_not_json_is_a_server_error(content: bytes) -> None:
     pool = Scripted(lambda _: Answer(200, content, None))
@@ -555,3 +567,11 @@ def test_a_closed_client_of_either_kind_sends_nothing() -> None:
             await awaited.list_page()
 
     asyncio.run(after_close())
+
+
+def test_a_copy_with_other_options_sends_nothing_once_its_original_is_closed() -> None:
+    original = Client("http://127.0.0.1:1", "ql_x")
+    copy = original.with_options(timeout=1, retry_policy=RetryPolicy(attempts=1))
+    original.close()  # the transport they share: closed, it opens no connection again
+    with pytest.raises(RuntimeError, match="Client is closed"):
+        copy.get(1)

@@ -4,15 +4,18 @@ worker's own transport."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 
+import pytest
+
 from queuelog.client import Client, Job, Worker
 from queuelog.client.transport import Answer, NotSent, Outgoing
 from queuelog.models import JobStatus
-from tests.client.pools import Noting, Sent
+from tests.client.pools import Noting, Scripted, Sent, answer
 from tests.client.test_worker import DEADLINE, admin, running, running_on_server
 from tests.realserver import RealServer, wait_until
 
@@ -58,31 +61,25 @@ def test_a_lease_is_renewed_from_when_its_claim_was_sent(server: RealServer) -> 
 
 
 class HeartbeatsHeld(Noting):
-    """Sends no heartbeat until ``open`` is set (as a network that drops them), and notes
-    the status of each heartbeat's answer once they go."""
+    """Sends no heartbeat until ``open`` is set (as a network that drops them)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.open = threading.Event()
-        self.refused: set[str] = set()
 
     def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
-        if not sent.path.endswith("/heartbeat"):
-            return send()
-        if not self.open.is_set():
+        if sent.path.endswith("/heartbeat") and not self.open.is_set():
             raise NotSent("held back by the test")
-        got = send()
-        if got.status == 409:
-            self.refused.add(sent.path)
-        return got
+        return send()
 
 
 def test_a_job_whose_lease_was_lost_while_it_waited_for_a_handler_is_not_run(
-    server: RealServer,
+    server: RealServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two jobs claimed ahead wait for the one handler; their leases run out meanwhile and
     the server fails them (no retries left). Once a heartbeat tells the worker, the handler
     must not start them: the server may have given them to another worker."""
+    caplog.set_level(logging.INFO, logger="queuelog.worker")
     worker = Worker(concurrency=1, prefetch=2, wait_seconds=1, lease_seconds=1, linger_ms=0)
     release = threading.Event()
     ran: list[int] = []
@@ -103,8 +100,8 @@ def test_a_job_whose_lease_was_lost_while_it_waited_for_a_handler_is_not_run(
                 expired = lambda: all(root.get(i).status is JobStatus.FAILED for i in waiting)  # noqa: E731
                 wait_until(expired, "the waiting jobs' leases to run out")
             transport.open.set()
-            told = {f"/jobs/{i}/heartbeat" for i in waiting}
-            wait_until(lambda: told <= transport.refused, "their heartbeats refused")
+            said = [f"job_id={i} lost its lease before it ran" for i in waiting]
+            wait_until(lambda: all(line in caplog.text for line in said), "the losses seen")
             release.set()
             time.sleep(1.0)  # the handler is free: it must start neither
             assert len(ran) == 1
@@ -154,3 +151,23 @@ def test_jobs_are_handed_back_at_the_deadline_through_the_worker_s_own_transport
     (unstarted,) = [i for i in ids if i != started]
     assert history(server, started)[-1] == "retry_scheduled"  # failed as retryable
     assert history(server, unstarted)[-1] == "released"  # its attempt unspent
+
+
+def test_a_claim_told_to_wait_longer_than_the_client_waits_out_pauses_that_long() -> None:
+    """A 429 asking for more than the client waits out is raised to the worker, which
+    sent its next claim a second later, and the next, until the server's time was up."""
+    pool = Scripted(lambda _: answer(429, {"type": "rate-limited"}, {"Retry-After": "400"}))
+    worker = Worker(concurrency=1, wait_seconds=0.1, idle_seconds=0.1)
+    worker.handler("noop")(lambda job: None)
+    client = Client("http://127.0.0.1:1", "ql_x", transport=pool)
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: pool.sent, "a claim")
+        time.sleep(1.5)
+        assert pool.paths() == ["POST /jobs/claim"]
+    finally:
+        worker.stop()  # the pause ends with the run
+        thread.join(timeout=DEADLINE)
+        client.close()
+    assert not thread.is_alive()

@@ -31,9 +31,12 @@ def outcome_sends(transport: Noting) -> int:
 
 
 @contextmanager
-def running(worker: Worker, server: RealServer, transport: Noting, url: str) -> Iterator[None]:
-    """``worker`` running with a client that reaches ``server`` at ``url``."""
-    policy = RetryPolicy(attempts=3, base_delay=0.1, max_delay=0.3)
+def running(
+    worker: Worker, server: RealServer, transport: Noting, url: str, attempts: int = 3
+) -> Iterator[None]:
+    """``worker`` running with a client that reaches ``server`` at ``url``, trying each
+    send ``attempts`` times."""
+    policy = RetryPolicy(attempts=attempts, base_delay=0.1, max_delay=0.3)
     key = server.keys["mailer"]
     client = Client(url, key, retry_policy=policy, transport=transport)
     thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
@@ -379,7 +382,14 @@ class LosesTheFirstAnswer(Noting):
         ("snooze", JobStatus.PENDING, "snoozed"),
     ],
 )
-@pytest.mark.parametrize("refusals", [0, 3])  # sent again by the client, or by the worker
+@pytest.mark.parametrize(
+    ("refusals", "attempts"),
+    [
+        (0, 3),  # sent again by the client
+        (3, 3),  # by the worker, the client's last try refused unsent
+        (0, 1),  # by the worker, the client's only try the one whose answer was lost
+    ],
+)
 def test_an_outcome_whose_answer_was_lost_is_said_unconfirmed_not_lost(
     server: RealServer,
     caplog: pytest.LogCaptureFixture,
@@ -387,6 +397,7 @@ def test_an_outcome_whose_answer_was_lost_is_said_unconfirmed_not_lost(
     status: JobStatus,
     said: str,
     refusals: int,
+    attempts: int,
 ) -> None:
     caplog.set_level(logging.INFO, logger="queuelog.worker")
     worker = Worker(concurrency=1, wait_seconds=1, linger_ms=0)
@@ -400,7 +411,7 @@ def test_an_outcome_whose_answer_was_lost_is_said_unconfirmed_not_lost(
 
     (job_id,) = enqueued(server, "noop", 1)
     transport = LosesTheFirstAnswer(refusals)
-    with running(worker, server, transport, server.url):
+    with running(worker, server, transport, server.url, attempts):
         settle(server, [job_id], status)
         wait_until(lambda: outcome_sends(transport) >= 2 + refusals, "the outcome sent again")
         wait_until(lambda: f"job_id={job_id} " in caplog.text, "its outcome logged")

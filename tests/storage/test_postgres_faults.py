@@ -86,7 +86,7 @@ def test_connections_the_server_dropped_are_replaced_at_once(
     assert store.health.writable and store.health.refused() == {}
 
 
-def _with_options(url: str, options: str) -> str:
+def with_options(url: str, options: str) -> str:
     """``url`` whose sessions also take libpq ``options`` (beside the schema's)."""
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query))
@@ -104,7 +104,7 @@ def test_a_table_another_program_locks_is_waited_for_then_refused(
     # A LOCK TABLE (a long migration, an operator's maintenance) held every request that
     # touched the jobs for as long as it lasted, however long, and /readyz stayed green.
     with fresh_schema() as url:
-        store = PostgresStorage(_with_options(url, options), pool_size=2, lock_wait=lock_wait)
+        store = PostgresStorage(with_options(url, options), pool_size=2, lock_wait=lock_wait)
         try:
             run_blocking(store.job_insert_many([new_job()], T0))
             with psycopg.connect(url) as holder:

@@ -115,7 +115,14 @@ def test_a_fingerprint_is_the_one_earlier_versions_made(payload: Any, delay: flo
 
 @pytest.mark.parametrize(
     "payload",
-    [{"a": "b"}, {"z": 1, "a": [True, None, 2.0]}, {"del": "\x7f"}, {"é": 1}, {"n": 2**64}],
+    [
+        {"a": "b"},
+        {"z": 1, "a": [True, None, 2.0]},
+        {"del": "\x7f"},
+        {"é": 1},
+        {"n": 2**64},
+        {"t": (1e-05, 2.0)},  # a tuple, written as a list: its fraction counts too
+    ],
 )
 def test_the_fingerprint_of_each_kind_of_payload_is_the_standard_one(payload: Any) -> None:
     spec = EnqueueSpec("noop", payload=payload, delay_seconds=1.5, idempotency_key="k")

@@ -83,21 +83,26 @@ class CurlTransport:
         self._trust = trusted_certificates()
         self._idle: list[pycurl.Curl] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     def send(self, request: Outgoing) -> Answer:
         with self._lock:
+            if self._closed:  # a client that shares it (Client.with_options), or a race
+                raise RuntimeError("this Client is closed")
             handle = self._idle.pop() if self._idle else pycurl.Curl()
         try:
             return self._perform(handle, request)
         finally:
             with self._lock:
-                if len(self._idle) < KEPT_CONNECTIONS:
+                # One closed meanwhile keeps no connection open.
+                if not self._closed and len(self._idle) < KEPT_CONNECTIONS:
                     self._idle.append(handle)
                 else:
                     handle.close()
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for handle in idle:
             handle.close()

@@ -52,17 +52,14 @@ _PRETTY = json.JSONEncoder(indent=2, sort_keys=True, ensure_ascii=False)
 _HIDDEN = re.compile(f"[{HIDDEN_CHARACTERS}]")
 
 
-def _shown(text: str) -> str:
-    """JSON text with the characters a reader would not see written as their escapes
-    (``\\u202e``): still the same JSON, and nothing in it reorders or hides the rest."""
-    return _HIDDEN.sub(lambda found: f"\\u{ord(found[0]):04x}", text)
-
-
 def visible(value: Any) -> Any:
-    """What a page writes of ``value`` (every ``{{ }}``): text with those characters
-    written as their escapes, so that none reorders or hides what a page shows, stored
-    or reflected from a link alike. Markup (a macro's) is made of such values already."""
-    return value if isinstance(value, Markup) or not isinstance(value, str) else _shown(value)
+    """What a page writes of ``value`` (every ``{{ }}``, JSON included): text with the
+    characters a reader would not see written as their escapes (``\\u202e``), so that
+    none reorders or hides what a page shows, stored or reflected from a link alike;
+    JSON stays the same JSON. Markup (a macro's) is made of such values already."""
+    if isinstance(value, Markup) or not isinstance(value, str):
+        return value
+    return _HIDDEN.sub(lambda found: f"\\u{ord(found[0]):04x}", value)
 
 
 def pretty_json(value: Any) -> str:
@@ -77,8 +74,8 @@ def pretty_json(value: Any) -> str:
         parts.append(part)
         size += len(part)
         if size > PRETTY_CHARS:
-            return _shown("".join(parts)[:PRETTY_CHARS]) + CUT_NOTE
-    return _shown("".join(parts))
+            return "".join(parts)[:PRETTY_CHARS] + CUT_NOTE
+    return "".join(parts)
 
 
 # A table cell shows this much of a job's progress; the job's page shows all of it.
@@ -90,7 +87,7 @@ def progress_cell(value: Any) -> str:
     """A job's progress on one line for a table cell (cut, with an ellipsis); '' for none."""
     if value is None:
         return ""
-    text = _shown(_COMPACT.encode(value))
+    text = _COMPACT.encode(value)
     return text if len(text) <= PROGRESS_CELL_CHARS else text[: PROGRESS_CELL_CHARS - 1] + "…"
 
 
