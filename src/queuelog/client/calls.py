@@ -71,8 +71,8 @@ def answer(call: Call[T], status: int, content: bytes, retry_after: str | None) 
     redirect to https, JSON of another shape) is a ServerError with its own status: a
     call that did not happen never reads as done, and one answered is not sent again."""
     try:
-        body = json.loads(content, parse_constant=_refused) if content else None
-    except (ValueError, RecursionError):
+        body = _READER.decode(content.decode()) if content else None
+    except (ValueError, RecursionError):  # UnicodeDecodeError too
         body = _NOT_JSON
     if status >= 400:
         raise error_from_problem(status, body, retry_after)
@@ -93,6 +93,7 @@ def _refused(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
+_READER = json.JSONDecoder(parse_constant=_refused)  # made once, not at every answer
 _NOT_JSON = object()
 
 

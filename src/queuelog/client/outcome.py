@@ -85,11 +85,9 @@ def outcome_of_return(value: Any) -> Outcome:
         return Outcome(completed=True)
     result = value if isinstance(value, dict) else {"value": value}
     try:
-        # As it will travel: UTF-8 (no lone surrogates), no NaN; and as the server reads
-        # it (no deeper than it takes), or it would refuse the whole acknowledgement.
-        text = json.dumps(result, ensure_ascii=False, allow_nan=False)
-        text.encode("utf-8")
-        check_plain(json.loads(text))
+        # As it will travel, and as the server reads it (no NaN, no lone surrogate, no
+        # deeper than it takes), or it would refuse the whole acknowledgement.
+        check_plain(json.loads(json.dumps(result, ensure_ascii=False, allow_nan=False)))
     except (TypeError, ValueError, RecursionError) as exc:
         reason = _sendable(f"result is not JSON: {exc}")
         return Outcome(completed=False, error=reason, retryable=False)
