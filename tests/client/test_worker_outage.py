@@ -13,6 +13,7 @@ import pytest
 
 from queuelog.client import Client, Fail, Job, Snooze, Worker
 from queuelog.client.policy import RetryPolicy
+from queuelog.client.running import LATE_SECONDS
 from queuelog.client.transport import Answer, Broken, NotSent
 from queuelog.models import JobStatus
 from tests.client.pools import Noting, Sent, answer
@@ -313,6 +314,68 @@ def test_a_worker_whose_server_stays_away_stops_at_its_deadline(
     assert any("outcome=unreported" in r.getMessage() for r in caplog.records), caplog.text
     with admin(server) as root:
         assert root.get(ids[0]).status is JobStatus.RUNNING  # until its lease runs out
+
+
+class Unanswered(Noting):
+    """Once ``hung`` is set, holds every request until ``answering`` is: a server that
+    takes requests and never answers (no timeout of the client's runs out)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hung, self.answering = threading.Event(), threading.Event()
+
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
+        if self.hung.is_set():
+            self.answering.wait(DEADLINE)
+        return send()
+
+    def holds(self, since: int, *endings: str) -> bool:
+        """Whether requests sent since the ``since``-th include one to a path with each
+        of ``endings``."""
+        with self._lock:
+            paths = [s.path for s in self.sent[since:]]
+        return all(any(path.endswith(end) for path in paths) for end in endings)
+
+
+def test_a_worker_stopped_while_every_request_hangs_returns_within_one_late_period(
+    server: RealServer,
+) -> None:
+    # A heartbeat, an outcome and a claim each waited on the server, and the wind-down
+    # gave each of them, then the running jobs' late reports, a late period of its own.
+    worker = Worker(concurrency=3, wait_seconds=1, lease_seconds=3, shutdown_seconds=0.5)
+    started, finishing = threading.Barrier(4, timeout=DEADLINE), threading.Event()
+    transport = Unanswered()
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        started.wait()
+        # Two run past the deadline; one ends while the server hangs.
+        (transport.answering if job.payload["long"] else finishing).wait(DEADLINE)
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        shop.enqueue_many([{"type": "noop", "payload": {"long": i < 2}} for i in range(3)])
+    client = Client(server.url, server.keys["mailer"], transport=transport)
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        started.wait()
+        since = len(transport.sent)
+        transport.hung.set()
+        finishing.set()  # one job ends: its completion, then a claim, wait on the server
+        wait_until(
+            lambda: transport.holds(since, "/heartbeat", "/jobs/batch/complete", "/jobs/claim"),
+            "a heartbeat, an outcome and a claim to wait on the server",
+        )
+        began = time.monotonic()
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+        took = time.monotonic() - began
+    finally:
+        transport.answering.set()
+        client.close()
+    assert not thread.is_alive()
+    print("TOOK", took)
+    assert took < 2 * LATE_SECONDS, took
 
 
 class HeartbeatAfterCompletion(Noting):

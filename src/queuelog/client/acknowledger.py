@@ -71,13 +71,13 @@ class Acknowledger:
     def start(self) -> None:
         self._thread.start()
 
-    def finish(self, timeout: float) -> None:
+    def finish(self, until: float) -> None:
         """Send the outcomes still waiting (once more, those the server could not be
-        reached for); wait up to ``timeout`` for them to go."""
+        reached for); wait for them to go until ``until`` (``time.monotonic``)."""
         with self._closing:
             self._closed = True
             self._acks.put(None)
-        self._thread.join(timeout=timeout)
+        self._thread.join(timeout=max(0.0, until - time.monotonic()))
         with self._sent:
             unanswered = list(self._in_flight)
         for running in unanswered:  # a server that takes requests and never answers
@@ -264,8 +264,9 @@ class Acknowledger:
 
     # -- at the shutdown deadline -------------------------------------------------
 
-    def hand_back(self, late: list[Running]) -> None:
-        """Hand back the jobs still running at the deadline, all at once and briefly."""
+    def hand_back(self, late: list[Running], until: float) -> None:
+        """Hand back the jobs still running at the deadline, all at once, each reported
+        by ``until`` (``time.monotonic``) or left to its lease."""
         abandoned = [r for r in late if r.abandon()]
         if not abandoned:
             return
@@ -284,9 +285,8 @@ class Acknowledger:
         ]
         for thread in threads:
             thread.start()
-        stop_at = time.monotonic() + LATE_SECONDS
         for thread in threads:
-            thread.join(timeout=max(0.0, stop_at - time.monotonic()))
+            thread.join(timeout=max(0.0, until - time.monotonic()))
 
     def _report_late(self, reporter: Client, running: Running) -> None:
         try:

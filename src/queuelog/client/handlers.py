@@ -15,7 +15,9 @@ from queuelog.client.acknowledger import Acknowledger
 from queuelog.client.claimer import Claimer
 from queuelog.client.heartbeater import Heartbeater
 from queuelog.client.outcome import Outcome, outcome_of_error, outcome_of_return
-from queuelog.client.running import LATE_SECONDS, Handler, Running, log
+from queuelog.client.running import Handler, Running, log
+
+_MOMENT = 0.1  # seconds an idle event loop surely needs to run what it is sent
 
 
 class Handlers:
@@ -46,18 +48,20 @@ class Handlers:
             name = f"queuelog-handler-{i}"
             threading.Thread(target=self._handle_jobs, name=name, daemon=True).start()
 
-    def finish(self) -> None:
+    def finish(self, until: float) -> None:
         """Close the run's own loop (the caller's is left alone), once what is pending on
-        it has ended or ``LATE_SECONDS`` have passed."""
+        it has ended or at ``until`` (``time.monotonic``)."""
         if not self._own_loop:
             return
-        settled = asyncio.run_coroutine_threadsafe(_settle_pending(), self._loop)
+        # The loop settles and stops at once unless a handler blocks it: it gets a
+        # moment for each even once ``until`` has passed.
+        settled = asyncio.run_coroutine_threadsafe(_settle_pending(until), self._loop)
         try:
-            settled.result(timeout=LATE_SECONDS)
+            settled.result(timeout=max(_MOMENT, until - time.monotonic()))
         except Exception:  # left pending: the loop is closed with it, as before
             settled.cancel()
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._loop_thread.join(timeout=LATE_SECONDS)
+        self._loop_thread.join(timeout=max(_MOMENT, until - time.monotonic()))
         if not self._loop_thread.is_alive():
             self._loop.close()  # its own loop: closed with the run, not left to the collector
 
@@ -120,20 +124,19 @@ class _Exited(Exception):
         self.raised = raised
 
 
-async def _settle_pending() -> None:
+async def _settle_pending(until: float) -> None:
     """On a run's own loop, before it stops: what is still pending there (a handler that
-    swallowed its cancellation at the deadline) is cancelled and given until
-    ``LATE_SECONDS`` to end its own way, as ``asyncio.run`` does before closing its
+    swallowed its cancellation at the deadline) is cancelled and given until ``until``
+    (``time.monotonic``) to end its own way, as ``asyncio.run`` does before closing its
     loop, rather than being destroyed pending when the loop is collected."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + LATE_SECONDS
     pending = asyncio.all_tasks(loop) - {asyncio.current_task()}
     for task in pending:
         task.cancel()
     if pending:
-        done, _ = await asyncio.wait(pending, timeout=LATE_SECONDS)
+        done, _ = await asyncio.wait(pending, timeout=max(0.0, until - time.monotonic()))
         for task in done:  # their outcomes were dropped with their jobs: read, not logged
             if not task.cancelled():
                 task.exception()
     generators = loop.create_task(loop.shutdown_asyncgens())
-    await asyncio.wait({generators}, timeout=max(0.0, deadline - loop.time()))
+    await asyncio.wait({generators}, timeout=max(0.0, until - time.monotonic()))

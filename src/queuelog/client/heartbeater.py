@@ -60,16 +60,15 @@ class Heartbeater:
         for sender in self._senders:
             sender.start()
 
-    def finish(self, timeout: float) -> None:
-        """Stop renewing leases (heartbeats queued are not sent); wait up to ``timeout``
-        for those in flight."""
-        deadline = time.monotonic() + timeout
+    def finish(self, until: float) -> None:
+        """Stop renewing leases (heartbeats queued are not sent); wait for those in
+        flight until ``until`` (``time.monotonic``)."""
         self._done.set()
-        self._thread.join(timeout=timeout)
+        self._thread.join(timeout=max(0.0, until - time.monotonic()))
         for _ in self._senders:
             self._due.put(None)
         for sender in self._senders:
-            sender.join(timeout=max(0.0, deadline - time.monotonic()))
+            sender.join(timeout=max(0.0, until - time.monotonic()))
 
     def _beat(self) -> None:
         while not self._done.wait(TICK_SECONDS):

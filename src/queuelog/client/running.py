@@ -24,8 +24,9 @@ from queuelog.errors import InvalidState, NotFound, NotLeaseHolder
 log = logging.getLogger("queuelog.worker")
 Handler = Callable[[Job], Any]
 LOST = (InvalidState, NotLeaseHolder, NotFound)  # the lease is gone: someone else has the job
-# After the shutdown deadline, abandoned jobs are reported within this many seconds (in
-# parallel, one try each) or left to their leases; the threads get as long to finish.
+# After the shutdown deadline, a run takes at most this many seconds more, all told:
+# abandoned jobs are reported within them (in parallel, one try each) or left to their
+# leases, and outcomes, heartbeats and threads still going get what is left of them.
 LATE_SECONDS = 5.0
 # Progress goes out with a heartbeat at most this often.
 PROGRESS_SECONDS = 1.0

@@ -66,6 +66,7 @@ class Run:
     ) -> None:
         self.options = options
         self.deadline: float | None = None  # once stopping: when running jobs are handed back
+        self._stopped_at: float | None = None  # when stopping began
         self._failed: BaseException | None = None  # by the claimer's thread
         self.leases = Heartbeater(client)
         self.claimer = Claimer(client, sorted(handlers), options, self.leases)
@@ -75,7 +76,8 @@ class Run:
     def stop(self, force: bool = False) -> None:
         """Stop claiming; in-flight jobs get ``shutdown_seconds`` (none if ``force``)."""
         if self.deadline is None:
-            self.deadline = time.monotonic() + self.options.shutdown_seconds
+            self._stopped_at = time.monotonic()
+            self.deadline = self._stopped_at + self.options.shutdown_seconds
         if force:
             self.deadline = time.monotonic()
         self.claimer.stop()
@@ -93,8 +95,11 @@ class Run:
         self.stop()
         self._wind_down()
         # A long poll in flight gives its jobs back when it ends: wait as long as the server
-        # may hold it, no longer (a server that does not answer leaves them to their leases).
-        claiming.join(timeout=self.options.wait_seconds + self.options.linger_ms / 1000 + 1)
+        # may hold it from when stopping began, no longer (a server that does not answer
+        # leaves them to their leases).
+        assert self._stopped_at is not None
+        held = self.options.wait_seconds + self.options.linger_ms / 1000 + 1
+        claiming.join(timeout=max(0.0, self._stopped_at + held - time.monotonic()))
         if self._failed is not None:
             raise self._failed
         if self.claimer.fatal is not None:
@@ -115,11 +120,13 @@ class Run:
             # Done once no job runs and every outcome has reached the server.
             if self.claimer.wait_idle(step) and self.acknowledger.wait_sent(step):
                 break
-        self.acknowledger.hand_back(self.leases.unreported())
+        # One late period for everything left, however many requests hang on the server.
+        late = time.monotonic() + LATE_SECONDS
+        self.acknowledger.hand_back(self.leases.unreported(), until=late)
         self.claimer.close()
-        self.acknowledger.finish(timeout=LATE_SECONDS)
-        self.leases.finish(timeout=LATE_SECONDS)
-        self.handlers.finish()
+        self.acknowledger.finish(until=late)
+        self.leases.finish(until=late)
+        self.handlers.finish(until=late)
 
 
 class Worker:
@@ -151,7 +158,9 @@ class Worker:
         instance: Names this process in ``worker_id`` (``<key name>/<instance>``); default
             ``<host>-<pid>``.
         shutdown_seconds: After SIGTERM/SIGINT or ``stop``, how long running jobs may take
-            to finish. Those still running then are failed as retryable.
+            to finish. Those still running then are failed as retryable; the run returns
+            ``LATE_SECONDS`` (``queuelog.client.running``) after this deadline at most, or
+            once a claim still out has had its ``wait_seconds``, even if the server hangs.
         idle_seconds: Longest pause between claims when the server answers at once with
             nothing to do.
     """
