@@ -76,7 +76,7 @@ class JobService:
         self._on_finished = on_finished or (lambda _: None)
         self._intake = Intake(settings)
         self.flow = FlowControl(storage, settings, clock, self._on_ready)
-        self.workflows = Workflows(storage, self._visible)
+        self.workflows = Workflows(storage, self._owns)
         self.redrive = Redrive(storage, settings, clock, self._on_ready)
 
     # -- producers ---------------------------------------------------------
@@ -118,10 +118,15 @@ class JobService:
 
     # -- reading -----------------------------------------------------------
 
-    def _visible(self, caller: ApiKey, job: Job) -> bool:
+    def _owns(self, caller: ApiKey, job: Job) -> bool:
+        """Whether ``caller`` sees ``job`` for good: it enqueued it, or it is an admin."""
         if caller.has(Role.ADMIN):
             return True
-        if caller.has(Role.PRODUCER) and job.principal == caller.name:
+        return caller.has(Role.PRODUCER) and job.principal == caller.name
+
+    def _visible(self, caller: ApiKey, job: Job) -> bool:
+        """Whether ``caller`` sees ``job`` now: it owns it, or holds it as a worker."""
+        if self._owns(caller, job):
             return True
         return (
             caller.has(Role.WORKER)

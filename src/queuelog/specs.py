@@ -42,7 +42,7 @@ class EnqueueSpec:
     on_duplicate: OnDuplicate = OnDuplicate.KEEP
     group: str | None = None
     trace_context: TraceContext | None = None
-    depends_on: tuple[int, ...] = ()  # ids of jobs the producer may see
+    depends_on: tuple[int, ...] = ()  # ids of the producer's own jobs (any, for an admin)
     depends_on_items: tuple[int, ...] = ()  # in a batch: indices of earlier items
     on_dependency_failure: DependencyFailure = DependencyFailure.CANCEL
 

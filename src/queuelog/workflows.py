@@ -12,22 +12,25 @@ from queuelog.models import ApiKey, Job
 from queuelog.specs import EnqueueSpec
 from queuelog.storage.protocol import Storage
 
-Visible = Callable[[ApiKey, Job], bool]
+Owns = Callable[[ApiKey, Job], bool]
 
 
 class Workflows:
-    def __init__(self, storage: Storage, visible: Visible) -> None:
+    def __init__(self, storage: Storage, owns: Owns) -> None:
         """Args:
         storage: the backend.
-        visible: whether a caller may see a job (the service's rule).
+        owns: whether a caller sees a job for good (the service's rule): its own, or
+            any for an admin.
         """
         self.storage = storage
-        self._visible = visible
+        self._owns = owns
 
     async def check(self, caller: ApiKey, specs: Sequence[EnqueueSpec], batch: bool) -> None:
         """Refuse (422, naming the batch item) a ``depends_on`` id that names no job the
-        caller may see: a job of another producer is refused as a missing one is, so
-        the answer never tells that it exists."""
+        caller owns: a job of another producer is refused as a missing one is, so the
+        answer never tells that it exists. A job it only holds as a worker is refused too:
+        waiting for a job lets its producer read the job's outcome for good
+        (``/dependencies``), and keeps it from retention while the dependent is active."""
         wanted = sorted({dep for spec in specs for dep in spec.depends_on})
         if not wanted:
             return
@@ -35,7 +38,7 @@ class Workflows:
         for index, spec in enumerate(specs):
             for place, dep in enumerate(spec.depends_on):
                 job = found.get(dep)
-                if job is None or not self._visible(caller, job):
+                if job is None or not self._owns(caller, job):
                     raise _unseen(dep, place, index if batch else None)
 
     async def dependencies(self, job: Job) -> list[Job]:

@@ -41,6 +41,28 @@ def test_another_producer_s_job_is_refused_as_a_missing_one(
     assert _count(admin) == before, "nothing stored"
 
 
+def test_hardening_68_a_job_held_only_as_a_worker_is_refused_as_a_missing_one(
+    producer: Api, as_key: Callable[..., Api], admin: Api
+) -> None:
+    # A key with both roles held another producer's job, named it in depends_on, and
+    # read its final status and result through /dependencies for good, long after
+    # the lease (and kept it from retention while the dependent was active).
+    both = as_key("relay", "producer", "worker")
+    theirs = enqueue(producer)
+    (held,) = claim(both)
+    assert held["id"] == theirs["id"]
+    before = _count(admin)
+    refused = _refused(both, "/jobs", {"type": "noop", "depends_on": [held["id"]]})
+    missing = _refused(both, "/jobs", {"type": "noop", "depends_on": [held["id"] + 100]})
+    assert refused["errors"] == missing["errors"]
+    batch_item = {"jobs": [{"type": "noop"}, {"type": "noop", "depends_on": [held["id"]]}]}
+    assert _refused(both, "/jobs/batch", batch_item)["index"] == 1
+    assert _count(admin) == before, "nothing stored"
+    # Its own jobs it may still wait for, held or not.
+    mine = enqueue(both)
+    assert enqueue(both, depends_on=[mine["id"]])["status"] == "waiting"
+
+
 def test_a_batch_with_one_unseen_dependency_stores_nothing(
     producer: Api, as_key: Callable[..., Api], admin: Api
 ) -> None:

@@ -130,9 +130,11 @@ DependsOn = Annotated[
         max_length=MAX_DEPENDS_ON,
         json_schema_extra={"uniqueItems": True},
         description=(
-            "Ids of jobs this key may see that this job waits for: it is `waiting` until "
-            "every one has completed (see `on_dependency_failure`). An id of no job this key "
-            "may see, or one named twice, is 422 `validation`."
+            "Ids of jobs this key enqueued (any job, for an admin) that this job waits for: "
+            "it is `waiting` until every one has completed (see `on_dependency_failure`). "
+            "An id of no such job (another producer's, or one this key only holds as a "
+            "worker: waiting for a job lets its producer read the job's outcome for good), "
+            "or one named twice, is 422 `validation`, as for a missing id."
         ),
     ),
     AfterValidator(_distinct),
