@@ -101,7 +101,10 @@ class JobService:
         replacing = any(s.unique_key and s.on_duplicate is OnDuplicate.REPLACE for s in specs)
         if replacing or any(created for _, created in results):
             self._on_ready({job.type for job, _ in results}, len(results))
-        return results
+        # Items that met one job (a unique key's) answer with it as the last of them left
+        # it, not each as it was at its own turn.
+        last = {job.id: job for job, _ in results}
+        return [(last[job.id], created) for job, created in results]
 
     async def enqueue(self, caller: ApiKey, spec: EnqueueSpec) -> tuple[Job, bool]:
         """``enqueue_many`` of one job."""

@@ -71,6 +71,19 @@ def test_a_batch_item_meets_an_earlier_items_key(producer: Api) -> None:
     assert results[2]["job"]["payload"] == {"v": 2}
 
 
+def test_every_item_answers_with_its_job_as_the_batch_left_it(producer: Api) -> None:
+    # The first item answered with the job before the second replaced it: two answers
+    # of one batch showed one job with two payloads and two priorities.
+    item = {"type": "noop", "unique_key": "sync-1", "payload": {"v": 1}}
+    later = {**item, "payload": {"v": 2}, "priority": "medium", "on_duplicate": "replace"}
+    response = producer.post("/jobs/batch", json={"jobs": [item, later, {"type": "noop"}]})
+    assert response.status_code == 200
+    first, replaced, other = (r["job"] for r in response.json()["jobs"])
+    assert first == replaced == producer.get(f"/jobs/{first['id']}").json()
+    assert first["payload"] == {"v": 2} and first["priority"] == "medium"
+    assert other["id"] != first["id"]
+
+
 def test_the_idempotency_key_is_checked_first(producer: Api) -> None:
     status, first = _post(producer, idempotency_key="k-1")
     assert status == 201

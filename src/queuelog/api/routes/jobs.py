@@ -167,7 +167,8 @@ async def enqueue(request: Request) -> Response:
     description=(
         "One bad item rejects the whole batch with 422 naming its `index`. Items take "
         "`unique_key` and `on_duplicate` as a single enqueue does, in order: a later item "
-        "meets an earlier one's key. `created` is false for an item that made no job. An "
+        "meets an earlier one's key, and items that met one job all answer with it as the "
+        "batch left it. `created` is false for an item that made no job. An "
         "item may wait for earlier items with `depends_on_items` (their indices), beside "
         "`depends_on`: a whole graph in one request. A batch is made safe to resend by "
         "each item's own `idempotency_key` (as the SDK's `enqueue_many` gives every job "
