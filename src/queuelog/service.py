@@ -220,10 +220,14 @@ class JobService:
         self.flow.claimed(params, len(jobs))
         return jobs
 
-    def claimable_types(self, caller: ApiKey, types: Sequence[str] | None) -> Sequence[str] | None:
-        """The types a claim looks at (None: all); 422/403 for types it may not name."""
+    def claimable_types(self, caller: ApiKey, types: Sequence[str] | None) -> Sequence[str]:
+        """The types a claim looks at; 422/403 for types it may not name. Naming none, every
+        type this node configures that the key may claim: jobs of a type the node does not
+        know (another node's, or this one's before its config changed) are not its to
+        hand out, past the limits the nodes that know the type keep."""
         if types is None:
-            return caller.types
+            allowed = caller.types
+            return [name for name in self.flow.configured if allowed is None or name in allowed]
         for name in types:
             if self.settings.job_type(name) is None:
                 raise UnknownJobType(f"Job type {quoted(name)} is not configured")

@@ -6,10 +6,15 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+from fastapi.testclient import TestClient
+
+from queuelog.api.app import create_app
 from queuelog.clock import FakeClock, rfc3339
-from tests.conftest import Api, claim_one, enqueue
+from queuelog.storage.protocol import Storage
+from tests.conftest import TYPES, Api, KeyMaker, claim_one, enqueue, make_settings
 
 
 def test_claim_takes_highest_priority_then_oldest_then_lowest_id(
@@ -24,6 +29,33 @@ def test_claim_takes_highest_priority_then_oldest_then_lowest_id(
     high_new_b = enqueue(producer, priority="high")
     order = [claim_one(worker)["id"] for _ in range(5)]
     assert order == [high_old["id"], high_new_a["id"], high_new_b["id"], medium["id"], low["id"]]
+
+
+def test_hardening_69_a_claim_naming_no_type_takes_only_the_types_this_node_configures(
+    tmp_path: Path, storage: Storage, clock: FakeClock, make_key: KeyMaker, worker: Api
+) -> None:
+    # Another node (or this one before its config changed) knows a type this one does
+    # not: a claim naming no type took its jobs, past the limits the other node keeps,
+    # while one naming it was refused as an unknown type.
+    other = make_settings(tmp_path, types={**TYPES, "gone": {"concurrency": 1}})
+    app = create_app(other, storage=storage, clock=clock, run_maintenance=False)
+    _, shop = make_key("shop-2", "producer")
+    with TestClient(app, raise_server_exceptions=False) as there:  # closes the storage
+        gone = [enqueue(Api(there, shop), "gone") for _ in range(2)]
+        assert worker.post("/jobs/claim", json={"limit": 5}).json() == {"jobs": []}
+        refused = worker.post("/jobs/claim", json={"types": ["gone"]})
+        assert refused.status_code == 422 and refused.json()["type"] == "unknown-job-type"
+        # A key allowed the type takes none of its jobs here either, and its others still.
+        _, allowed = make_key("mailer-2", "worker", types=("gone", "noop"))
+        mine = enqueue(Api(worker.client, shop))
+        here = Api(worker.client, allowed)
+        assert [
+            job["id"] for job in here.post("/jobs/claim", json={"limit": 5}).json()["jobs"]
+        ] == [mine["id"]]
+        assert [Api(there, shop).get(f"/jobs/{j['id']}").json()["status"] for j in gone] == [
+            "pending",
+            "pending",
+        ]
 
 
 def test_claim_on_empty_queue_answers_empty_list(worker: Api) -> None:

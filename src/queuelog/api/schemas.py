@@ -257,7 +257,15 @@ class BatchEnqueueRequest(_Request):
 
 class ClaimRequest(_Request):
     types: list[Annotated[StrictStr, Field(min_length=1, max_length=100)]] | None = Field(
-        None, min_length=1, max_length=100
+        None,
+        min_length=1,
+        max_length=100,
+        description=(
+            "The job types to claim; each must be configured on this node (else 422 "
+            "`unknown-job-type`) and allowed to the key (else 403). Omitted: every type this "
+            "node configures that the key may claim; jobs of a type only another node "
+            "configures are left to that node's claims and limits."
+        ),
     )
     limit: ClaimLimit = 1
     wait_seconds: Number = Field(0, ge=0, le=30)
