@@ -129,14 +129,30 @@ class Scheduler:
         return self.intake.spec(name, fields, self.clock.now())
 
     async def sync_config(self) -> None:
-        """Create or update the config file's schedules (their pause state is kept)."""
+        """Create or update the config file's schedules (their pause state is kept); say
+        what that overrode: the file is the truth for its names, but nodes started with
+        different files would otherwise undo each other's schedules without a word."""
         now = self.clock.now()
-        replaced = await self.storage.schedule_sync_config(self.intake.config_schedules(now), now)
-        for name in replaced:  # the file is the truth for its names, but say what it overrode
+        synced = await self.storage.schedule_sync_config(self.intake.config_schedules(now), now)
+        for name in synced.replaced:
             log.warning(
                 "schedule %s from the config file replaces the schedule of that name made "
                 "through the API (POST /schedules); its pause state is kept, and its next run "
                 "unless its cadence changed",
+                quoted(name),
+            )
+        for name in synced.changed:
+            log.warning(
+                "schedule %s from the config file differs from the one stored (another "
+                "node's file, or this node's before it changed): stored as this file has it; "
+                "run the same config file on every node",
+                quoted(name),
+            )
+        for name in synced.removed:
+            log.warning(
+                "schedule %s is not in this config file: deleted (another node's file, or "
+                "this node's before it changed, had it); run the same config file on every "
+                "node",
                 quoted(name),
             )
 

@@ -185,6 +185,17 @@ class ScheduleSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ConfigSync:
+    """What storing a config file's schedules changed in the database: every node stores
+    its own file's as it starts, so nodes run with different files (or one restarted on
+    an older one) show here."""
+
+    replaced: tuple[str, ...] = ()  # the API's schedules a config one of their name took over
+    changed: tuple[str, ...] = ()  # config schedules stored otherwise than this file has them
+    removed: tuple[str, ...] = ()  # config schedules this file does not have (deleted)
+
+
+@dataclass(frozen=True, slots=True)
 class Schedule:
     """A schedule as stored: its spec, where it came from, and how it has fired."""
 

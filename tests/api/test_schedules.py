@@ -589,6 +589,30 @@ async def test_a_config_schedule_taking_an_api_schedules_name_is_logged(
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
+async def test_a_node_whose_config_file_differs_says_which_schedules_it_changed(
+    tmp_path: Path,
+    admin: Api,
+    storage: Storage,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Nodes started with different files: the last one started sets the config's
+    # schedules, and one whose file lacks a schedule deleted it, with no word said.
+    first = {**CONFIGURED, "digest": {"every_seconds": 60, "type": "noop"}}
+    await Scheduler(storage, make_settings(tmp_path, schedules=first), clock).sync_config()
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    other = {**CONFIGURED, "digest": {"every_seconds": 120, "type": "noop"}}
+    await Scheduler(storage, make_settings(tmp_path, schedules=other), clock).sync_config()
+    del other["digest"]
+    await Scheduler(storage, make_settings(tmp_path, schedules=other), clock).sync_config()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith('schedule "digest" from the config file differs from the one')
+    assert warnings[1].startswith('schedule "digest" is not in this config file: deleted')
+    assert all("the same config file on every node" in said for said in warnings)
+    assert admin.get("/schedules/digest").status_code == 404
+
+
 def test_no_key_may_take_a_schedules_principal(admin: Api) -> None:
     body = {"name": "schedule:tick", "roles": ["producer"]}
     response = admin.post("/keys", json=body)

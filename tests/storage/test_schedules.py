@@ -10,7 +10,7 @@ import pytest
 
 from queuelog.errors import InvalidState, NotFound
 from queuelog.models import JobStatus, Priority
-from queuelog.schedules import Cadence, ScheduleSpec
+from queuelog.schedules import Cadence, ConfigSync, ScheduleSpec
 from queuelog.storage.protocol import FireOutcome, NewJob, NewSchedule, ScheduleFire, Storage
 
 pytestmark = pytest.mark.anyio
@@ -190,10 +190,10 @@ async def test_delete(store: Storage) -> None:
 
 
 async def test_config_sync_keeps_pause_and_next_time_and_drops_removed(store: Storage) -> None:
-    replaced = await store.schedule_sync_config(
+    synced = await store.schedule_sync_config(
         [schedule("a", source="config"), schedule("b", source="config")], T0
     )
-    assert replaced == []
+    assert synced == ConfigSync()
     await store.schedule_insert(schedule("api"), T0)
     await store.schedule_set_paused("a", True, None, T0)
     # A restart later: same cadence, new payload; "b" removed from the file.
@@ -201,7 +201,9 @@ async def test_config_sync_keeps_pause_and_next_time_and_drops_removed(store: St
     changed = NewSchedule(
         ScheduleSpec("a", EVERY_MINUTE, "noop", {"n": 2}, Priority.LOW, False), "config", later
     )
-    await store.schedule_sync_config([changed], later)
+    synced = await store.schedule_sync_config([changed], later)
+    assert synced == ConfigSync(changed=("a",), removed=("b",))
+    assert await store.schedule_sync_config([changed], later) == ConfigSync()
     a = await store.schedule_get("a")
     assert a is not None
     assert (a.paused, a.next_run_at, a.spec.payload, a.spec.overlap) == (
@@ -214,7 +216,7 @@ async def test_config_sync_keeps_pause_and_next_time_and_drops_removed(store: St
     assert await store.schedule_get("api") is not None
     # A config schedule of an API schedule's name takes it over, and says so.
     taken = await store.schedule_sync_config([changed, schedule("api", source="config")], later)
-    assert taken == ["api"]
+    assert taken == ConfigSync(replaced=("api",))
     api = await store.schedule_get("api")
     assert api is not None and api.source == "config"
     # A new cadence takes the new first fire time.

@@ -37,7 +37,7 @@ from queuelog.models import (
     TypeEventKind,
     readonly_dataclass,
 )
-from queuelog.schedules import Schedule, ScheduleSpec
+from queuelog.schedules import ConfigSync, Schedule, ScheduleSpec
 from queuelog.storage.health import StorageHealth
 
 
@@ -359,10 +359,10 @@ class Storage(Protocol):
 
     async def schedule_sync_config(
         self, schedules: Sequence[NewSchedule], now: datetime
-    ) -> list[str]:
+    ) -> ConfigSync:
         """The config's schedules become ``schedules`` in one transaction (its others are
         deleted): one kept takes the new fields but keeps its pause state and, unless its
-        cadence changed, its ``next_run_at``. Answers the API's schedules taken over."""
+        cadence changed, its ``next_run_at``. Answers what changed."""
         ...
 
     async def schedule_insert(self, new: NewSchedule, now: datetime) -> Schedule | None:

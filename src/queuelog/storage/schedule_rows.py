@@ -13,7 +13,7 @@ from typing import Any
 from queuelog.clock import from_micros, to_micros
 from queuelog.errors import InvalidState, NotFound
 from queuelog.models import Job, JobStatus, Priority
-from queuelog.schedules import Cadence, Schedule, ScheduleSpec
+from queuelog.schedules import Cadence, ConfigSync, Schedule, ScheduleSpec
 from queuelog.specs import stored_json
 from queuelog.storage.protocol import FireOutcome, NewJob, NewSchedule, ScheduleFire
 from queuelog.storage.rows import Row, job_from_row
@@ -69,18 +69,21 @@ def schedule_params(new: NewSchedule, now: datetime) -> dict[str, Any]:
 
 def sync_config(
     conn: Conn, q: Queries, schedules: Sequence[NewSchedule], now: datetime
-) -> list[str]:
-    replaced = []  # schedules of the API that a config schedule of their name takes over
+) -> ConfigSync:
+    replaced, changed, removed = [], [], []
     for new in schedules:
         row = conn.execute(q["schedule_get"], {"name": new.spec.name}).fetchone()
         if row is not None and row["source"] != new.source:
             replaced.append(new.spec.name)
+        elif row is not None and schedule_from_row(row).spec != new.spec:
+            changed.append(new.spec.name)
         conn.execute(q["schedule_upsert_config"], schedule_params(new, now))
     kept = {new.spec.name for new in schedules}
     for row in conn.execute(q["schedule_config_names"], {}).fetchall():
         if row["name"] not in kept:
             conn.execute(q["schedule_delete_config"], {"name": row["name"]})
-    return replaced
+            removed.append(row["name"])
+    return ConfigSync(tuple(replaced), tuple(changed), tuple(removed))
 
 
 def insert(conn: Conn, q: Queries, new: NewSchedule, now: datetime) -> Schedule | None:

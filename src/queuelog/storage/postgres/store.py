@@ -33,7 +33,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from queuelog.clock import to_micros
 from queuelog.errors import QueueError, StorageUnavailable
 from queuelog.models import ApiKey, Finished, Job, JobStatus
-from queuelog.schedules import Schedule
+from queuelog.schedules import ConfigSync, Schedule
 from queuelog.storage import schedule_rows as sr
 from queuelog.storage.health import StorageHealth
 from queuelog.storage.postgres import transactions as tx
@@ -305,7 +305,7 @@ class PostgresStorage(SqlReads):
 
     async def schedule_sync_config(
         self, schedules: Sequence[NewSchedule], now: datetime
-    ) -> list[str]:
+    ) -> ConfigSync:
         return await self._write(lambda conn: sr.sync_config(conn, Q, schedules, now))
 
     async def schedule_insert(self, new: NewSchedule, now: datetime) -> Schedule | None:

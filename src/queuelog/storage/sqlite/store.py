@@ -19,7 +19,7 @@ import anyio.to_thread
 from queuelog.clock import to_micros
 from queuelog.errors import QueueError, StorageUnavailable
 from queuelog.models import TERMINAL, ApiKey, Finished, Job, JobStatus
-from queuelog.schedules import Schedule
+from queuelog.schedules import ConfigSync, Schedule
 from queuelog.storage import schedule_rows as sr
 from queuelog.storage.health import StorageHealth
 from queuelog.storage.protocol import (
@@ -262,7 +262,7 @@ class SqliteStorage(SqlReads):
 
     async def schedule_sync_config(
         self, schedules: Sequence[NewSchedule], now: datetime
-    ) -> list[str]:
+    ) -> ConfigSync:
         return await self._writer.run(lambda conn: sr.sync_config(conn, Q, schedules, now))
 
     async def schedule_insert(self, new: NewSchedule, now: datetime) -> Schedule | None:
