@@ -90,8 +90,12 @@ Choices where the contract is silent:
 * A request is checked in this order: body size (413), media type (415), JSON
   syntax (422), API key (401), rate limit (429), role (403), then the fields (422)
   and the rules. The first three cost nothing to check and reveal nothing.
+* A query parameter is given once (twice is 422 `validation`, whichever value comes
+  first; one the route does not read is ignored), and a number in a query is written
+  in decimal digits (`wait_seconds` may have a fractional part after a point): `1_0`,
+  `1e1`, `+10` or ` 10` are 422 `validation`.
 * A claim's body is a JSON object, as every body is: `{}` takes every default (one
-  job of any type the key may claim, no wait).
+  job of any type this node configures and the key may claim, no wait).
 * Schedules: a job made by a schedule has `run_at` = its fire time and belongs to the
   principal `schedule:<name>` (no key may have a name starting `schedule:`). A taken
   schedule name is 409 `invalid-state`, as is deleting a schedule from the config file.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from queuelog.api.answers import (
     BatchEnqueueOut,
@@ -27,6 +27,7 @@ from queuelog.api.lean import (
     read_request,
 )
 from queuelog.api.openapi import AUTHED, NO_BODY, located, problems
+from queuelog.api.query import DIGITS, SECONDS, one_value_each
 from queuelog.api.responses import JSONResponse
 from queuelog.api.results import job_or_wait
 from queuelog.api.schemas import (
@@ -42,7 +43,7 @@ from queuelog.errors import Unauthenticated, ValidationFailed
 from queuelog.models import MAX_ID, DependencyFailure, JobStatus, OnDuplicate, Role, TraceContext
 from queuelog.specs import CURSOR_PATTERN, TYPE_FILTER_PATTERN, EnqueueSpec
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(one_value_each)])
 # The hottest operations: see api/lean.py.
 lean = APIRouter(prefix="/jobs", tags=["jobs"], route_class=LeanRoute)
 
@@ -209,7 +210,7 @@ async def list_jobs(
     service: ServiceDep,
     status: JobStatus | None = None,
     type: Annotated[str | None, Query(pattern=TYPE_FILTER_PATTERN)] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    limit: Annotated[int, Query(ge=1, le=500), DIGITS] = 50,
     cursor: Annotated[
         str | None,
         Query(pattern=CURSOR_PATTERN, description="A page's `next_cursor`: a job id."),
@@ -217,6 +218,7 @@ async def list_jobs(
     depends_on: Annotated[
         int | None,
         Query(ge=1, le=MAX_ID, description="Only the jobs that depend on this job."),
+        DIGITS,
     ] = None,
 ) -> Response:
     jobs, next_cursor = await service.list_jobs(
@@ -253,6 +255,7 @@ async def get_job(
             allow_inf_nan=False,
             description="Await the job's end up to this many seconds (0: answer at once).",
         ),
+        SECONDS,
     ] = 0,
 ) -> Response:
     state = state_of(request)
@@ -282,7 +285,7 @@ async def job_events(
     job_id: IdPath,
     caller: Reader,
     service: ServiceDep,
-    limit: Annotated[int, Query(ge=1, le=500)] = 500,
+    limit: Annotated[int, Query(ge=1, le=500), DIGITS] = 500,
     cursor: Annotated[
         str | None,
         Query(pattern=CURSOR_PATTERN, description="An event's `id` (a page's `next_cursor`)."),

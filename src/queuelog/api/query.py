@@ -1,0 +1,44 @@
+"""Query parameters as the API reads them: a number in plain decimal digits, and each
+parameter once. The framework reads Python's spellings (``1_0``, ``1e1``, `` 10``,
+``+10``) as numbers and keeps the last of a repeated parameter: a filter a proxy, a
+cache or a log reads one way would then be read another way here."""
+
+from __future__ import annotations
+
+import re
+
+from fastapi import Request
+from fastapi.routing import APIRoute
+from pydantic import BeforeValidator
+
+from queuelog.errors import ValidationFailed
+
+
+def _written(pattern: str, what: str) -> BeforeValidator:
+    def check(value: object) -> object:
+        if isinstance(value, str) and not re.fullmatch(pattern, value):
+            raise ValueError(f"must be {what}")
+        return value
+
+    return BeforeValidator(check)
+
+
+# Up to 19 digits: any 64-bit id; the field's own bounds say the rest.
+DIGITS = _written(r"[0-9]{1,19}", "written in decimal digits")
+SECONDS = _written(r"[0-9]{1,19}(\.[0-9]{1,9})?", "written in decimal digits, with a point")
+
+
+def one_value_each(request: Request) -> None:
+    """Refuse (422) a query parameter of the route given more than once; one the route
+    does not read is ignored, once or twice."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    known = {param.alias for param in route.dependant.query_params}
+    names = [name for name, _ in request.query_params.multi_items() if name in known]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValidationFailed(
+            "Give each query parameter once",
+            errors=[{"loc": ["query", name], "msg": "given more than once"} for name in twice],
+        )
