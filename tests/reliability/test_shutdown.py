@@ -15,12 +15,17 @@ from tests.realserver import RealServer
 pytestmark = pytest.mark.slow
 
 
-def _post_in_thread(
-    client: httpx.Client, url: str, body: dict[str, Any], out: dict[str, Any]
+def _send_in_thread(
+    client: httpx.Client, url: str, body: dict[str, Any] | None, out: dict[str, Any]
 ) -> threading.Thread:
+    """POST ``body`` to ``url`` (GET if there is none) from a thread of its own."""
+
     def run() -> None:
         try:
-            out["response"] = client.post(url, json=body)
+            if body is None:
+                out["response"] = client.get(url)
+            else:
+                out["response"] = client.post(url, json=body)
         except httpx.HTTPError as exc:
             out["error"] = exc
 
@@ -72,8 +77,13 @@ def test_sigterm_finishes_in_flight_requests_and_exits_cleanly(real_server: Real
         threads = [_enqueue_until_refused(real_server.url, producer, out) for out in streams]
         # A long-polling claim on a type with nothing ready: it must not hold shutdown.
         poll: dict[str, Any] = {}
-        poll_thread = _post_in_thread(
+        poll_thread = _send_in_thread(
             waiting, "/jobs/claim", {"types": ["short"], "wait_seconds": 30}, poll
+        )
+        # A producer awaiting a job still running: answered at once with the job as it is.
+        awaited: dict[str, Any] = {}
+        await_thread = _send_in_thread(
+            prod, f"/jobs/{held[0]['id']}?wait_seconds=30", None, awaited
         )
         time.sleep(1.0)
         assert all(streams), "the producers did not get going"
@@ -82,7 +92,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_cleanly(real_server: Real
         real_server.process.send_signal(signal.SIGTERM)
         code = real_server.process.wait(timeout=30)
         shutdown_seconds = time.monotonic() - started
-        for thread in [*threads, poll_thread]:
+        for thread in [*threads, poll_thread, await_thread]:
             thread.join(timeout=30)
         assert code == 0, real_server.log()
         with pytest.raises(httpx.ConnectError):
@@ -96,6 +106,9 @@ def test_sigterm_finishes_in_flight_requests_and_exits_cleanly(real_server: Real
     assert "response" in poll, poll
     assert poll["response"].status_code == 200
     assert poll["response"].json() == {"jobs": []}
+    assert "response" in awaited, awaited
+    assert awaited["response"].status_code == 200
+    assert awaited["response"].json()["status"] == "running"
     assert shutdown_seconds < 9, f"shutdown took {shutdown_seconds:.1f} s: waiters held it"
     assert real_server.integrity_check() == "ok"
 

@@ -239,7 +239,9 @@ async def list_jobs(
         "A finished job is answered at once. A job the caller may not see is 404 at once, "
         "as without `wait_seconds` (a worker sees only the jobs it holds, so one that awaits "
         "its own held job is answered 404 once the job has ended). A `wait_seconds` out of "
-        "range is 422 `validation`. A key revoked while the request waited is answered 401."
+        "range is 422 `validation`. A key revoked while the request waited is answered 401. "
+        "A node shutting down (SIGTERM) answers at once, as when the time is up: a job not "
+        "finished is read again, from any node."
     ),
     responses=problems(*AUTHED, 404, 422),
 )
