@@ -113,7 +113,7 @@ class JobService:
 
     async def cancel(self, caller: ApiKey, job_id: int) -> Job:
         job = await self.get(caller, job_id)
-        if not (caller.has(Role.ADMIN) or job.principal == caller.name):
+        if not self._owns(caller, job):
             raise NotFound("No such job")
         cancelled = await self.storage.job_cancel(job_id, caller.name, self.clock.now())
         self._on_finished([cancelled.id])

@@ -55,7 +55,7 @@ def _unseen(dep: int, place: int, index: int | None) -> ValidationFailed:
         where["index"] = index
         loc = ["body", "jobs", index, "depends_on", place]
     return ValidationFailed(
-        f"depends_on names no job this key may see: {dep}",
+        f"depends_on names no job of this key's: {dep}",
         errors=[{"loc": loc, "msg": "no such job"}],
         **where,
     )

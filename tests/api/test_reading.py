@@ -74,7 +74,7 @@ def test_hardening_70_numbers_written_plainly_still_pass(producer: Api) -> None:
     job_id = enqueue(producer)["id"]
     assert producer.get("/jobs?limit=010").status_code == 200
     assert producer.get(f"/jobs?depends_on={job_id}").status_code == 200
-    for wait in ("0", "0.25", "0.001"):
+    for wait in ("0", "0.25", "0.001", "0.30000000000000004"):
         assert producer.get(f"/jobs/{job_id}?wait_seconds={wait}").status_code == 200
 
 
@@ -101,6 +101,12 @@ def test_hardening_70_a_query_parameter_given_twice_is_422(producer: Api, query:
 
 def test_an_unknown_query_parameter_is_ignored_even_twice(producer: Api) -> None:
     assert producer.get("/jobs?page=1&page=2").status_code == 200
+
+
+def test_hardening_70_the_key_is_checked_before_the_query(anonymous: Api, worker: Api) -> None:
+    assert anonymous.get("/jobs?limit=1&limit=2").status_code == 401
+    assert anonymous.get("/jobs?limit=1_0").status_code == 401
+    assert worker.get("/jobs/1/events?cursor=1&cursor=2").status_code == 422
 
 
 def test_producer_sees_only_its_own_jobs(producer: Api, as_key: Callable[..., Api]) -> None:

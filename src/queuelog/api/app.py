@@ -56,7 +56,11 @@ Choices where the contract is silent:
 * A lease token that no issued token could be (not printable ASCII) is checked
   as a wrong token: 409 `not-lease-holder` (or 404/409 `invalid-state` by the
   job's state).
-* A key with several roles sees the union of what each role sees.
+* A key with several roles sees the union of what each role sees. One reading of the
+  contract is narrowed: `depends_on` ("jobs the caller may see") names only jobs the
+  key enqueued (any, for an admin), not one it holds as a worker now: waiting for a job
+  lets its producer read the job's outcome for good (`/dependencies`), so it rests on
+  lasting sight of the job, not on a lease.
 * A JSON body may be sent as `application/json` or as any `application/*+json` media
   type (RFC 6839's JSON suffix), parameters such as `charset` aside; any other is 415.
 * The `detail` of `failed`, `retry_scheduled` and `lease_expired` events is the

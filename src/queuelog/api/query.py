@@ -6,11 +6,13 @@ cache or a log reads one way would then be read another way here."""
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
 from fastapi.routing import APIRoute
 from pydantic import BeforeValidator
 
+from queuelog.api.deps import Reader
 from queuelog.errors import ValidationFailed
 
 
@@ -25,12 +27,14 @@ def _written(pattern: str, what: str) -> BeforeValidator:
 
 # Up to 19 digits: any 64-bit id; the field's own bounds say the rest.
 DIGITS = _written(r"[0-9]{1,19}", "written in decimal digits")
-SECONDS = _written(r"[0-9]{1,19}(\.[0-9]{1,9})?", "written in decimal digits, with a point")
+# Any number of decimals: a client may send a computed time as its language prints it.
+SECONDS = _written(r"[0-9]{1,19}(\.[0-9]+)?", "written in decimal digits, with a point")
 
 
-def one_value_each(request: Request) -> None:
+def _one_value_each(request: Request, _caller: Reader) -> None:
     """Refuse (422) a query parameter of the route given more than once; one the route
-    does not read is ignored, once or twice."""
+    does not read is ignored, once or twice. Checked with the fields, after the key, its
+    rate limit and its role."""
     route = request.scope.get("route")
     if not isinstance(route, APIRoute):
         return
@@ -42,3 +46,6 @@ def one_value_each(request: Request) -> None:
             "Give each query parameter once",
             errors=[{"loc": ["query", name], "msg": "given more than once"} for name in twice],
         )
+
+
+OneValueEach = Annotated[None, Depends(_one_value_each)]

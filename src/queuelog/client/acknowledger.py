@@ -62,7 +62,7 @@ class Acknowledger:
         self._hold_room = hold_room
         self._acks: queue.SimpleQueue[Done | None] = queue.SimpleQueue()
         self._closing = threading.Lock()
-        self._closed = False  # ``finish`` has begun: nothing more is queued
+        self._closed = False  # ``close`` was called: nothing more is queued
         self._sent = threading.Condition()
         self._unsent = 0  # outcomes queued, or waiting to be sent again
         self._in_flight: set[Running] = set()  # sent, no answer yet (under ``_sent``)
@@ -71,12 +71,18 @@ class Acknowledger:
     def start(self) -> None:
         self._thread.start()
 
-    def finish(self, until: float) -> None:
-        """Send the outcomes still waiting (once more, those the server could not be
-        reached for); wait for them to go until ``until`` (``time.monotonic``)."""
+    def close(self) -> None:
+        """Queue no more outcomes: the thread sends those still waiting (once more, those
+        the server could not be reached for), then ends."""
         with self._closing:
-            self._closed = True
-            self._acks.put(None)
+            if not self._closed:
+                self._closed = True
+                self._acks.put(None)
+
+    def finish(self, until: float) -> None:
+        """``close``, and wait for the outcomes still waiting to go until ``until``
+        (``time.monotonic``)."""
+        self.close()
         self._thread.join(timeout=max(0.0, until - time.monotonic()))
         with self._sent:
             unanswered = list(self._in_flight)
@@ -264,16 +270,22 @@ class Acknowledger:
 
     # -- at the shutdown deadline -------------------------------------------------
 
-    def hand_back(self, late: list[Running], until: float) -> None:
-        """Hand back the jobs still running at the deadline, all at once, each reported
-        by ``until`` (``time.monotonic``) or left to its lease."""
+    @staticmethod
+    def abandon(late: list[Running]) -> list[Running]:
+        """Give up the jobs whose outcome was not reported by the deadline: none of them
+        reports one after this."""
         abandoned = [r for r in late if r.abandon()]
-        if not abandoned:
-            return
         # Every job is given up before any async handler is cancelled: the thread a
         # cancel frees would otherwise start a job claimed ahead not given up yet.
         for running in abandoned:
             running.cancel()
+        return abandoned
+
+    def hand_back(self, abandoned: list[Running], until: float) -> None:
+        """Hand back the ``abandoned`` jobs, all at once, each reported by ``until``
+        (``time.monotonic``) or left to its lease."""
+        if not abandoned:
+            return
         # The worker's own transport (an application's certificates or routes may be in
         # it), with a short timeout and one try each.
         reporter = self._client.with_options(

@@ -24,9 +24,10 @@ from queuelog.errors import InvalidState, NotFound, NotLeaseHolder
 log = logging.getLogger("queuelog.worker")
 Handler = Callable[[Job], Any]
 LOST = (InvalidState, NotLeaseHolder, NotFound)  # the lease is gone: someone else has the job
-# After the shutdown deadline, a run takes at most this many seconds more, all told:
-# abandoned jobs are reported within them (in parallel, one try each) or left to their
-# leases, and outcomes, heartbeats and threads still going get what is left of them.
+# After the shutdown deadline, a run takes about this many seconds more at most, all told
+# (a claim still out may take its long poll from the stop, if that is later): abandoned
+# jobs are reported within them (in parallel, one try each) or left to their leases, while
+# outcomes, heartbeats and threads still going get them too.
 LATE_SECONDS = 5.0
 # Progress goes out with a heartbeat at most this often.
 PROGRESS_SECONDS = 1.0

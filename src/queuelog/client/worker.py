@@ -93,13 +93,14 @@ class Run:
         claiming.start()
         self.claimer.wait_stopped()  # the claimer also stops by itself, when it cannot claim
         self.stop()
-        self._wind_down()
+        late = self._wind_down()
         # A long poll in flight gives its jobs back when it ends: wait as long as the server
-        # may hold it from when stopping began, no longer (a server that does not answer
-        # leaves them to their leases).
+        # may hold it from when stopping began, and the giving back at least to the end of
+        # the late period, no longer (a server that does not answer leaves them to their
+        # leases).
         assert self._stopped_at is not None
         held = self.options.wait_seconds + self.options.linger_ms / 1000 + 1
-        claiming.join(timeout=max(0.0, self._stopped_at + held - time.monotonic()))
+        claiming.join(timeout=max(0.0, max(self._stopped_at + held, late) - time.monotonic()))
         if self._failed is not None:
             raise self._failed
         if self.claimer.fatal is not None:
@@ -113,7 +114,9 @@ class Run:
         finally:
             self.claimer.stop()
 
-    def _wind_down(self) -> None:
+    def _wind_down(self) -> float:
+        """Let running jobs finish until the deadline, then hand back the rest; when the
+        late period ends."""
         assert self.deadline is not None
         while (left := self.deadline - time.monotonic()) > 0:
             step = min(0.5, max(0.01, left))
@@ -122,11 +125,15 @@ class Run:
                 break
         # One late period for everything left, however many requests hang on the server.
         late = time.monotonic() + LATE_SECONDS
-        self.acknowledger.hand_back(self.leases.unreported(), until=late)
+        abandoned = self.acknowledger.abandon(self.leases.unreported())
+        # No outcome comes after that: the last ones go while the late reports do.
+        self.acknowledger.close()
         self.claimer.close()
+        self.acknowledger.hand_back(abandoned, until=late)
         self.acknowledger.finish(until=late)
         self.leases.finish(until=late)
         self.handlers.finish(until=late)
+        return late
 
 
 class Worker:
@@ -159,8 +166,8 @@ class Worker:
             ``<host>-<pid>``.
         shutdown_seconds: After SIGTERM/SIGINT or ``stop``, how long running jobs may take
             to finish. Those still running then are failed as retryable; the run returns
-            ``LATE_SECONDS`` (``queuelog.client.running``) after this deadline at most, or
-            once a claim still out has had its ``wait_seconds``, even if the server hangs.
+            about ``LATE_SECONDS`` (``queuelog.client.running``) after this deadline at
+            most, or once a claim still out has had its long poll, even if the server hangs.
         idle_seconds: Longest pause between claims when the server answers at once with
             nothing to do.
     """

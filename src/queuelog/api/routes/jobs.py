@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from queuelog.api.answers import (
     BatchEnqueueOut,
@@ -27,7 +27,7 @@ from queuelog.api.lean import (
     read_request,
 )
 from queuelog.api.openapi import AUTHED, NO_BODY, located, problems
-from queuelog.api.query import DIGITS, SECONDS, one_value_each
+from queuelog.api.query import DIGITS, SECONDS, OneValueEach
 from queuelog.api.responses import JSONResponse
 from queuelog.api.results import job_or_wait
 from queuelog.api.schemas import (
@@ -43,7 +43,7 @@ from queuelog.errors import Unauthenticated, ValidationFailed
 from queuelog.models import MAX_ID, DependencyFailure, JobStatus, OnDuplicate, Role, TraceContext
 from queuelog.specs import CURSOR_PATTERN, TYPE_FILTER_PATTERN, EnqueueSpec
 
-router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(one_value_each)])
+router = APIRouter(prefix="/jobs", tags=["jobs"])
 # The hottest operations: see api/lean.py.
 lean = APIRouter(prefix="/jobs", tags=["jobs"], route_class=LeanRoute)
 
@@ -207,6 +207,7 @@ async def enqueue_batch(
 )
 async def list_jobs(
     caller: Reader,
+    _once: OneValueEach,
     service: ServiceDep,
     status: JobStatus | None = None,
     type: Annotated[str | None, Query(pattern=TYPE_FILTER_PATTERN)] = None,
@@ -249,6 +250,7 @@ async def get_job(
     request: Request,
     job_id: IdPath,
     caller: Reader,
+    _once: OneValueEach,
     wait_seconds: Annotated[
         float,
         Query(
@@ -286,6 +288,7 @@ async def get_job(
 async def job_events(
     job_id: IdPath,
     caller: Reader,
+    _once: OneValueEach,
     service: ServiceDep,
     limit: Annotated[int, Query(ge=1, le=500), DIGITS] = 500,
     cursor: Annotated[
