@@ -6,6 +6,7 @@ cache or a log reads one way would then be read another way here."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -39,8 +40,9 @@ def _one_value_each(request: Request, _caller: Reader) -> None:
     if not isinstance(route, APIRoute):
         return
     known = {param.alias for param in route.dependant.query_params}
-    names = [name for name, _ in request.query_params.multi_items() if name in known]
-    twice = sorted({name for name in names if names.count(name) > 1})
+    # Counted in one pass: a head may hold thousands of one name.
+    given = Counter(name for name, _ in request.query_params.multi_items() if name in known)
+    twice = sorted(name for name, count in given.items() if count > 1)
     if twice:
         raise ValidationFailed(
             "Give each query parameter once",
