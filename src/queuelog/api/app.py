@@ -95,9 +95,9 @@ Choices where the contract is silent:
   syntax (422), API key (401), rate limit (429), role (403), then the fields (422)
   and the rules. The first three cost nothing to check and reveal nothing.
 * A query parameter is given once (twice is 422 `validation`, whichever value comes
-  first; one the route does not read is ignored), and a number in a query is written
-  in decimal digits (`wait_seconds` may have a fractional part after a point): `1_0`,
-  `1e1`, `+10` or ` 10` are 422 `validation`.
+  first; one the route does not read is ignored). A whole number in a query is written
+  in decimal digits, and `wait_seconds` as JSON writes a number (`0.25`, `1e-7`):
+  `1_0`, `+10`, ` 10` or `.5` are 422 `validation`.
 * A claim's body is a JSON object, as every body is: `{}` takes every default (one
   job of any type this node configures and the key may claim, no wait).
 * Schedules: a job made by a schedule has `run_at` = its fire time and belongs to the

@@ -1,7 +1,8 @@
-"""Query parameters as the API reads them: a number in plain decimal digits, and each
-parameter once. The framework reads Python's spellings (``1_0``, ``1e1``, `` 10``,
-``+10``) as numbers and keeps the last of a repeated parameter: a filter a proxy, a
-cache or a log reads one way would then be read another way here."""
+"""Query parameters as the API reads them: a whole number in decimal digits, a time as
+JSON writes a number, and each parameter once. The framework reads Python's spellings
+(``1_0``, `` 10``, ``+10``, ``10.0`` for a whole number) as numbers and keeps the last of
+a repeated parameter: a filter a proxy, a cache or a log reads one way would then be
+read another way here."""
 
 from __future__ import annotations
 
@@ -28,8 +29,11 @@ def _written(pattern: str, what: str) -> BeforeValidator:
 
 # Up to 19 digits: any 64-bit id; the field's own bounds say the rest.
 DIGITS = _written(r"[0-9]{1,19}", "written in decimal digits")
-# Any number of decimals: a client may send a computed time as its language prints it.
-SECONDS = _written(r"[0-9]{1,19}(\.[0-9]+)?", "written in decimal digits, with a point")
+# A number as JSON (and so JavaScript, and most clients) writes one: any number of
+# decimals, an exponent (a computed time may print as 1e-7).
+SECONDS = _written(
+    r"[0-9]{1,19}(\.[0-9]+)?([eE][+-]?[0-9]{1,4})?", "a number as JSON writes one, not signed"
+)
 
 
 def _one_value_each(request: Request, _caller: Reader) -> None:
