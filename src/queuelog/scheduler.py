@@ -45,6 +45,7 @@ _LATE_SWEEPS = 3
 # The fires of one schedule a pass makes at most (a long sweep interval and a schedule
 # every second).
 _FIRES_PER_PASS = 100
+_SAME_FILE = "run the same config file on every node"
 
 
 class ScheduleIntake:
@@ -134,27 +135,23 @@ class Scheduler:
         different files would otherwise undo each other's schedules without a word."""
         now = self.clock.now()
         synced = await self.storage.schedule_sync_config(self.intake.config_schedules(now), now)
-        for name in synced.replaced:
-            log.warning(
-                "schedule %s from the config file replaces the schedule of that name made "
-                "through the API (POST /schedules); its pause state is kept, and its next run "
-                "unless its cadence changed",
-                quoted(name),
-            )
-        for name in synced.changed:
-            log.warning(
-                "schedule %s from the config file differs from the one stored (another "
-                "node's file, or this node's before it changed): stored as this file has it; "
-                "run the same config file on every node",
-                quoted(name),
-            )
-        for name in synced.removed:
-            log.warning(
-                "schedule %s is not in this config file: deleted (another node's file, or "
-                "this node's before it changed, had it); run the same config file on every "
-                "node",
-                quoted(name),
-            )
+        replaces = (
+            "from the config file replaces the schedule of that name made through the API "
+            "(POST /schedules); its pause state is kept, and its next run unless its cadence "
+            "changed"
+        )
+        differs = (
+            "from the config file differs from the one stored (another node's file, or this "
+            f"node's before it changed): stored as this file has it; {_SAME_FILE}"
+        )
+        missing = (
+            "is not in this config file: deleted (another node's file, or this node's before "
+            f"it changed, had it); {_SAME_FILE}"
+        )
+        said = [(synced.replaced, replaces), (synced.changed, differs), (synced.removed, missing)]
+        for names, what in said:
+            for name in names:
+                log.warning("schedule %s %s", quoted(name), what)
 
     # -- the API's verbs ---------------------------------------------------------
 
