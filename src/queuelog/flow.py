@@ -78,11 +78,11 @@ class FlowControl:
         if self.slot_types:
             self._on_ready()
 
-    async def windows_open(self, types: Sequence[str] | None, now: datetime) -> list[datetime]:
-        """When the full rate windows of ``types`` (None: all) next have room."""
+    async def windows_open(self, types: Sequence[str], now: datetime) -> list[datetime]:
+        """When the full rate windows of ``types`` next have room."""
         times = []
         for name, limits in self.limits.items():
-            if limits.rate_jobs is None or (types is not None and name not in types):
+            if limits.rate_jobs is None or name not in types:
                 continue
             opens = await self.storage.type_window_opens(name, now, limits)
             if opens is not None:

@@ -213,7 +213,6 @@ class JobService:
             lease_seconds=lease_seconds,
             retry_at=lambda job: self._retry_at(job, now),
             limits=self.flow.limits,
-            configured=self.flow.configured,
             clock=self.clock.now,
         )
         jobs = await self.storage.job_claim(params)
@@ -235,7 +234,7 @@ class JobService:
                 raise Forbidden(f"This key may not claim jobs of type {quoted(name)}")
         return types
 
-    async def next_due(self, types: Sequence[str] | None) -> datetime | None:
+    async def next_due(self, types: Sequence[str]) -> datetime | None:
         """When the next scheduled job of ``types`` becomes ready (past: it is due and no
         claim has made it ready yet), or a rate window of one of them reopens."""
         now = self.clock.now()

@@ -43,15 +43,9 @@ def job(job_type: str, group: str | None = None, n: int = 0, at: datetime = T0) 
     )
 
 
-def params(now: datetime = T0, limit: int = 1, types: tuple[str, ...] | None = None) -> ClaimParams:
+def params(now: datetime = T0, limit: int = 1, types: tuple[str, ...] = TYPES) -> ClaimParams:
     return ClaimParams(
-        worker_name="w",
-        worker_id="w/1",
-        limit=limit,
-        now=now,
-        types=types,
-        limits=LIMITS,
-        configured=TYPES,
+        worker_name="w", worker_id="w/1", limit=limit, now=now, types=types, limits=LIMITS
     )
 
 
@@ -285,6 +279,6 @@ async def test_release_with_a_delay_snoozes_the_job(store: Storage) -> None:
     assert back.status == JobStatus.PENDING and back.retry_count == 0
     assert back.run_at == T0 + timedelta(seconds=60)
     assert await store.job_claim(params(T0 + timedelta(seconds=59))) == []
-    assert await store.job_next_due() == T0 + timedelta(seconds=60)
+    assert await store.job_next_due(TYPES) == T0 + timedelta(seconds=60)
     (again,) = await store.job_claim(params(T0 + timedelta(seconds=60)))
     assert again.id == held.id and again.retry_count == 0

@@ -21,7 +21,7 @@ ARGS = {
     "worker_name": "w",
     "now": 1,
     "lease_seconds": None,
-    "types": None,
+    "types": "[\"noop\"]",
     "limit": 1,
     "ids": "[1]",
     "items": "[]",
@@ -44,10 +44,9 @@ def plan(conn: sqlite3.Connection, name: str) -> str:
 def test_claimed_rows_are_found_by_id_not_by_scanning_pending(conn: sqlite3.Connection) -> None:
     steps = plan(conn, "job_claim")
     assert "SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)" in steps
-    # The only walk is the pick's, along the ready index in claim order (LIMIT ends it).
-    scans = [line for line in steps.splitlines() if "SCAN jobs" in line]
-    assert scans == ["SCAN jobs USING INDEX jobs_ready"]
-    assert "jobs_status_type" not in steps
+    # The pick seeks each type's ready index in claim order (LIMIT ends it): no walk.
+    assert "SEARCH jobs USING INDEX jobs_ready_type (type=?)" in steps
+    assert "SCAN jobs" not in steps and "jobs_status_type" not in steps
 
 
 def test_jobs_a_flow_claim_picked_are_found_by_id_not_by_scanning_pending(
@@ -171,9 +170,7 @@ def test_a_claim_of_a_group_limited_type_reads_its_room_not_every_group(
     conn.execute("ANALYZE")
     conn.row_factory = sqlite3.Row
     limits = {"grouped": FlowLimits(group_concurrency=1)}
-    params = ClaimParams(
-        worker_name="w", worker_id="w/1", limit=10, now=NOW, limits=limits, configured=("grouped",)
-    )
+    params = ClaimParams("w", "w/1", limit=10, now=NOW, types=["grouped"], limits=limits)
     (claimed, _, _), steps = _counted(conn, lambda: claim(conn, params))
     assert [job.group for job in claimed] == [f"g{i}" for i in range(1, 11)]
     assert steps < 200

@@ -92,7 +92,7 @@ class _Claiming:
         service: JobService,
         keys: KeyRing,
         caller: ApiKey,
-        types: Sequence[str] | None,
+        types: Sequence[str],
         body: ClaimRequest,
     ) -> None:
         self.service, self.keys, self.caller, self.types = service, keys, caller, types

@@ -47,7 +47,7 @@ class FlowSql(Protocol):
     def rows(self, name: str, args: dict[str, Any]) -> list[Row]: ...
     def run(self, name: str, args: dict[str, Any]) -> None: ...
     def ids(self, ids: list[int]) -> Any: ...
-    def types(self, types: Sequence[str] | None) -> Any: ...
+    def types(self, types: Sequence[str]) -> Any: ...
     def lock(self, types: Sequence[str]) -> None: ...
 
 
@@ -55,7 +55,7 @@ def take(sql: FlowSql, params: ClaimParams) -> list[Job]:
     """The claim's pick once expired leases are rescued: jobs whose time has come are
     made pending, then up to ``params.limit`` ready ones are leased, in claim order,
     each with its ``claimed`` event. Without a limit or pause in the way this is one
-    statement over the ready index; else the types are read one by one (``claim``)."""
+    statement over the types' ready jobs; else they are read type by type (``claim``)."""
     paused = {row["type"] for row in sql.rows("type_paused", {})}
     types = scope(params, paused)
     if types is not None:
@@ -65,7 +65,7 @@ def take(sql: FlowSql, params: ClaimParams) -> list[Job]:
     sql.run("job_promote_due", {"now": to_micros(params.now)})
     if types is None:
         # Each named type's ready jobs are read once, however often the claim names it.
-        named = None if params.types is None else list(dict.fromkeys(params.types))
+        named = list(dict.fromkeys(params.types))
         rows = sql.rows("job_claim", claim_params(params, sql.types(named)))
     else:
         rows = claim(sql, params, types, paused)
@@ -76,16 +76,11 @@ def take(sql: FlowSql, params: ClaimParams) -> list[Job]:
 
 
 def scope(params: ClaimParams, paused: set[str]) -> list[str] | None:
-    """The types a claim must count, type by type; None when no limit or pause applies
-    (the ordinary claim then walks the ready index once)."""
-    held = params.limits.keys() | paused
-    if not held:
+    """The types a claim must count, type by type: all it names once a limit or a pause
+    applies to one of them; None otherwise (one statement then takes the ready jobs)."""
+    if (params.limits.keys() | paused).isdisjoint(params.types):
         return None
-    if params.types is None:
-        return sorted(params.configured)
-    if any(name in held for name in params.types):
-        return sorted(set(params.types))
-    return None
+    return sorted(set(params.types))
 
 
 def claim(sql: FlowSql, params: ClaimParams, types: list[str], paused: set[str]) -> list[Row]:

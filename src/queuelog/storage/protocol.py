@@ -107,14 +107,13 @@ class ClaimParams:
     worker_id: str
     limit: int
     now: datetime
-    types: Sequence[str] | None = None
+    # The types it may take (the service resolves a claim naming none to its node's).
+    types: Sequence[str]
     lease_seconds: int | None = None
     # When an expired lease is rescued: the job's next run_at if it is retried.
     retry_at: Callable[[Job], datetime] | None = None
     # The limited types and their limits; a type not named has none.
     limits: Mapping[str, FlowLimits] = field(default_factory=dict)
-    # Every configured type: what ``types=None`` covers once a limit or a pause applies.
-    configured: Sequence[str] = ()
     # Filled by the claim: how many times a (type, reason) held a ready job back.
     skipped: Counter[tuple[str, str]] = field(default_factory=Counter)
     # Read again once the claim holds its types' locks (waited for): stamped when taken.
@@ -267,7 +266,7 @@ class Storage(Protocol):
         """Rescue expired leases, then atomically claim up to ``limit`` ready jobs."""
         ...
 
-    async def job_next_due(self, types: Sequence[str] | None = None) -> datetime | None:
+    async def job_next_due(self, types: Sequence[str]) -> datetime | None:
         """The earliest ``run_at`` of the scheduled jobs (of ``types``): one that no claim
         has made ready yet though its time has come answers that past time."""
         ...

@@ -66,14 +66,14 @@ class SqlReads(abc.ABC):
         return str(row["durability"])
 
     @abc.abstractmethod
-    def _types_param(self, types: Sequence[str] | None) -> Any:
-        """A job-type filter as the backend's queries take it; None matches every type."""
+    def _types_param(self, types: Sequence[str]) -> Any:
+        """A list of job types as the backend's queries take it."""
 
     @abc.abstractmethod
     def _ids_param(self, ids: Sequence[int]) -> Any:
         """A list of job ids as the backend's queries take it."""
 
-    async def job_next_due(self, types: Sequence[str] | None = None) -> datetime | None:
+    async def job_next_due(self, types: Sequence[str]) -> datetime | None:
         args = {"types": self._types_param(types)}
         value = (await self._read("job_next_due", args))[0]["next_due"]
         return from_micros(value) if value is not None else None

@@ -223,7 +223,7 @@ ORDER BY i.n;
 WITH ready AS (
     SELECT id FROM jobs
     WHERE status = 'pending' AND NOT scheduled AND run_at <= %(now)s::bigint
-      AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]))
+      AND type = ANY(%(types)s::text[])
     ORDER BY priority DESC, created_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -442,18 +442,14 @@ FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass;
 ANALYZE (SKIP_LOCKED) jobs;
 
 -- name: job_next_due
--- When the next scheduled job becomes ready: the earliest run_at of the scheduled jobs
--- (of the named types: each type's first, which jobs_scheduled_type finds in one seek;
--- the planner may still walk the scheduled jobs instead when its statistics reckon
--- every type alike). One already due, that no claim has made ready yet, answers its
--- time: a long poll whose look came a moment before it looks again at once.
-SELECT min(at) AS next_due FROM (
-    SELECT min(run_at) AS at FROM jobs
-    WHERE %(types)s::text[] IS NULL AND status = 'pending' AND scheduled
-    UNION ALL
-    SELECT (SELECT min(run_at) FROM jobs
-            WHERE jobs.type = named.type AND status = 'pending' AND scheduled)
-    FROM unnest(%(types)s::text[]) AS named(type)) AS due;
+-- When the next scheduled job of %(types)s becomes ready: the earliest run_at of their
+-- scheduled jobs (each type's first, which jobs_scheduled_type finds in one seek; the
+-- planner may still walk the scheduled jobs instead when its statistics reckon every
+-- type alike). One already due, that no claim has made ready yet, answers its time: a
+-- long poll whose look came a moment before it looks again at once.
+SELECT min((SELECT min(run_at) FROM jobs
+            WHERE jobs.type = named.type AND status = 'pending' AND scheduled)) AS next_due
+FROM unnest(%(types)s::text[]) AS named(type);
 
 -- name: key_insert
 INSERT INTO api_keys (name, roles, max_priority, types, key_hash, prefix, created_at)

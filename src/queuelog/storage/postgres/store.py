@@ -265,8 +265,8 @@ class PostgresStorage(SqlReads):
     def _ids_param(self, ids: Sequence[int]) -> list[int]:
         return list(ids)
 
-    def _types_param(self, types: Sequence[str] | None) -> list[str] | None:
-        return list(types) if types is not None else None
+    def _types_param(self, types: Sequence[str]) -> list[str]:
+        return list(types)
 
     async def job_release(self, held: HeldParams) -> Job:
         args = held_params(held)

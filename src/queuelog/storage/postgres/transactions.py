@@ -173,8 +173,8 @@ class _Sql:
     def ids(self, ids: list[int]) -> list[int]:
         return ids
 
-    def types(self, types: Sequence[str] | None) -> list[str] | None:
-        return None if types is None else list(types)
+    def types(self, types: Sequence[str]) -> list[str]:
+        return list(types)
 
     def lock(self, types: Sequence[str]) -> None:
         # Always in the same (sorted) order, so two claims never wait on each other.

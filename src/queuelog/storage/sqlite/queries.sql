@@ -168,8 +168,7 @@ FROM json_each(:ids) AS i
 ORDER BY i.key;
 
 -- name: job_claim
--- Lease the first ready jobs in claim order. A claim of any type walks the ready index,
--- already in claim order (no sort, whatever the size). A claim naming types walks each
+-- Lease the first ready jobs of the JSON array :types in claim order. It walks each
 -- type's ready index for its first :limit jobs and takes the first :limit of those:
 -- jobs of other types ahead in the queue are never read (a filter on the ready index
 -- would read past them all). INDEXED BY keeps each pick on its index; the group's
@@ -186,22 +185,15 @@ SET status = 'running',
     held_lease_seconds = COALESCE(:lease_seconds, lease_seconds),
     updated_at = :now
 WHERE id IN (
-    SELECT id FROM (
-        SELECT id FROM jobs INDEXED BY jobs_ready
-        WHERE :types IS NULL AND status = 'pending' AND scheduled = 0 AND run_at <= :now
+    SELECT ready.id FROM json_each(:types) AS named
+    JOIN jobs AS ready ON ready.id IN (
+        SELECT id FROM jobs INDEXED BY jobs_ready_type
+        WHERE status = 'pending' AND scheduled = 0 AND type = named.value
+          AND run_at <= :now
         ORDER BY priority DESC, created_at, id
         LIMIT :limit)
-    UNION ALL
-    SELECT id FROM (
-        SELECT ready.id FROM json_each(:types) AS named
-        JOIN jobs AS ready ON ready.id IN (
-            SELECT id FROM jobs INDEXED BY jobs_ready_type
-            WHERE status = 'pending' AND scheduled = 0 AND type = named.value
-              AND run_at <= :now
-            ORDER BY priority DESC, created_at, id
-            LIMIT :limit)
-        ORDER BY ready.priority DESC, ready.created_at, ready.id
-        LIMIT :limit))
+    ORDER BY ready.priority DESC, ready.created_at, ready.id
+    LIMIT :limit)
   AND status = 'pending'
 RETURNING *;
 
@@ -360,17 +352,14 @@ WHERE revoked_at IS NULL AND EXISTS (SELECT 1 FROM json_each(roles) WHERE value 
 LIMIT 1;
 
 -- name: job_next_due
--- When the next scheduled job becomes ready: the earliest run_at of the scheduled jobs
--- (of the named types: each type's first, one seek each; a filter on the scheduled jobs
--- would walk every other type's). One already due, that no claim has made ready yet,
--- answers its time: a long poll whose look came a moment before it looks again at once.
-SELECT min(at) AS next_due FROM (
-    SELECT min(run_at) AS at FROM jobs INDEXED BY jobs_pending_run_at
-    WHERE :types IS NULL AND status = 'pending' AND scheduled = 1
-    UNION ALL
-    SELECT (SELECT min(run_at) FROM jobs INDEXED BY jobs_scheduled_type
-            WHERE type = named.value AND status = 'pending' AND scheduled = 1)
-    FROM json_each(:types) AS named);
+-- When the next scheduled job of the JSON array :types becomes ready: the earliest
+-- run_at of their scheduled jobs (each type's first, one seek each; a filter on the
+-- scheduled jobs would walk every other type's). One already due, that no claim has made
+-- ready yet, answers its time: a long poll whose look came a moment before it looks
+-- again at once.
+SELECT min((SELECT min(run_at) FROM jobs INDEXED BY jobs_scheduled_type
+            WHERE type = named.value AND status = 'pending' AND scheduled = 1)) AS next_due
+FROM json_each(:types) AS named;
 
 -- name: job_event_counts
 -- An event that failed its job for good counts as 'failed', whatever its kind (a lease

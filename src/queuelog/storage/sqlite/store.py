@@ -162,7 +162,7 @@ class SqliteStorage(SqlReads):
     def _ids_param(self, ids: Sequence[int]) -> str:
         return json.dumps(list(ids))
 
-    def _types_param(self, types: Sequence[str] | None) -> str | None:
+    def _types_param(self, types: Sequence[str]) -> str:
         return tx.types_json(types)
 
     def close(self) -> None:

@@ -32,9 +32,9 @@ PACKAGE = "queuelog.storage.sqlite"
 Q = load_queries(PACKAGE)
 
 
-def types_json(types: Sequence[str] | None) -> str | None:
-    """A type filter for ``json_each``; None matches every type."""
-    return None if types is None else json.dumps(list(types))
+def types_json(types: Sequence[str]) -> str:
+    """A list of job types as ``json_each`` reads it."""
+    return json.dumps(list(types))
 
 
 def apply_migrations(conn: sqlite3.Connection) -> None:
@@ -153,7 +153,7 @@ class _Sql:
     def ids(self, ids: list[int]) -> str:
         return json.dumps(ids)
 
-    def types(self, types: Sequence[str] | None) -> str | None:
+    def types(self, types: Sequence[str]) -> str:
         return types_json(types)
 
     def lock(self, types: Sequence[str]) -> None:
