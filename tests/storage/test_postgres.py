@@ -585,6 +585,27 @@ def test_hardening_58_a_listener_that_cannot_reconnect_says_so_once_and_once_whe
     assert len(said) == 2 and "lost" in said[0] and said[1] == "LISTEN connection back", said
 
 
+def test_a_listener_whose_first_connection_fails_says_so_once_and_once_when_made(
+    schema: str, proxied: tuple[PostgresStorage, TcpProxy], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Never connected before, it is not "back" when it connects."""
+    _, proxy = proxied
+    listener = ReadyListener(proxy.database_url(schema), node="other", retry_seconds=0.05)
+    connected: list[object] = []
+    listener.add_finished(connected.append)
+    caplog.set_level(logging.WARNING, logger="queuelog.storage.postgres")
+    proxy.cut()
+    listener.start()
+    try:
+        time.sleep(1)  # a score of tries refused
+        proxy.restore()
+        wait_until(lambda: bool(connected), "the listener to connect", 10)
+    finally:
+        listener.close()
+    said = [r.getMessage() for r in caplog.records if "LISTEN" in r.getMessage()]
+    assert len(said) == 2 and "failed" in said[0] and said[1] == "LISTEN connection made", said
+
+
 def test_a_node_whose_connections_have_high_descriptor_numbers_still_works() -> None:
     """A server holding many long polls has sockets past descriptor 1024 (select()'s
     limit) when its pool opens a connection: the pool's check must still pass it."""

@@ -104,21 +104,24 @@ class ReadyListener:
             self._fire_finished([int(i) for i in ids.split(",") if i])
 
     def _loop(self) -> None:
-        lost = False  # logged once when the connection goes, once when it is back
+        # Said once when the connection goes (or its first try fails), not at each failed
+        # try after that, and once when it is up: what to say then.
+        up: str | None = None
         while not self._stop.is_set():
             try:
-                self._listen(lost)
+                self._listen(up)
             except psycopg.Error as exc:
                 failure = type(exc).__name__
-                if self.listening.is_set():  # said once: not each failed reconnection
+                if self.listening.is_set():
                     log.warning("LISTEN connection lost (%s); reconnecting", failure)
-                elif not lost:
+                    up = "LISTEN connection back"
+                elif up is None:
                     log.warning("LISTEN connection failed (%s); trying again", failure)
+                    up = "LISTEN connection made"
                 self.listening.clear()
-                lost = True
                 self._stop.wait(self._retry_seconds)
 
-    def _listen(self, lost: bool) -> None:
+    def _listen(self, up: str | None) -> None:
         with psycopg.connect(
             self._url, autocommit=True, application_name=APPLICATION, connect_timeout=10
         ) as conn:
@@ -130,8 +133,8 @@ class ReadyListener:
             self._fire()
             self._fire_finished(None)
             self.listening.set()
-            if lost:
-                log.warning("LISTEN connection back")
+            if up is not None:
+                log.warning(up)
             heard = time.monotonic()
             while not self._stop.is_set():
                 for note in conn.notifies(timeout=self._poll_seconds):
