@@ -21,7 +21,7 @@ ARGS = {
     "worker_name": "w",
     "now": 1,
     "lease_seconds": None,
-    "types": "[\"noop\"]",
+    "types": '["noop"]',
     "limit": 1,
     "ids": "[1]",
     "items": "[]",
