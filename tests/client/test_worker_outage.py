@@ -378,6 +378,40 @@ def test_a_worker_stopped_while_every_request_hangs_returns_within_one_late_peri
     assert took < 0.5 + LATE_SECONDS + 2.5, took
 
 
+def test_outcomes_queued_behind_a_completion_never_answered_are_said_unreported_too(
+    server: RealServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Only the completion on the wire was said unreported; the one queued behind it was
+    # never mentioned.
+    worker = Worker(concurrency=2, wait_seconds=1, shutdown_seconds=0.5)
+    transport, ended = Unanswered(), []
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        if job.payload["first"]:
+            transport.hung.set()  # its completion now waits on a server that hangs
+        else:  # ends once that completion is on its way: queued behind it
+            wait_until(lambda: transport.holds(0, "/jobs/batch/complete"), "the completion")
+        ended.append(job.id)
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        made = shop.enqueue_many([{"type": "noop", "payload": {"first": i == 0}} for i in (0, 1)])
+    client = Client(server.url, server.keys["mailer"], transport=transport)
+    thread = threading.Thread(target=worker.run, args=(client,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: len(ended) == 2, "both jobs to end")
+        worker.stop()
+        thread.join(timeout=DEADLINE)
+    finally:
+        transport.answering.set()
+        client.close()
+    assert not thread.is_alive()
+    for job in (one.job for one in made):
+        said = [r.getMessage() for r in caplog.records if f"job_id={job.id} " in r.getMessage()]
+        assert any("outcome=unreported" in line for line in said), (job.id, said)
+
+
 class HeartbeatAfterCompletion(Noting):
     """Holds the answer to a completion until a heartbeat has gone out after it."""
 

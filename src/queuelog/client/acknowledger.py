@@ -89,6 +89,25 @@ class Acknowledger:
         for running in unanswered:  # a server that takes requests and never answers
             said = "unreported (no answer from the server before the worker stopped)"
             log_outcome(running, said, logging.ERROR)
+        for running, _ in self._take_queued():  # behind a send that had no answer
+            said = "unreported (queued behind a send the server never answered)"
+            log_outcome(running, said, logging.ERROR)
+            self._leases.release(running)
+
+    def _take_queued(self) -> list[Done]:
+        """The outcomes still queued, taken from the thread (which, should it ever get
+        an answer, then finds only the end of the run)."""
+        taken: list[Done] = []
+        while True:
+            try:
+                item = self._acks.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                taken.append(item)
+        self._acks.put(None)
+        self._count_unsent(-len(taken))
+        return taken
 
     def wait_sent(self, timeout: float) -> bool:
         """True once every outcome queued has been sent (or given up); waits up to
