@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import random
+import tomllib
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
-from queuelog.config import ConfigError, load_settings
+from queuelog.config import ConfigError, Settings, load_settings
 from queuelog.retry import backoff_seconds
 
 
@@ -141,3 +143,15 @@ def test_hardening_20_a_job_type_named_a_dot_segment_is_refused(tmp_path: Path, 
         load_settings(path, environ={})
     assert f"job type name '{name}': not . or .. " in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+def test_the_example_config_is_valid_and_shows_every_setting() -> None:
+    """README points to queuelog.example.toml for the settings: each has its line there."""
+    example = Path(__file__).parents[2] / "queuelog.example.toml"
+    load_settings(example)
+    given = tomllib.loads(example.read_text())
+    assert set(Settings.model_fields) <= set(given)
+    for section in ("limits", "server", "retention"):
+        model = Settings.model_fields[section].annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        assert set(model.model_fields) <= set(given[section]), section
