@@ -412,6 +412,50 @@ def test_outcomes_queued_behind_a_completion_never_answered_are_said_unreported_
         assert any("outcome=unreported" in line for line in said), (job.id, said)
 
 
+class RefusedThenUnanswered(Unanswered):
+    """Answers the first ``times`` failures sent 503, then holds every request."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.left = times
+
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
+        if sent.path.endswith("/fail") and self.left > 0:
+            self.left -= 1
+            if not self.left:
+                self.hung.set()
+            return answer(503, {"type": "unavailable", "status": 503, "detail": "not now"})
+        return super().forward(sent, send)
+
+
+def test_outcomes_an_unanswered_resend_holds_up_are_said_unreported_too(
+    server: RealServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A failure sent again by the acknowledger, and a completion gathered with it, were
+    # neither in flight as a completion nor queued: said nothing of.
+    worker = Worker(concurrency=2, wait_seconds=1, shutdown_seconds=0.5)
+    transport = RefusedThenUnanswered(times=6)  # the handler's 3 tries, then the resend's
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        if job.payload["first"]:
+            raise Fail("no such mailbox")
+        # Ends in the pause before the failure is sent again: sent along with it.
+        wait_until(lambda: transport.left == 0, "the failure to be refused six times")
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        made = shop.enqueue_many([{"type": "noop", "payload": {"first": i == 0}} for i in (0, 1)])
+    try:
+        with running(worker, server, transport, server.url):
+            fails = lambda: sum(1 for s in transport.sent if s.path.endswith("/fail"))  # noqa: E731
+            wait_until(lambda: fails() == 7, "the failure sent again, held")
+    finally:
+        transport.answering.set()
+    for job in (one.job for one in made):
+        said = [r.getMessage() for r in caplog.records if f"job_id={job.id} " in r.getMessage()]
+        assert any("outcome=unreported" in line for line in said), (job.id, said)
+
+
 class HeartbeatAfterCompletion(Noting):
     """Holds the answer to a completion until a heartbeat has gone out after it."""
 

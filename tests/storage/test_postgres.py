@@ -587,7 +587,7 @@ def test_hardening_58_a_listener_that_cannot_reconnect_says_so_once_and_once_whe
         time.sleep(1.5)  # dozens of connections refused
         proxy.restore()
         count = 2 if up == "back" else 1
-        wait_until(lambda: len(connected) == count, "the listener to connect again", 10)
+        wait_until(lambda: len(connected) >= count, "the listener to connect again", 10)
     finally:
         listener.close()
     said = [r.getMessage() for r in caplog.records if "LISTEN" in r.getMessage()]

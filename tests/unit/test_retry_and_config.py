@@ -148,7 +148,7 @@ def test_hardening_20_a_job_type_named_a_dot_segment_is_refused(tmp_path: Path, 
 def test_the_example_config_is_valid_and_shows_every_setting() -> None:
     """README points to queuelog.example.toml for the settings: each has its line there."""
     example = Path(__file__).parents[2] / "queuelog.example.toml"
-    load_settings(example)
+    load_settings(example, environ={})
     given = tomllib.loads(example.read_text())
     assert set(Settings.model_fields) <= set(given)
     for section in ("limits", "server", "retention"):

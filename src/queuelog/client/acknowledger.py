@@ -16,8 +16,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from queuelog.client import calls
@@ -65,7 +64,9 @@ class Acknowledger:
         self._closed = False  # ``close`` was called: nothing more is queued
         self._sent = threading.Condition()
         self._unsent = 0  # outcomes queued, or waiting to be sent again
-        self._in_flight: set[Running] = set()  # sent, no answer yet (under ``_sent``)
+        # The thread's batch, sent or waiting behind a send, not yet settled (under
+        # ``_sent``): said unreported should the run end first.
+        self._unsettled: set[Running] = set()
         self._thread = threading.Thread(target=self._acknowledge, name="queuelog-ack", daemon=True)
 
     def start(self) -> None:
@@ -85,7 +86,7 @@ class Acknowledger:
         self.close()
         self._thread.join(timeout=max(0.0, until - time.monotonic()))
         with self._sent:
-            unanswered = list(self._in_flight)
+            unanswered = list(self._unsettled)
         for running in unanswered:  # a server that takes requests and never answers
             said = "unreported (no answer from the server before the worker stopped)"
             log_outcome(running, said, logging.ERROR)
@@ -130,17 +131,10 @@ class Acknowledger:
         log_outcome(running, "unreported (the worker has stopped)", logging.ERROR)
         self._leases.release(running)
 
-    @contextmanager
-    def _awaiting(self, batch: list[Running]) -> Iterator[None]:
-        """While ``batch``'s completions are sent, from this thread: said unreported should
-        the run end first (a failure a handler's thread sends is logged by that thread)."""
+    def _settled(self, done: list[Done]) -> None:
+        """``done``, of the thread's batch, is sent, given up, or deferred to the next."""
         with self._sent:
-            self._in_flight.update(batch)
-        try:
-            yield
-        finally:
-            with self._sent:
-                self._in_flight.difference_update(batch)
+            self._unsettled.difference_update(running for running, _ in done)
 
     def _report_one(self, running: Running, outcome: Outcome) -> bool:
         """Send a failure or a snooze; False when the server could not be reached."""
@@ -237,12 +231,19 @@ class Acknowledger:
     def _send(self, batch: list[Done]) -> list[Done]:
         """Report ``batch``: what the server could not be reached for, to send again. Once
         one send finds it away, the rest waits for the next try instead of each trying."""
+        with self._sent:
+            self._unsettled.update(running for running, _ in batch)
         again: list[Done] = []
-        for done in [done for done in batch if not done[1].completed]:
-            if again or not self._report_one(*done):
-                again.append(done)
-        for part in _parts([done for done in batch if done[1].completed]):
-            again += part if again else self._complete(part)
+        try:
+            for done in [done for done in batch if not done[1].completed]:
+                if again or not self._report_one(*done):
+                    again.append(done)
+                self._settled([done])
+            for part in _parts([done for done in batch if done[1].completed]):
+                again += part if again else self._complete(part)
+                self._settled(part)
+        finally:  # all settled, unless a surprise (logged) left the batch to its leases
+            self._settled(batch)
         return again
 
     def _complete(self, batch: list[Done]) -> list[Done]:
@@ -252,8 +253,7 @@ class Acknowledger:
             items = [(r.job, o.result) for r, o in batch]
             call = calls.complete_many(items, return_jobs=False)
             call = dataclasses.replace(call, again=lambda: _unconfirmed(held))
-            with self._awaiting(held):
-                answers = self._client.send(call)
+            answers = self._client.send(call)
         except BodyTooLarge:
             if len(batch) > 1:  # completing is guarded by the lease token: safe to resend
                 half = len(batch) // 2

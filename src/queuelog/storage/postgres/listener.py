@@ -106,22 +106,22 @@ class ReadyListener:
     def _loop(self) -> None:
         # Said once when the connection goes (or its first try fails), not at each failed
         # try after that, and once when it is up: what to say then.
-        up: str | None = None
+        said_when_up: str | None = None
         while not self._stop.is_set():
             try:
-                self._listen(up)
+                self._listen(said_when_up)
             except psycopg.Error as exc:
                 failure = type(exc).__name__
                 if self.listening.is_set():
                     log.warning("LISTEN connection lost (%s); reconnecting", failure)
-                    up = "LISTEN connection back"
-                elif up is None:
+                    said_when_up = "LISTEN connection back"
+                elif said_when_up is None:
                     log.warning("LISTEN connection failed (%s); trying again", failure)
-                    up = "LISTEN connection made"
+                    said_when_up = "LISTEN connection made"
                 self.listening.clear()
                 self._stop.wait(self._retry_seconds)
 
-    def _listen(self, up: str | None) -> None:
+    def _listen(self, said_when_up: str | None) -> None:
         with psycopg.connect(
             self._url, autocommit=True, application_name=APPLICATION, connect_timeout=10
         ) as conn:
@@ -133,8 +133,8 @@ class ReadyListener:
             self._fire()
             self._fire_finished(None)
             self.listening.set()
-            if up is not None:
-                log.warning(up)
+            if said_when_up is not None:
+                log.warning(said_when_up)
             heard = time.monotonic()
             while not self._stop.is_set():
                 for note in conn.notifies(timeout=self._poll_seconds):
