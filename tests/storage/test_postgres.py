@@ -338,9 +338,29 @@ def test_claim_walks_a_ready_index_without_sorting_the_queue(
     with psycopg.connect(schema, autocommit=True) as conn:
         conn.execute("ANALYZE jobs")
     plan = _claim_plan(schema, types)
-    # The pick walks the ready index in claim order; the claimed rows are found by id.
-    assert _scans(plan) == [("Index Scan", "jobs_ready"), ("Index Scan", "jobs_pkey")], plan
-    assert _sorted_rows(plan) == 0, plan
+    # The pick walks each type's ready index in claim order, sorting only what it took
+    # there (the claim's limit of each type); the claimed rows are found by id.
+    assert _scans(plan) == [("Index Scan", "jobs_ready_type"), ("Index Scan", "jobs_pkey")]
+    assert _sorted_rows(plan) <= 10 * len(types), plan
+
+
+def test_a_claim_of_a_rare_type_reads_none_of_another_type_s_backlog(
+    nodes: list[PostgresStorage], schema: str
+) -> None:
+    """20,000 ready jobs of one type ahead of 50 of another, whose 2,000 scheduled jobs
+    make the statistics reckon its ready jobs spread through the queue: a claim of it
+    walked the ready index past the whole backlog, at every claim."""
+    with psycopg.connect(schema, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO jobs (type, principal, run_at, created_at, updated_at, scheduled)"
+            " SELECT CASE WHEN n <= 20000 THEN 'bulk' ELSE 'noop' END, 'shop',"
+            " CASE WHEN n <= 20050 THEN 1 ELSE 9000000000000000 END, n, 1, n > 20050"
+            " FROM generate_series(1, 22050) n"
+        )
+        conn.execute("ANALYZE jobs")
+    for types in (["noop"], ["noop", "rare"]):
+        plan = _claim_plan(schema, types)
+        assert plan["Actual Rows"] == 10 and rows_read(plan) <= 200, plan
 
 
 def test_a_claim_reads_what_it_takes_after_a_burst_into_a_drained_table(

@@ -213,20 +213,28 @@ FROM json_array_elements_text(%(ids)s::json) WITH ORDINALITY AS i (value, n)
 ORDER BY i.n;
 
 -- name: job_claim
--- One statement: the CTE locks the first ready rows in claim order, skipping rows
--- another node's claim has locked, so concurrent claimers never wait on each other and
--- never get the same job, and it locks only what the claim takes. The update finds
--- the locked rows by id alone: a guard on their status would let the planner look for
--- them among the pending jobs instead, which after a burst into a table the statistics
--- last saw drained means walking the burst at every claim. The lease token is 128
--- random bits, fresh per claim.
+-- One statement: the CTE locks the first ready rows of each type of %(types)s in claim
+-- order, skipping rows another node's claim has locked, so concurrent claimers never
+-- wait on each other and never get the same job, and keeps the first %(limit)s of them
+-- (of several types, the others stay locked until the claim commits). Each type's are
+-- read from its own ready index: a filter on the ready index, planned from statistics
+-- that reckon a type's jobs spread through the queue, read past every job of another
+-- type ahead of a rare type's (a whole backlog, at every claim). The update finds the
+-- locked rows by id alone: a guard on their status would let the planner look for them
+-- among the pending jobs instead, which after a burst into a table the statistics last
+-- saw drained means walking the burst at every claim. The lease token is 128 random
+-- bits, fresh per claim.
 WITH ready AS (
-    SELECT id FROM jobs
-    WHERE status = 'pending' AND NOT scheduled AND run_at <= %(now)s::bigint
-      AND type = ANY(%(types)s::text[])
-    ORDER BY priority DESC, created_at, id
+    SELECT r.id FROM unnest(%(types)s::text[]) AS named (type)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, created_at FROM jobs
+        WHERE type = named.type AND status = 'pending' AND NOT scheduled
+          AND run_at <= %(now)s::bigint
+        ORDER BY priority DESC, created_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS r
+    ORDER BY r.priority DESC, r.created_at, r.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 )
 UPDATE jobs
 SET status = 'running',
