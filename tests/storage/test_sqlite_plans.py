@@ -123,6 +123,7 @@ def test_a_saturated_group_of_many_pending_jobs_is_not_walked(conn: sqlite3.Conn
 WORKFLOW_STATEMENTS = (
     "job_dependency_hold",
     "job_settle",
+    "job_cancel_cascade",
     "job_cancel_dependents",
     "job_release_dependents",
     "job_reinstate_dependents",

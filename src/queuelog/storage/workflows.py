@@ -6,19 +6,21 @@ completed, except that with ``on_dependency_failure = "run"`` a dependency that 
 or was cancelled has ended too. ``job_dependencies`` holds one row per (job,
 dependency), indexed by the dependency, and a job that any other depends on is marked
 ``has_dependents``: the transition that ends such a job (complete, fail for good,
-cancel, a lease rescued for good) runs ``release`` in its own transaction, one
-set-based statement per level: no later sweep discovers ready jobs, so a graph never
-stalls on a lost message. A job that nobody depends on ends as it always did.
+cancel, a lease rescued for good) runs ``release`` in its own transaction: no later
+sweep discovers ready jobs, so a graph never stalls on a lost message. A job that
+nobody depends on ends as it always did. A release is a few set-based statements
+however deep the graph it moves: a recursive query walks it whole, where a statement
+per level cost a round trip per level.
 
 On PostgreSQL, an insert locks the dependencies it names (``job_dependency_hold``)
 before reading their status, so a dependency that ends on another node meanwhile
 either ended first (and is read as ended) or waits for the insert to commit and then
 finds the new dependent. Two dependencies of one job that end at once count off in
-turn under the job's row lock; a level with a failure locks its waiting dependents in
-id order before its two statements change them (``hold_dependents``). A redrive locks the
-dependencies of the jobs it may move before it reads how they stand
-(``hold_dependencies``), so of a redrive and the end or redrive of another dependency on
-another node, the later sees what the earlier did.
+turn under the job's row lock; a release with a failure locks, in id order, every
+waiting job its statements may change before they change them (``hold_dependents``).
+A redrive locks the dependencies of the jobs it may move before it reads how they
+stand (``hold_dependencies``), so of a redrive and the end or redrive of another
+dependency on another node, the later sees what the earlier did.
 
 Each step is a named query both ``queries.sql`` hold, run through ``WorkflowSql``;
 so is an admin's cancel or requeue of one job (``transition``), which the release or
@@ -151,24 +153,61 @@ def _record_settled(
 
 def release(sql: WorkflowSql, ended: Iterable[Job | Row], now: datetime) -> Released:
     """Release the waiting dependents of the ``ended`` jobs (those that ended: completed,
-    failed for good or cancelled), level by level through the cancellations."""
-    released = Released()
-    level = dict(_endings(ended))
+    failed for good or cancelled): the failures' cancellation spreads through every
+    level of waiting ``cancel``-mode jobs first, then every job that ended, cancelled
+    ones included, counts itself off the waiting jobs that depend on it, in one
+    statement each however deep the graph."""
+    ending = dict(_endings(ended))
+    if not ending:
+        return Released()
+    failed = [job_id for job_id, status in ending.items() if status in _FAILED]
+    cancelled = _cancel_dependents(sql, ending, failed, now) if failed else []
+    ends = [*ending, *(int(r["id"]) for r in cancelled if r["has_dependents"])]
+    rows = sql.rows("job_release_dependents", {"ids": sql.ids(ends), "now": to_micros(now)})
+    ready = [int(r["id"]) for r in rows if r["status"] == JobStatus.PENDING.value]
+    _record_released(sql, cancelled, ready, ending, now)
+    return Released(ready=ready, cancelled=[int(r["id"]) for r in cancelled])
+
+
+def _cancel_dependents(
+    sql: WorkflowSql, ending: dict[int, JobStatus], failed: list[int], now: datetime
+) -> list[Row]:
+    """Cancel the waiting ``cancel``-mode jobs that the ``failed`` jobs' end reaches,
+    directly or through jobs it cancels; their rows in the order their levels reached
+    them. On PostgreSQL every waiting dependent these ends may change is locked in id
+    order before the cascade is read (``hold_dependents``), so the read, a statement
+    after the locks, sees every dependent committed before them."""
+    sql.hold_dependents(sql.ids(list(ending)))
+    edges = sql.rows("job_cancel_cascade", {"ids": sql.ids(failed)})
+    causes = _cascade_causes(failed, [(int(r["job_id"]), int(r["depends_on_id"])) for r in edges])
+    if not causes:
+        return []
+    args = {"jobs": json_param([[job, cause] for job, cause in causes.items()])}
+    rows = sql.rows("job_cancel_dependents", {**args, "now": to_micros(now)})
+    order = {job_id: index for index, job_id in enumerate(causes)}
+    return sorted(rows, key=lambda row: order[int(row["id"])])
+
+
+def _cascade_causes(failed: Iterable[int], edges: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """Each job the cascade cancels, with the dependency it names as the cause, level by
+    level from the ``failed`` jobs along ``edges`` (job, dependency; a dependency that no
+    level holds is passed over): a job is cancelled at the first level that holds one of
+    its dependencies, by the lowest id among those, as when each level was a statement
+    of its own. A job's cause comes before it."""
+    dependents: dict[int, list[int]] = {}
+    for job_id, dependency in edges:
+        dependents.setdefault(dependency, []).append(job_id)
+    causes: dict[int, int] = {}
+    level = set(failed)
     while level:
-        failed = [job_id for job_id, status in level.items() if status in _FAILED]
-        ending = {"ids": sql.ids(list(level)), "now": to_micros(now)}
-        cancelled = []
-        if failed:  # two statements change the dependents: both modes locked first, at once
-            sql.hold_dependents(ending["ids"])
-            args = {"ids": sql.ids(failed), "now": to_micros(now)}
-            cancelled = sql.rows("job_cancel_dependents", args)
-        rows = sql.rows("job_release_dependents", ending)
-        ready = [int(r["id"]) for r in rows if r["status"] == JobStatus.PENDING.value]
-        _record_released(sql, cancelled, ready, level, now)
-        released.cancelled += [int(r["id"]) for r in cancelled]
-        released.ready += ready
-        level = {int(r["id"]): JobStatus.CANCELLED for r in cancelled if r["has_dependents"]}
-    return released
+        found: dict[int, int] = {}
+        for dependency in sorted(level):
+            for job_id in dependents.get(dependency, ()):
+                if job_id not in causes and job_id not in found:
+                    found[job_id] = dependency  # the lowest first: the level is sorted
+        causes.update(found)
+        level = set(found)
+    return causes
 
 
 def _endings(jobs: Iterable[Job | Row]) -> Iterable[tuple[int, JobStatus]]:
@@ -188,14 +227,14 @@ def _record_released(
     sql: WorkflowSql,
     cancelled: list[Row],
     ready: list[int],
-    level: dict[int, JobStatus],
+    ending: dict[int, JobStatus],
     now: datetime,
 ) -> None:
     _record_each(sql, ready, _READY, ACTOR, now)
     events = []
     for row in cancelled:
         cause = int(row["cancelled_by"])
-        detail = f"job {cause} {level[cause].value}"
+        detail = f"job {cause} {ending.get(cause, JobStatus.CANCELLED).value}"
         kind = EventKind.DEPENDENCY_FAILED
         events.append(event_params(row, now, kind, JobStatus.WAITING, ACTOR, detail))
     if events:

@@ -753,6 +753,12 @@ ORDER BY at
 LIMIT 1 OFFSET %(over)s;
 
 -- Workflows (migration 0009, storage/workflows.py): jobs that wait for other jobs. ---
+-- A recursive statement walks a graph of any depth in one round trip. Each of its steps
+-- looks up the dependents of each job it reached in a LATERAL subquery that OFFSET 0
+-- keeps apart, and reads each dependent's row by its key: merged into one join, a step
+-- is planned from an estimate of how many jobs each level holds, and where statistics
+-- miss a burst of waiting or cancelled jobs that plan walked a whole index, or every
+-- job of a status, at every level.
 
 -- name: job_get_many
 SELECT * FROM jobs WHERE id = ANY(%(ids)s::bigint[]);
@@ -798,26 +804,59 @@ FROM json_array_elements(%(jobs)s::json) AS s (value)
 WHERE jobs.id = (s.value ->> 'id')::bigint AND jobs.status = 'waiting'
 RETURNING jobs.*;
 
+-- name: job_cancel_cascade
+-- The waiting jobs (cancel mode) that the end of the jobs of %(ids)s, which failed or
+-- were cancelled, cancels: those that depend on one, and in turn those that depend on
+-- one of those. Each is read with each of its dependencies (one row each), so that
+-- storage/workflows.py finds the level that reaches it first and the dependency it
+-- names.
+WITH RECURSIVE cascade (id) AS (
+    SELECT unnest(%(ids)s::bigint[])
+    UNION
+    SELECT d.job_id FROM cascade AS c
+    CROSS JOIN LATERAL (SELECT job_id FROM job_dependencies
+                        WHERE depends_on_id = c.id OFFSET 0) AS d
+    WHERE (SELECT w.status = 'waiting' AND w.on_dependency_failure = 'cancel'
+           FROM jobs AS w WHERE w.id = d.job_id))
+SELECT d.job_id, d.depends_on_id FROM cascade AS c
+CROSS JOIN LATERAL (SELECT job_id, depends_on_id FROM job_dependencies
+                    WHERE job_id = c.id OFFSET 0) AS d
+WHERE c.id <> ALL(%(ids)s::bigint[]);
+
 -- name: job_cancel_dependents
--- The waiting jobs (cancel mode) that depend on a job of %(ids)s, which failed or were
--- cancelled: cancelled, naming the dependency that did it.
--- job_dependents_hold locked them first.
+-- The jobs of job_cancel_cascade, cancelled: %(jobs)s is a JSON array of [job id, the
+-- dependency that did it]. job_dependents_hold locked them first.
 UPDATE jobs
-SET status = 'cancelled', cancelled_by = f.dependency, updated_at = %(now)s::bigint
-FROM (SELECT d.job_id, min(d.depends_on_id) AS dependency FROM job_dependencies AS d
-      WHERE d.depends_on_id = ANY(%(ids)s::bigint[])
-      GROUP BY d.job_id) AS f
-WHERE jobs.id = f.job_id AND jobs.status = 'waiting' AND jobs.on_dependency_failure = 'cancel'
+SET status = 'cancelled', cancelled_by = (c.value ->> 1)::bigint, updated_at = %(now)s::bigint
+FROM json_array_elements(%(jobs)s::json) AS c (value)
+WHERE jobs.id = (c.value ->> 0)::bigint
+  AND jobs.status = 'waiting' AND jobs.on_dependency_failure = 'cancel'
 RETURNING jobs.id, jobs.status, jobs.has_dependents, jobs.cancelled_by;
 
 -- name: job_dependents_hold
--- The waiting jobs that depend on jobs of %(ids)s, locked in id order, before a level
--- with a failure changes them in two statements (job_cancel_dependents, then
--- job_release_dependents): each locking its own rows, they would take a cancel-mode
--- job before a run-mode one of a lower id, which a completion takes the other way round.
+-- The waiting jobs that the end of the jobs of %(ids)s may change, locked in id order
+-- before a failure changes them in several statements (job_cancel_dependents, then
+-- job_release_dependents): the cancel-mode jobs its cascade reaches (found as
+-- job_cancel_cascade finds them), and every waiting job that depends on an ended or
+-- cancelled one. Each statement locking its own rows, a failure would take a cancel
+-- join before a run join of a lower id, which a completion takes the other way round.
+-- A dependent committed after this statement's snapshot is not locked here, but read
+-- by job_cancel_cascade, whose snapshot follows the locks.
+WITH RECURSIVE cascade (id) AS (
+    SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('failed', 'cancelled')
+    UNION
+    SELECT d.job_id FROM cascade AS c
+    CROSS JOIN LATERAL (SELECT job_id FROM job_dependencies
+                        WHERE depends_on_id = c.id OFFSET 0) AS d
+    WHERE (SELECT w.status = 'waiting' AND w.on_dependency_failure = 'cancel'
+           FROM jobs AS w WHERE w.id = d.job_id)),
+ended (id) AS (SELECT unnest(%(ids)s::bigint[]) UNION SELECT id FROM cascade)
 SELECT id FROM jobs
-WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id = ANY(%(ids)s::bigint[]))
-  AND status = 'waiting'
+WHERE id = ANY(ARRAY(
+        SELECT d.job_id FROM ended AS e
+        CROSS JOIN LATERAL (SELECT job_id FROM job_dependencies
+                            WHERE depends_on_id = e.id OFFSET 0) AS d
+        WHERE (SELECT w.status = 'waiting' FROM jobs AS w WHERE w.id = d.job_id)))
 ORDER BY id
 FOR NO KEY UPDATE;
 

@@ -634,17 +634,30 @@ FROM json_each(:jobs) AS s
 WHERE jobs.id = s.value ->> 'id' AND +jobs.status = 'waiting'
 RETURNING *;
 
+-- name: job_cancel_cascade
+-- The waiting jobs (cancel mode) that the end of the jobs of :ids, which failed or were
+-- cancelled, cancels: those that depend on one, and in turn those that depend on one of
+-- those. Each is read with each of its dependencies (one row each), so that
+-- storage/workflows.py finds the level that reaches it first and the dependency it
+-- names. Each step finds the next jobs through job_dependencies_dependency and reads
+-- each one's row by its key.
+WITH RECURSIVE cascade (id) AS (
+    SELECT value FROM json_each(:ids)
+    UNION
+    SELECT d.job_id FROM cascade AS c JOIN job_dependencies AS d ON d.depends_on_id = c.id
+    WHERE (SELECT w.status = 'waiting' AND w.on_dependency_failure = 'cancel'
+           FROM jobs AS w WHERE w.id = d.job_id))
+SELECT d.job_id, d.depends_on_id FROM cascade AS c JOIN job_dependencies AS d ON d.job_id = c.id
+WHERE c.id NOT IN (SELECT value FROM json_each(:ids));
+
 -- name: job_cancel_dependents
--- The waiting jobs (cancel mode) that depend on a job of :ids, which failed or were
--- cancelled: cancelled, naming the dependency that did it.
+-- The jobs of job_cancel_cascade, cancelled: :jobs is a JSON array of [job id, the
+-- dependency that did it].
 UPDATE jobs
-SET status = 'cancelled', cancelled_by = f.dependency, updated_at = :now
-FROM (SELECT d.job_id, min(d.depends_on_id) AS dependency FROM job_dependencies AS d
-      WHERE d.depends_on_id IN (SELECT value FROM json_each(:ids))
-      GROUP BY d.job_id) AS f
-WHERE jobs.id IN (SELECT job_id FROM job_dependencies
-                  WHERE depends_on_id IN (SELECT value FROM json_each(:ids)))
-  AND jobs.id = f.job_id AND jobs.status = 'waiting' AND jobs.on_dependency_failure = 'cancel'
+SET status = 'cancelled', cancelled_by = c.value ->> 1, updated_at = :now
+FROM json_each(:jobs) AS c
+WHERE jobs.id = c.value ->> 0
+  AND +jobs.status = 'waiting' AND jobs.on_dependency_failure = 'cancel'
 RETURNING jobs.id, jobs.status, jobs.has_dependents, jobs.cancelled_by;
 
 -- name: job_release_dependents
