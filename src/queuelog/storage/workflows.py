@@ -8,9 +8,9 @@ dependency), indexed by the dependency, and a job that any other depends on is m
 ``has_dependents``: the transition that ends such a job (complete, fail for good,
 cancel, a lease rescued for good) runs ``release`` in its own transaction: no later
 sweep discovers ready jobs, so a graph never stalls on a lost message. A job that
-nobody depends on ends as it always did. A release is a few set-based statements
-however deep the graph it moves: a recursive query walks it whole, where a statement
-per level cost a round trip per level.
+nobody depends on ends as it always did. A release, like a redrive, is a few
+set-based statements however deep the graph it moves: recursive queries walk it
+whole, where a statement per level cost a round trip per level.
 
 On PostgreSQL, an insert locks the dependencies it names (``job_dependency_hold``)
 before reading their status, so a dependency that ends on another node meanwhile
@@ -18,9 +18,10 @@ either ended first (and is read as ended) or waits for the insert to commit and 
 finds the new dependent. Two dependencies of one job that end at once count off in
 turn under the job's row lock; a release with a failure locks, in id order, every
 waiting job its statements may change before they change them (``hold_dependents``).
-A redrive locks the dependencies of the jobs it may move before it reads how they
-stand (``hold_dependencies``), so of a redrive and the end or redrive of another
-dependency on another node, the later sees what the earlier did.
+A redrive locks, in id order, the jobs it may bring back and the dependencies of the
+jobs it may move before it reads how they stand (``hold_dependencies``), so of a
+redrive and the end or redrive of another dependency on another node, the later sees
+what the earlier did.
 
 Each step is a named query both ``queries.sql`` hold, run through ``WorkflowSql``;
 so is an admin's cancel or requeue of one job (``transition``), which the release or
@@ -284,35 +285,40 @@ def redrive(
     sql: WorkflowSql, requeued: Sequence[Job], actor: str, now: datetime, held: bool = False
 ) -> list[Job]:
     """After ``requeued`` jobs went back from failed or cancelled: the jobs their failure
-    cancelled wait again, recursively (event ``requeued``), unless another dependency of
-    theirs failed too (a redrive of that one brings them back); so do their dependents in
-    run mode that their end made pending and that have not run yet, since what they
-    waited for runs again. Every waiting job whose dependencies changed counts again what
-    it waits for. The requeued jobs as they are then: a job with dependencies waits,
-    unless none is left (then it is ``ready``). ``held``: the caller locked what the
-    first level reads already (``hold_dependencies``)."""
+    cancelled wait again, and in turn those that these jobs' cancellation cancelled
+    (event ``requeued``), unless another dependency of theirs failed too (a redrive of
+    that one brings them back); so do the dependents in run mode that these jobs' end
+    made pending and that have not run yet, since what they waited for runs again. Each
+    step is one statement however deep the graph. The requeued jobs as they are then:
+    a job with dependencies waits, unless none is left (then it is ``ready``).
+    ``held``: the caller locked what the redrive reads already (``hold_dependencies``)."""
+    ids = sql.ids([job.id for job in requeued])
+    if not held:
+        sql.hold_dependencies(ids)
+    back = sql.rows("job_reinstate_dependents", {"ids": ids, "now": to_micros(now)})
+    # The requeued jobs and those back are what their dependents wait for again.
+    again = [job.id for job in requeued] + [int(r["id"]) for r in back if r["has_dependents"]]
+    args = {"ids": sql.ids(again), "now": to_micros(now)}
+    sql.run("job_cancel_moved", {"ids": args["ids"]})
+    _record_each(sql, [int(r["id"]) for r in back], _BACK, actor, now)
+    rewaiting = sql.rows("job_rewait_dependents", args)
+    _record_each(sql, [int(r["id"]) for r in rewaiting], _AGAIN, actor, now)
     counted = [job.id for job in requeued if job.status is JobStatus.WAITING]
-    level = [job.id for job in requeued]
-    while level:
-        ids = sql.ids(level)
-        args = {"ids": ids, "now": to_micros(now)}
-        if not held:
-            sql.hold_dependencies(ids)
-        held = False  # the next level's jobs are locked by its own hold
-        back = sql.rows("job_reinstate_dependents", args)
-        sql.run("job_cancel_moved", {"ids": ids})
-        _record_each(sql, [int(r["id"]) for r in back], _BACK, actor, now)
-        again = sql.rows("job_rewait_dependents", args)
-        _record_each(sql, [int(r["id"]) for r in again], _AGAIN, actor, now)
-        counted += [int(r["id"]) for r in sql.rows("job_waiting_dependents", {"ids": ids})]
-        level = [int(r["id"]) for r in back if r["has_dependents"]]
+    counted += [int(r["id"]) for r in sql.rows("job_waiting_dependents", {"ids": args["ids"]})]
+    ready = _recount(sql, counted, now)
+    return [ready.get(job.id, job) for job in requeued]
+
+
+def _recount(sql: WorkflowSql, counted: list[int], now: datetime) -> dict[int, Job]:
+    """The waiting jobs of ``counted`` count again what they wait for; those that wait for
+    nothing more are made pending (event ``ready``), and returned by id."""
     if not counted:
-        return list(requeued)
+        return {}
     sql.run("job_recount", {"ids": sql.ids(counted)})
     rows = sql.rows("job_ready_counted", {"ids": sql.ids(counted), "now": to_micros(now)})
     ready = {job.id: job for job in map(job_from_row, rows)}
     _record_each(sql, list(ready), _READY, ACTOR, now)
-    return [ready.get(job.id, job) for job in requeued]
+    return ready
 
 
 # The moves a redrive records, each an event kind and the statuses it goes between.

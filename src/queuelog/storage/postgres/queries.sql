@@ -889,28 +889,44 @@ WHERE jobs.id = e.job_id AND jobs.id IN (SELECT id FROM locked) AND jobs.status 
 RETURNING jobs.id, jobs.status;
 
 -- name: job_reinstate_dependents
--- A redrive of jobs of %(ids)s: the jobs their failure cancelled (the candidates) wait
--- again (job_recount then counts what they wait for), unless a dependency of theirs that
--- is no candidate failed or was cancelled (job_cancel_moved), or they wait, in turn, for
--- a candidate kept so. Candidates may wait for each other (c for a and b, b for a): they
--- come back together, in this one statement, however long their chain. As a redriven job
--- (job_requeue), each comes back without holding its unique key: another job may hold it
--- by now.
-WITH RECURSIVE candidate AS MATERIALIZED (
-    SELECT id FROM jobs
-    WHERE id IN (SELECT job_id FROM job_dependencies
-                 WHERE depends_on_id = ANY(%(ids)s::bigint[]))
-      AND status = 'cancelled' AND cancelled_by = ANY(%(ids)s::bigint[])),
+-- A redrive of jobs of %(ids)s: the jobs their failure cancelled (the candidates), and in
+-- turn those that the candidates' cancellation cancelled, however deep, wait again
+-- (job_recount then counts what they wait for), unless a dependency of theirs that is
+-- no candidate failed or was cancelled (job_cancel_moved), or they wait, in turn, for a
+-- candidate kept so (kept spreads through every cancelled dependent: one that is no
+-- candidate keeps its own dependents anyway, and no candidate's membership is read at
+-- each step). Candidates may wait for each other (c for a and b, b for a): they come
+-- back together, in this one statement, however long their chain. As a redriven job
+-- (job_requeue), each comes back without holding its unique key: another job may hold
+-- it by now.
+-- A candidate is reached once, through the dependency its cancelled_by names, so the walk
+-- keeps no set of those it met (UNION ALL).
+WITH RECURSIVE candidate (id) AS (
+    SELECT d.job_id FROM job_dependencies AS d
+    WHERE d.depends_on_id = ANY(%(ids)s::bigint[])
+      AND (SELECT w.status = 'cancelled' AND w.cancelled_by = d.depends_on_id
+           FROM jobs AS w WHERE w.id = d.job_id)
+    UNION ALL
+    SELECT d.job_id FROM candidate AS c
+    CROSS JOIN LATERAL (SELECT job_id FROM job_dependencies
+                        WHERE depends_on_id = c.id OFFSET 0) AS d
+    WHERE (SELECT w.status = 'cancelled' AND w.cancelled_by = c.id
+           FROM jobs AS w WHERE w.id = d.job_id)),
 kept (id) AS (
     SELECT c.id FROM candidate AS c
-    JOIN job_dependencies AS d ON d.job_id = c.id JOIN jobs AS dep ON dep.id = d.depends_on_id
-    WHERE dep.status IN ('failed', 'cancelled') AND dep.id NOT IN (SELECT id FROM candidate)
+    CROSS JOIN LATERAL (SELECT depends_on_id FROM job_dependencies
+                        WHERE job_id = c.id OFFSET 0) AS d
+    WHERE d.depends_on_id NOT IN (SELECT id FROM candidate)
+      AND (SELECT dep.status IN ('failed', 'cancelled')
+           FROM jobs AS dep WHERE dep.id = d.depends_on_id)
     UNION
-    SELECT d.job_id FROM kept JOIN job_dependencies AS d ON d.depends_on_id = kept.id
-    WHERE d.job_id IN (SELECT id FROM candidate))
+    SELECT d.job_id FROM kept
+    CROSS JOIN LATERAL (SELECT job_id FROM job_dependencies
+                        WHERE depends_on_id = kept.id OFFSET 0) AS d
+    WHERE (SELECT w.status = 'cancelled' FROM jobs AS w WHERE w.id = d.job_id))
 UPDATE jobs
 SET status = 'waiting', cancelled_by = NULL, unique_hold = NULL, updated_at = %(now)s::bigint
-WHERE id IN (SELECT id FROM candidate) AND id NOT IN (SELECT id FROM kept)
+WHERE id = ANY(ARRAY(SELECT id FROM candidate EXCEPT SELECT id FROM kept))
   AND status = 'cancelled'
 RETURNING id, status, has_dependents;
 
@@ -927,27 +943,43 @@ RETURNING id;
 
 -- name: job_redrive_hold
 -- A redrive of jobs of %(ids)s, before it reads how the dependencies of the jobs it may
--- move stand: those jobs' dependencies that may still change (not completed), the
--- redriven jobs' own and the redriven jobs themselves, locked in id order. A
--- dependency that ends or is redriven on another node meanwhile either changed first,
--- and the redrive's next statements read it as it is now, or waits for the redrive to
--- commit and then finds the jobs it moved (cancels a job brought back, counts off its
--- end). Each part is found through an index: the redriven jobs' dependents through
--- job_dependencies_dependency, every job's dependencies through the table's key.
+-- move stand: the redriven jobs, the jobs their failure cancelled however deep (the
+-- candidates of job_reinstate_dependents, found as it finds them), and the dependencies
+-- that may still change (not completed) of all those and of their waiting or pending
+-- run-mode dependents, locked in id order. A dependency that ends or is redriven on
+-- another node meanwhile either changed first, and the redrive's next statements read
+-- it as it is now, or waits for the redrive to commit and then finds the jobs it moved
+-- (cancels a job brought back, counts off its end); an enqueue naming a candidate waits
+-- for it likewise.
+-- A candidate is reached once, through the dependency its cancelled_by names, so the walk
+-- keeps no set of those it met (UNION ALL).
+WITH RECURSIVE candidate (id) AS (
+    SELECT d.job_id FROM job_dependencies AS d
+    WHERE d.depends_on_id = ANY(%(ids)s::bigint[])
+      AND (SELECT w.status = 'cancelled' AND w.cancelled_by = d.depends_on_id
+           FROM jobs AS w WHERE w.id = d.job_id)
+    UNION ALL
+    SELECT d.job_id FROM candidate AS c
+    CROSS JOIN LATERAL (SELECT job_id FROM job_dependencies
+                        WHERE depends_on_id = c.id OFFSET 0) AS d
+    WHERE (SELECT w.status = 'cancelled' AND w.cancelled_by = c.id
+           FROM jobs AS w WHERE w.id = d.job_id)),
+redriven (id) AS (SELECT unnest(%(ids)s::bigint[]) UNION SELECT id FROM candidate),
+moved (id) AS (
+    SELECT id FROM redriven
+    UNION
+    SELECT d.job_id FROM redriven AS r
+    CROSS JOIN LATERAL (SELECT job_id FROM job_dependencies
+                        WHERE depends_on_id = r.id OFFSET 0) AS d
+    WHERE (SELECT w.status = 'waiting' OR (w.status = 'pending' AND w.on_dependency_failure = 'run')
+           FROM jobs AS w WHERE w.id = d.job_id))
 SELECT id FROM jobs
-WHERE id IN (
-        SELECT unnest(%(ids)s::bigint[])
+WHERE id = ANY(ARRAY(
+        SELECT id FROM redriven
         UNION
-        SELECT depends_on_id FROM job_dependencies WHERE job_id = ANY(%(ids)s::bigint[])
-        UNION
-        SELECT d.depends_on_id
-        FROM job_dependencies AS moved
-        JOIN jobs AS j ON j.id = moved.job_id
-        JOIN job_dependencies AS d ON d.job_id = moved.job_id
-        WHERE moved.depends_on_id = ANY(%(ids)s::bigint[])
-          AND (j.status = 'waiting'
-               OR (j.status = 'pending' AND j.on_dependency_failure = 'run')
-               OR (j.status = 'cancelled' AND j.cancelled_by = ANY(%(ids)s::bigint[]))))
+        SELECT d.depends_on_id FROM moved AS m
+        CROSS JOIN LATERAL (SELECT depends_on_id FROM job_dependencies
+                            WHERE job_id = m.id OFFSET 0) AS d))
   AND status <> 'completed'
 ORDER BY id
 FOR NO KEY UPDATE;

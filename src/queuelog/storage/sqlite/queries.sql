@@ -679,28 +679,39 @@ WHERE jobs.id IN (SELECT job_id FROM job_dependencies
 RETURNING jobs.id, jobs.status;
 
 -- name: job_reinstate_dependents
--- A redrive of jobs of :ids: the jobs their failure cancelled (the candidates) wait
--- again (job_recount then counts what they wait for), unless a dependency of theirs that
--- is no candidate failed or was cancelled (job_cancel_moved), or they wait, in turn, for
--- a candidate kept so. Candidates may wait for each other (c for a and b, b for a): they
--- come back together, in this one statement, however long their chain. As a redriven job
--- (job_requeue), each comes back without holding its unique key: another job may hold it
--- by now.
-WITH RECURSIVE candidate (id) AS MATERIALIZED (
-    SELECT id FROM jobs
-    WHERE id IN (SELECT job_id FROM job_dependencies
-                 WHERE depends_on_id IN (SELECT value FROM json_each(:ids)))
-      AND +status = 'cancelled' AND cancelled_by IN (SELECT value FROM json_each(:ids))),
+-- A redrive of jobs of :ids: the jobs their failure cancelled (the candidates), and in
+-- turn those that the candidates' cancellation cancelled, however deep, wait again
+-- (job_recount then counts what they wait for), unless a dependency of theirs that is
+-- no candidate failed or was cancelled (job_cancel_moved), or they wait, in turn, for a
+-- candidate kept so (kept spreads through every cancelled dependent: one that is no
+-- candidate keeps its own dependents anyway, and no candidate's membership is read at
+-- each step). Candidates may wait for each other (c for a and b, b for a): they
+-- come back together, in this one statement, however long their chain. As a redriven
+-- job (job_requeue), each comes back without holding its unique key: another job may
+-- hold it by now. Each job is found through job_dependencies and read by its key.
+-- A candidate is reached once, through the dependency its cancelled_by names, so the walk
+-- keeps no set of those it met (UNION ALL).
+WITH RECURSIVE candidate (id) AS (
+    SELECT d.job_id FROM job_dependencies AS d
+    WHERE d.depends_on_id IN (SELECT value FROM json_each(:ids))
+      AND (SELECT w.status = 'cancelled' AND w.cancelled_by = d.depends_on_id
+           FROM jobs AS w WHERE w.id = d.job_id)
+    UNION ALL
+    SELECT d.job_id FROM candidate AS c JOIN job_dependencies AS d ON d.depends_on_id = c.id
+    WHERE (SELECT w.status = 'cancelled' AND w.cancelled_by = d.depends_on_id
+           FROM jobs AS w WHERE w.id = d.job_id)),
 kept (id) AS (
-    SELECT c.id FROM candidate AS c
-    JOIN job_dependencies AS d ON d.job_id = c.id JOIN jobs AS dep ON dep.id = d.depends_on_id
-    WHERE +dep.status IN ('failed', 'cancelled') AND dep.id NOT IN candidate
+    SELECT c.id FROM candidate AS c JOIN job_dependencies AS d ON d.job_id = c.id
+    WHERE d.depends_on_id NOT IN candidate
+      AND (SELECT dep.status IN ('failed', 'cancelled')
+           FROM jobs AS dep WHERE dep.id = d.depends_on_id)
     UNION
     SELECT d.job_id FROM kept JOIN job_dependencies AS d ON d.depends_on_id = kept.id
-    WHERE d.job_id IN candidate)
+    WHERE (SELECT w.status = 'cancelled' FROM jobs AS w WHERE w.id = d.job_id))
 UPDATE jobs
 SET status = 'waiting', cancelled_by = NULL, unique_hold = NULL, updated_at = :now
-WHERE id IN candidate AND id NOT IN kept AND +status = 'cancelled'
+WHERE id IN (SELECT id FROM candidate EXCEPT SELECT id FROM kept)
+  AND +status = 'cancelled'
 RETURNING id, status, has_dependents;
 
 -- name: job_rewait_dependents
