@@ -23,10 +23,14 @@ INSERT INTO schema_migrations (version) VALUES (%(version)s);
 -- name: session_settings
 -- The session's durability, the node its inserts of jobs name when they NOTIFY
 -- (migration 0011), and how long a statement waits for a lock another program holds
--- (a LOCK TABLE, a long migration) before it is refused.
+-- (a LOCK TABLE, a long migration) before it is refused. No JIT compilation: every
+-- statement here is short, and where statistics miss a burst of jobs a recursive
+-- workflow statement's estimate passed jit_above_cost, and compiling it took longer
+-- than running it many times over.
 SELECT set_config('synchronous_commit', %(durability)s, false),
        set_config('queuelog.node', %(node)s, false),
-       set_config('lock_timeout', %(lock_timeout)s, false);
+       set_config('lock_timeout', %(lock_timeout)s, false),
+       set_config('jit', 'off', false);
 
 -- name: job_ready_notify
 -- Delivered at commit, to every node LISTENing; the payload names the schema so
