@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -126,3 +126,58 @@ async def test_completing_a_job_with_ten_thousand_dependents_is_one_call(
     assert stats.counts.get(("waiting", "noop")) is None
     counts = await store.job_event_counts(T0, T0.replace(year=2027), 86_400 * 365)
     assert {c.event: c.count for c in counts}[EventKind.READY] == FAN_OUT
+
+
+DEEP = 2_000
+
+
+async def deep_chain(store: Storage) -> list[int]:
+    """A chain of ``DEEP`` jobs, each waiting for the one before it: one root and every
+    other job a level further from it."""
+    jobs = [replace(new_job(), max_retries=0)] + [waiting_on(items=(i,)) for i in range(DEEP - 1)]
+    return [job.id for job, _ in await store.job_insert_many(jobs, T0)]
+
+
+async def statuses(store: Storage, ids: list[int]) -> list[JobStatus]:
+    by_id = {job.id: job.status for job in await store.job_get_many(ids)}
+    return [by_id[job_id] for job_id in ids]
+
+
+async def events_at(store: Storage, at: datetime) -> dict[EventKind, int]:
+    counts = await store.job_event_counts(at, at + timedelta(seconds=1), 1)
+    return {count.event: count.count for count in counts}
+
+
+async def test_cancelling_the_root_of_a_deep_chain_cancels_every_level_and_a_retry_brings_all_back(
+    store: Storage,
+) -> None:
+    ids = await deep_chain(store)
+    cancelled_at, retried_at = T0 + timedelta(hours=1), T0 + timedelta(hours=2)
+    await store.job_cancel(ids[0], "admin", cancelled_at)
+    assert set(await statuses(store, ids)) == {JobStatus.CANCELLED}
+    assert (await events_at(store, cancelled_at))[EventKind.DEPENDENCY_FAILED] == DEEP - 1
+    last = (await store.job_events(ids[-1]))[-1]
+    assert (last.event, last.detail) == (EventKind.DEPENDENCY_FAILED, f"job {ids[-2]} cancelled")
+    root = await store.job_requeue(ids[0], "admin", retried_at)
+    assert root.status is JobStatus.PENDING
+    assert await statuses(store, ids[1:]) == [JobStatus.WAITING] * (DEEP - 1)
+    assert (await events_at(store, retried_at))[EventKind.REQUEUED] == DEEP
+
+
+async def test_an_admin_retry_of_a_deep_chain_s_failed_root_makes_every_level_wait_for_it_again(
+    store: Storage,
+) -> None:
+    ids = await deep_chain(store)
+    (held,) = await claim(store)
+    await finish(store, held, error="boom", retryable=False)
+    assert await statuses(store, ids) == [JobStatus.FAILED] + [JobStatus.CANCELLED] * (DEEP - 1)
+    first = (await store.job_events(ids[1]))[-1]
+    assert (first.event, first.detail) == (EventKind.DEPENDENCY_FAILED, f"job {ids[0]} failed")
+    await store.job_requeue(ids[0], "admin", T0)
+    assert await statuses(store, ids[1:]) == [JobStatus.WAITING] * (DEEP - 1)
+    # Each waits for the one before it again: the root's completion frees the next alone.
+    (held,) = await claim(store)
+    await finish(store, held)
+    after = await statuses(store, ids)
+    assert after[:3] == [JobStatus.COMPLETED, JobStatus.PENDING, JobStatus.WAITING]
+    assert set(after[2:]) == {JobStatus.WAITING}
