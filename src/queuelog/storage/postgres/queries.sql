@@ -955,6 +955,9 @@ RETURNING id;
 -- it as it is now, or waits for the redrive to commit and then finds the jobs it moved
 -- (cancels a job brought back, counts off its end); an enqueue naming a candidate waits
 -- for it likewise.
+-- job_reinstate_dependents walks the candidates again, after these locks: this walk read
+-- them before it waited for any, and meanwhile a redrive on another node may have made
+-- a candidate of a job this one's redrive must bring back (job_cancel_moved naming it).
 -- A candidate is reached once, through the dependency its cancelled_by names, so the walk
 -- keeps no set of those it met (UNION ALL).
 WITH RECURSIVE candidate (id) AS (
