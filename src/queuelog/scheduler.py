@@ -187,7 +187,12 @@ class Scheduler:
         await self.storage.schedule_delete(_could_be(name))
 
     async def pause(self, name: str) -> Schedule:
-        return await self.storage.schedule_set_paused(_could_be(name), True, None, self.clock.now())
+        """Pause: no fire after now makes a job. One that came before it and that no pass
+        made yet (a pass may come a sweep interval late) is made first, as that pass
+        would have made it."""
+        name = _could_be(name)
+        await self.fire_due()
+        return await self.storage.schedule_set_paused(name, True, None, self.clock.now())
 
     async def resume(self, name: str) -> Schedule:
         """Resume from the next fire time: fires missed while paused are not made up. A
@@ -197,8 +202,11 @@ class Scheduler:
         if not schedule.paused:
             return schedule
         now = self.clock.now()
+        # Never a fire time already made: this node's clock may be behind the one that
+        # made the last fire.
+        after = max(now, schedule.last_run_at) if schedule.last_run_at is not None else now
         try:
-            next_run_at = schedule.spec.cadence.next_after(now)
+            next_run_at = schedule.spec.cadence.next_after(after)
         except CadenceError as exc:  # the time zone's rules changed since it was made
             raise _refused(exc) from None
         return await self.storage.schedule_set_paused(name, False, next_run_at, now)

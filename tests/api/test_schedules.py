@@ -662,3 +662,42 @@ def test_hardening_13_a_time_zone_no_place_keeps_is_422(admin: Api, zone: str) -
     schemas = admin.get("/openapi.json").json()["components"]["schemas"]
     zones = schemas["ScheduleCreateRequest"]["properties"]["timezone"]["enum"]
     assert "Europe/Paris" in zones and zone not in zones
+
+
+async def test_hardening_71_a_resume_on_a_node_whose_clock_is_behind_makes_no_fire_time_twice(
+    admin: Api, scheduler: Scheduler, clock: FakeClock
+) -> None:
+    """One node fires 00:00:00; a pause and resume follow through a node whose clock is
+    two seconds behind (or after a clock step back). The next fire after that node's now
+    is 00:00:00 again, already made: the resume fires next after the last fire instead,
+    so each fire time makes one job."""
+    create(admin, type="noop")  # every 60 s, first at 00:00:00
+    clock.advance(30.4)
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 1
+    assert admin.get("/schedules/tick").json()["last_run_at"] == "2026-03-29T00:00:00.000000Z"
+    clock.advance(-2)  # the node that serves the admin's calls is two seconds behind
+    assert admin.post("/schedules/tick/pause").status_code == 200
+    resumed = admin.post("/schedules/tick/resume").json()
+    assert resumed["paused"] is False
+    clock.advance(2.5)
+    await scheduler.fire_due()
+    runs = [j["run_at"] for j in admin.get("/jobs").json()["jobs"]]
+    assert len(runs) == len(set(runs)), runs
+
+
+async def test_hardening_71_a_fire_due_before_a_pause_is_not_lost_by_a_quick_pause_and_resume(
+    admin: Api, scheduler: Scheduler, clock: FakeClock
+) -> None:
+    """00:00:00 comes while the schedule is active; before the sweeper's next pass (up to
+    a sweep interval later) an admin pauses and at once resumes it. The fire came before
+    the pause, so it was not missed while paused: the pause makes it first (the resume
+    then moves next_run_at past it)."""
+    create(admin, type="noop")  # every 60 s, first at 00:00:00
+    clock.advance(30.4)  # 00:00:00 is due; the sweeper has not passed yet
+    assert admin.post("/schedules/tick/pause").status_code == 200
+    clock.advance(0.1)
+    assert admin.post("/schedules/tick/resume").status_code == 200
+    clock.advance(0.5)
+    await scheduler.fire_due()
+    runs = [j["run_at"] for j in admin.get("/jobs").json()["jobs"]]
+    assert runs == ["2026-03-29T00:00:00.000000Z"], runs

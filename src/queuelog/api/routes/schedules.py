@@ -195,7 +195,9 @@ async def delete_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respo
     **NO_FIELDS,
     response_model=ScheduleOut,
     summary="Pause a schedule (admin)",
-    description="Stored: it holds across restarts and on every node. Pausing a paused "
+    description="Stored: it holds across restarts and on every node. A fire that came "
+    "before the pause and that no sweep has made yet (a sweep may come a "
+    "`sweep_interval_seconds` late) is made first; no later one is. Pausing a paused "
     "schedule changes nothing.",
     responses=_problems(*AUTHED, 404, *NO_BODY),
 )
@@ -210,7 +212,8 @@ async def pause_schedule(
     **NO_FIELDS,
     response_model=ScheduleOut,
     summary="Resume a schedule (admin)",
-    description="It fires next at its next time after now; fires missed while paused are "
+    description="It fires next at its next time after now (or after its last fire, should "
+    "this node's clock be behind the one that made it); fires missed while paused are "
     "not made up. Resuming a schedule that is not paused changes nothing: a fire already "
     "due is still made (so a resume sent again is safe).",
     responses=_problems(*AUTHED, 404, *NO_BODY),
