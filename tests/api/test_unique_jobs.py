@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from queuelog.clock import FakeClock
 from queuelog.models import JobStatus
 from queuelog.storage.protocol import Storage
@@ -164,3 +166,38 @@ def test_hardening_17_the_key_is_free_once_its_job_is_pruned(
     assert run_blocking(storage.job_prune({JobStatus.CANCELLED: clock.now()})) == 1
     status, made = _post(producer, idempotency_key="k-11")
     assert status == 201 and made["id"] != holder["id"]
+
+
+@pytest.mark.parametrize("on_duplicate", ["keep", "replace"])
+def test_hardening_72_a_batch_item_does_not_settle_on_an_earlier_item_cancelled_at_once(
+    producer: Api, on_duplicate: str
+) -> None:
+    """Item 0 depends on a job already cancelled, so it is made `cancelled` at once (201,
+    `dependency_failed`) and holds its unique key no more. Item 1, the same key without
+    dependencies, then sees no active holder and makes a job, as it does when sent alone
+    after item 0: a batch settles each job before it makes the next. (It was settled on
+    item 0 while that one was `waiting` inside the insert: answered with a job cancelled
+    a moment later, its payload never ran.)"""
+    gone = enqueue(producer)
+    assert producer.post(f"/jobs/{gone['id']}/cancel").status_code == 200
+    first = {"type": "noop", "unique_key": "sync-9", "depends_on": [gone["id"]]}
+    later = {"type": "noop", "unique_key": "sync-9", "payload": {"v": 2}}
+    later["on_duplicate"] = on_duplicate
+    response = producer.post("/jobs/batch", json={"jobs": [first, later]})
+    assert response.status_code == 200, response.text
+    (made, second) = response.json()["jobs"]
+    assert made["job"]["status"] == "cancelled"
+    assert second["created"] is True, second
+    assert second["job"]["status"] == "pending" and second["job"]["payload"] == {"v": 2}
+    active = producer.get("/jobs", params={"status": "pending"}).json()["jobs"]
+    assert [j["payload"] for j in active if j["unique_key"] == "sync-9"] == [{"v": 2}]
+
+
+def test_a_single_enqueue_after_a_job_cancelled_at_once_makes_a_new_job(producer: Api) -> None:
+    """The same two requests sent one after the other: the reference the batch must match."""
+    gone = enqueue(producer)
+    assert producer.post(f"/jobs/{gone['id']}/cancel").status_code == 200
+    status, first = _post(producer, unique_key="sync-9", depends_on=[gone["id"]])
+    assert status == 201 and first["status"] == "cancelled"
+    status, second = _post(producer, unique_key="sync-9", payload={"v": 2}, on_duplicate="replace")
+    assert status == 201 and second["status"] == "pending"

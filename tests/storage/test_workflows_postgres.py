@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -202,3 +203,22 @@ async def test_hardening_40_a_redrive_locks_its_job_with_what_it_reads_in_id_ord
     assert (await redrive).status is JobStatus.PENDING
     job = await store.job_get(c.id)
     assert job is not None and job.status is JobStatus.WAITING
+
+
+async def test_hardening_72_a_batch_with_unique_keys_takes_its_dependencies_locks_in_id_order(
+    schema: str, nodes: list[PostgresStorage]
+) -> None:
+    """A batch with unique keys is made job by job, each job settled before the next (so
+    a later job's key meets what an earlier one became); the dependencies all its jobs
+    name are held first, in id order: job by job, two batches naming them the other way
+    round could each hold one that the other waits for."""
+    store = nodes[0]
+    made = await store.job_insert_many([new_job(), new_job()], T0)
+    x, y = (job for job, _ in made)
+    batch = [replace(waiting_on(y.id), unique_key="a"), replace(waiting_on(x.id), unique_key="b")]
+    async with row_held(schema, y.id) as holder:
+        insert = asyncio.ensure_future(store.job_insert_many(batch, T0))
+        await until(lambda: _waits(schema, holder))
+        assert await locked_now(schema, [x.id]) == [x.id], "it holds the lower id first"
+    statuses = [job.status for job, _ in await insert]
+    assert statuses == [JobStatus.WAITING, JobStatus.WAITING]

@@ -35,10 +35,20 @@ _ATTEMPTS = 5
 
 
 def insert_each(
-    execute: Execute, jobs: Sequence[NewJob], now: datetime
+    execute: Execute,
+    jobs: Sequence[NewJob],
+    now: datetime,
+    settle: Callable[[Sequence[tuple[Job, bool]]], Job],
 ) -> list[tuple[Job, bool, bool]]:
-    """``(job, created, replaced)`` per job, each enqueued after the one before it."""
-    return [insert_one(execute, new, now, index) for index, new in enumerate(jobs)]
+    """``(job, created, replaced)`` per job, each enqueued after the one before it and, if
+    it waits for others, settled by ``settle`` before the next (``workflows.settler``)."""
+    each: list[tuple[Job, bool, bool]] = []
+    for index, new in enumerate(jobs):
+        job, created, replaced = insert_one(execute, new, now, index)
+        if created and new.waits:
+            job = settle([*((made, made_now) for made, made_now, _ in each), (job, created)])
+        each.append((job, created, replaced))
+    return each
 
 
 def insert_one(execute: Execute, new: NewJob, now: datetime, index: int) -> tuple[Job, bool, bool]:

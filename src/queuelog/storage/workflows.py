@@ -30,7 +30,7 @@ redrive of its dependents follows in the same transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -42,6 +42,8 @@ from queuelog.storage.protocol import NewJob
 from queuelog.storage.rows import Row, event_params, job_from_row, json_param
 from queuelog.storage.statements import each_event_params
 
+# Settles the last of the jobs an insert made so far: the job as it is then.
+Settle = Callable[[Sequence[tuple[Job, bool]]], Job]
 # The actor of the transitions a dependency's end makes.
 ACTOR = "queuelog"
 _FAILED = frozenset({JobStatus.FAILED, JobStatus.CANCELLED})
@@ -76,14 +78,19 @@ def unfinished(status: JobStatus, mode: DependencyFailure | None) -> bool:
 
 
 def settle_new(
-    sql: WorkflowSql, jobs: Sequence[NewJob], made: Sequence[tuple[Job, bool]], now: datetime
+    sql: WorkflowSql,
+    jobs: Sequence[NewJob],
+    made: Sequence[tuple[Job, bool]],
+    now: datetime,
+    first: int = 0,
 ) -> list[tuple[Job, bool]]:
-    """The jobs of an insert once those made waiting took their dependencies: still
-    waiting, or pending (``ready``), or cancelled (``dependency_failed``) at once."""
+    """The jobs of an insert once those made waiting (from the ``first``) took their
+    dependencies: still waiting, or pending (``ready``), or cancelled
+    (``dependency_failed``) at once."""
     waiting = [
         (index, new, job)
         for index, (new, (job, created)) in enumerate(zip(jobs, made, strict=True))
-        if created and new.waits
+        if index >= first and created and new.waits
     ]
     if not waiting:
         return list(made)
@@ -104,6 +111,23 @@ def settle_new(
     after = {job.id: job for job in map(job_from_row, rows)}
     _record_settled(sql, list(after.values()), status_of, now)
     return [(after.get(job.id, job), created) for job, created in made]
+
+
+def settler(sql: WorkflowSql, jobs: Sequence[NewJob], now: datetime) -> Settle:
+    """For an insert job by job (a batch with unique keys): each job that waits is settled
+    as soon as it is made, so a later job's unique key meets what it became (a job
+    cancelled at once holds its key no more). The dependencies the jobs name are held
+    first, in id order, as ``settle_new`` holds them: two such inserts never each hold
+    one that the other waits for. (A job settled on an active holder of its key then
+    leaves its dependencies marked ``has_dependents``: their end looks for none.)"""
+    named = sorted({dep for new in jobs for dep in new.depends_on})
+    if named:
+        sql.rows("job_dependency_hold", {"ids": sql.ids(named)})
+
+    def settle(made: Sequence[tuple[Job, bool]]) -> Job:
+        return settle_new(sql, jobs[: len(made)], made, now, first=len(made) - 1)[-1][0]
+
+    return settle
 
 
 def _dependencies(new: NewJob, made: Sequence[tuple[Job, bool]]) -> list[int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -96,6 +97,8 @@ def apply_migrations(conn: Conn) -> None:
 
 
 def insert_many(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
+    if any(new.unique_key is not None for new in jobs):
+        return _insert_each(conn, jobs, now)
     made = _insert(conn, jobs, now)
     if any(new.waits for new in jobs):
         return workflows.settle_new(_Sql(conn), jobs, made, now)
@@ -109,19 +112,24 @@ def one_statement(jobs: Sequence[NewJob]) -> bool:
     return len(jobs) == 1 and jobs[0].unique_key is None and not jobs[0].waits
 
 
-def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
-    def execute(name: str, args: Mapping[str, Any]) -> Any:
-        return conn.execute(Q[name], args)
+def _insert_each(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
+    """Job by job: a unique key's holder decides, and may be an earlier job of the batch."""
+    _lock_keys(conn, jobs)
+    settle = workflows.settler(_Sql(conn), jobs, now)
+    each = insert_each(partial(_execute, conn), jobs, now, settle)
+    if any(replaced for _, _, replaced in each):
+        _notify_ready(conn)  # a replaced job may be due sooner
+    return [(job, created) for job, created, _ in each]
 
+
+def _execute(conn: Conn, name: str, args: Mapping[str, Any]) -> Any:
+    return conn.execute(Q[name], args)
+
+
+def _insert(conn: Conn, jobs: Sequence[NewJob], now: datetime) -> list[tuple[Job, bool]]:
     # Each inserted job's 'enqueued' event, and the NOTIFY of the nodes' claimers, are
     # the insert's (the jobs_enqueued trigger, migrations 0004, 0009 and 0011).
-    if any(new.unique_key is not None for new in jobs):
-        _lock_keys(conn, jobs)
-        # Job by job: a unique key's holder decides, and may be an earlier job of the batch.
-        each = insert_each(execute, jobs, now)
-        if any(replaced for _, _, replaced in each):
-            _notify_ready(conn)  # a replaced job may be due sooner
-        return [(job, created) for job, created, _ in each]
+    execute = partial(_execute, conn)
     query, args = insert_statement(jobs, now)
     rows = conn.execute(Q[query], args).fetchall()
     # A job whose idempotency key another insert took (on any node): ON CONFLICT waited

@@ -92,6 +92,11 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job | None:
 def insert_many(
     conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
 ) -> list[tuple[Job, bool]]:
+    if any(new.unique_key is not None for new in jobs):
+        # Job by job: a unique key's holder decides, and may be an earlier job of the batch.
+        settle = workflows.settler(_Sql(conn), jobs, now)
+        each = insert_each(lambda name, args: conn.execute(Q[name], args), jobs, now, settle)
+        return [(job, created) for job, created, _ in each]
     made = _insert(conn, jobs, now)
     if any(new.waits for new in jobs):
         return workflows.settle_new(_Sql(conn), jobs, made, now)
@@ -101,10 +106,6 @@ def insert_many(
 def _insert(
     conn: sqlite3.Connection, jobs: Sequence[NewJob], now: datetime
 ) -> list[tuple[Job, bool]]:
-    if any(new.unique_key is not None for new in jobs):
-        # Job by job: a unique key's holder decides, and may be an earlier job of the batch.
-        each = insert_each(lambda name, args: conn.execute(Q[name], args), jobs, now)
-        return [(job, created) for job, created, _ in each]
     query, args = insert_statement(jobs, now)
     rows = conn.execute(Q[query], args).fetchall()
     # Each inserted job's 'enqueued' event was written by the insert (the
