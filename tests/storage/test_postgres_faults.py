@@ -257,3 +257,42 @@ def test_hardening_60_after_a_long_outage_the_store_is_found_again_soon(
         assert time.monotonic() - back_at < 8, "the pool slept through the database's return"
     tries = [r for r in caplog.records if r.getMessage().startswith("error connecting")]
     assert len(tries) <= 2, [r.getMessage() for r in tries]
+
+
+def test_hardening_75_a_wait_for_a_connection_while_all_are_in_use_is_no_fault() -> None:
+    """Requests that keep every pooled connection busy (a burst of large listings) made
+    the next request's wait time out: refused 503, rightly, but taken for the database
+    being unreachable, so /readyz was 503 until a write stored again, and the log said
+    a fault began. All the connections in use is the node's own load."""
+    with fresh_schema() as url:
+        store = PostgresStorage(url, pool_size=1, connection_wait=WAIT_SECONDS, lock_wait=30)
+        try:
+            ((job, _),) = run_blocking(store.job_insert_many([new_job()], T0))
+            with psycopg.connect(url) as holder:
+                holder.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+                # The only connection waits behind the lock with a read.
+                busy = threading.Thread(target=lambda: run_blocking(store.job_get(job.id)))
+                busy.start()
+                try:
+                    for _ in range(200):  # bounded: until the read holds the connection
+                        if _waiting_for_the_lock(url):
+                            break
+                        time.sleep(0.02)
+                    with pytest.raises(StorageUnavailable) as refused:
+                        run_blocking(store.job_get(job.id))
+                finally:
+                    holder.rollback()
+                    busy.join(30)
+            assert (refused.value.status, refused.value.reason) == (503, "busy")
+            assert "in use" in refused.value.detail
+            assert store.health.writable and run_blocking(store.ping())
+            assert store.health.refused() == {"busy": 1}
+        finally:
+            store.close()
+
+
+def _waiting_for_the_lock(url: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        query = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'jobs'::regclass"
+        row = conn.execute(query).fetchone()
+        return bool(row and row[0])

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 import select
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -23,9 +24,39 @@ NO_SCHEMA = (
 )
 
 
+class AllLent(PoolTimeout):
+    """No connection came within the wait while every one the pool may open was lent to
+    an operation: this node's own load, not the database's fault. (The pool's count of
+    its connections cannot tell: it counts those it is trying to replace too.)"""
+
+
+class Lent:
+    """How many of a pool's connections are lent to operations now; thread-safe."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self._now = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def one(self) -> Iterator[None]:
+        with self._lock:
+            self._now += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._now -= 1
+
+    def all(self) -> bool:
+        return self._now >= self.most
+
+
 @contextmanager
-def live_connection(pool: ConnectionPool[Conn], wait: float) -> Iterator[Conn]:
-    """A connection of ``pool`` that its server has not closed, within ``wait`` seconds.
+def live_connection(pool: ConnectionPool[Conn], wait: float, lent: Lent) -> Iterator[Conn]:
+    """A connection of ``pool`` that its server has not closed, within ``wait`` seconds;
+    counted in ``lent`` while it is used. Raises ``AllLent`` for a wait that timed out
+    while all were.
 
     One the server dropped (a restart, ``pg_terminate_backend``) is closed and left for
     the pool to replace, and the next one is looked at at once. The pool's own ``check``
@@ -34,9 +65,17 @@ def live_connection(pool: ConnectionPool[Conn], wait: float) -> Iterator[Conn]:
     """
     deadline = time.monotonic() + wait
     while True:
-        with pool.connection(timeout=max(0.0, deadline - time.monotonic())) as conn:
+        with ExitStack() as taken:
+            try:
+                timeout = max(0.0, deadline - time.monotonic())
+                conn = taken.enter_context(pool.connection(timeout=timeout))
+            except PoolTimeout as exc:
+                if lent.all():
+                    raise AllLent(str(exc)) from exc
+                raise
             if not _closed_by_server(conn):
-                yield conn
+                with lent.one():
+                    yield conn
                 return
 
 

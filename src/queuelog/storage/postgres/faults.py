@@ -12,6 +12,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import PoolTimeout
 
 from queuelog.errors import StorageFull, StorageUnavailable
+from queuelog.storage.postgres.connections import AllLent
 
 
 def storage_fault(exc: BaseException, wait_seconds: float) -> StorageUnavailable | None:
@@ -19,6 +20,9 @@ def storage_fault(exc: BaseException, wait_seconds: float) -> StorageUnavailable
     ``wait_seconds`` is how long a request waited for a connection."""
     if isinstance(exc, StorageUnavailable):
         return exc
+    if isinstance(exc, AllLent):
+        detail = f"Every database connection of this node stayed in use for {wait_seconds:g} s"
+        return StorageUnavailable(detail, reason="busy")
     if isinstance(exc, PoolTimeout):
         detail = f"No database connection could be had within {wait_seconds:g} s"
         return StorageUnavailable(detail, reason="unreachable")

@@ -37,7 +37,13 @@ from queuelog.schedules import ConfigSync, Schedule
 from queuelog.storage import schedule_rows as sr
 from queuelog.storage.health import StorageHealth
 from queuelog.storage.postgres import transactions as tx
-from queuelog.storage.postgres.connections import NO_SCHEMA, check_url, live_connection, open_pool
+from queuelog.storage.postgres.connections import (
+    NO_SCHEMA,
+    Lent,
+    check_url,
+    live_connection,
+    open_pool,
+)
 from queuelog.storage.postgres.faults import storage_fault
 from queuelog.storage.postgres.listener import ReadyListener
 from queuelog.storage.postgres.transactions import Conn, Q
@@ -87,7 +93,8 @@ class PostgresStorage(SqlReads):
         connect_timeout: how long to wait for the database when opening, and how long
             one chain of the pool's tries to replace a lost connection lasts.
         connection_wait: how long a request waits for a connection before it is
-            refused (503) as the database being unreachable.
+            refused (503): as the database being unreachable, or, while all the
+            connections were in use, this node being busy (no fault of the database).
         lock_wait: how long a statement waits for a lock another program holds before
             it is refused (503), as SQLite's busy timeout does for a locked file.
         """
@@ -99,6 +106,7 @@ class PostgresStorage(SqlReads):
         self.health = StorageHealth()
         self._node = uuid.uuid4().hex  # names this node's enqueue notifications
         self._pool = self._new_pool(pool_size, connection_wait, connect_timeout)
+        self._lent = Lent(pool_size)
         self._listener: ReadyListener | None = None
         self._listener_lock = threading.Lock()
         try:
@@ -149,7 +157,7 @@ class PostgresStorage(SqlReads):
         would double the wait)."""
         for attempt in range(2):
             try:
-                with live_connection(self._pool, self._connection_wait) as conn:
+                with live_connection(self._pool, self._connection_wait, self._lent) as conn:
                     return conn.execute(Q[name], params).fetchall()
             except _WAITED as exc:
                 raise self._refused(exc) from None
@@ -204,7 +212,7 @@ class PostgresStorage(SqlReads):
         its commit ends the fault if it wrote something (which only a transaction of
         its own tells)."""
         faulty = not self.health.writable
-        with live_connection(self._pool, self._connection_wait) as conn:
+        with live_connection(self._pool, self._connection_wait, self._lent) as conn:
             if alone and not faulty:
                 return operation(conn)  # autocommit: the statement is its transaction
             with conn.transaction():
@@ -218,7 +226,9 @@ class PostgresStorage(SqlReads):
         """What to raise for ``exc``: a storage fault as its domain error (counted by
         ``health``), any other failure as it is."""
         fault = storage_fault(exc, self._connection_wait)
-        return exc if fault is None else self.health.refuse(fault)
+        if fault is None:
+            return exc
+        return self.health.contended(fault) if fault.reason == "busy" else self.health.refuse(fault)
 
     async def _probe(self) -> None:
         await self._write(lambda conn: conn.execute(Q["storage_probe"]))
