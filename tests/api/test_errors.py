@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
 import sqlite3
 from pathlib import Path
@@ -28,6 +29,41 @@ def test_non_json_body_is_415(producer: Api) -> None:
     assert response.json()["type"] == "unsupported-media-type"
     form = producer.post("/jobs", data={"type": "noop"})
     assert form.status_code == 415
+
+
+_CODED = ("Content-Encoding", "gzip")
+
+
+@pytest.mark.parametrize(
+    "encodings",
+    [
+        [_CODED],
+        [("Content-Encoding", "br")],
+        [("Content-Encoding", "identity, gzip")],
+        [("Content-Encoding", "identity"), _CODED],  # a second header names one
+    ],
+)
+def test_hardening_76_a_content_encoded_body_is_415_and_stores_nothing(
+    producer: Api, encodings: list[tuple[str, str]]
+) -> None:
+    """A body labelled with a content coding was read as plain JSON (a gzip body was 422
+    "not valid JSON", a plain one labelled `br` was stored): a proxy that decodes it would
+    see another request than the server. RFC 9110 gives such a body 415, saying which
+    codings are taken."""
+    body = b'{"type": "noop"}'
+    if "gzip" in encodings[-1][1]:
+        body = gzip.compress(body)
+    headers = [*producer.headers.items(), ("Content-Type", "application/json"), *encodings]
+    response = producer.client.post("/jobs", content=body, headers=headers)
+    assert response.status_code == 415, response.text
+    assert response.json()["type"] == "unsupported-media-type"
+    assert response.headers["accept-encoding"] == "identity"
+    assert producer.get("/jobs").json()["jobs"] == []
+
+
+def test_a_body_labelled_identity_is_read_as_it_is(producer: Api) -> None:
+    headers = {"Content-Type": "application/json", "Content-Encoding": "identity"}
+    assert producer.post("/jobs", content=b'{"type": "noop"}', headers=headers).status_code == 201
 
 
 def test_hardening_25_a_route_that_takes_no_fields_refuses_any_body_but_none_or_empty(

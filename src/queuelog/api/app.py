@@ -63,6 +63,9 @@ Choices where the contract is silent:
   lasting sight of the job, not on a lease.
 * A JSON body may be sent as `application/json` or as any `application/*+json` media
   type (RFC 6839's JSON suffix), parameters such as `charset` aside; any other is 415.
+  A body with a content coding (`Content-Encoding: gzip`, `br`, ...; `identity` is
+  none) is 415 too, with `Accept-Encoding: identity` (RFC 9110): read as it is, it
+  would not be the request a proxy that decodes it sees.
 * The `detail` of `failed`, `retry_scheduled` and `lease_expired` events is the
   sanitised error text, shown to admins only, like the job's `error`.
 * `POST /jobs/batch/complete` answers 422 `payload-too-large` for an item whose

@@ -25,10 +25,13 @@ class _TooLarge(StarletteHTTPException):
         super().__init__(413)
 
 
-async def _send_problem(send: Send, status: int, slug: str, title: str) -> None:
+async def _send_problem(
+    send: Send, status: int, slug: str, title: str, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
     """The app's own problem answer, sent before the app has seen the request."""
     response = problem(status, slug, title)
-    await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
+    raw = [*response.raw_headers, *headers]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": response.body})
 
 
@@ -38,6 +41,17 @@ def first_headers(scope: Scope) -> dict[bytes, bytes]:
     for name, value in scope["headers"]:
         headers.setdefault(name, value)
     return headers
+
+
+def _encoded(scope: Scope) -> bool:
+    """Whether any Content-Encoding header names a coding (gzip, br...): the body would
+    not be the JSON it is read as, and a proxy that decodes it would see another request."""
+    for name, value in scope["headers"]:
+        if name == b"content-encoding":
+            codings = {c.strip().lower() for c in value.split(b",")}
+            if codings - {b"", b"identity"}:
+                return True
+    return False
 
 
 def is_json_media(content_type: bytes) -> bool:
@@ -81,7 +95,8 @@ class Answer:
 
 
 class BodyLimitMiddleware(HttpMiddleware):
-    """413 for bodies over ``max_bytes`` (before parsing); 415 for non-JSON bodies.
+    """413 for bodies over ``max_bytes`` (before parsing); 415 for non-JSON bodies and
+    content-encoded ones.
 
     Paths under ``form_prefixes`` (the dashboard) may post HTML forms.
     """
@@ -104,6 +119,13 @@ class BodyLimitMiddleware(HttpMiddleware):
         if has_body and not self._media_ok(scope["path"], headers.get(b"content-type", b"")):
             await _send_problem(
                 send, 415, "unsupported-media-type", "Request body must be application/json"
+            )
+            return
+        if has_body and _encoded(scope):
+            # RFC 9110: 415 names an unsupported content coding too, with the codings taken.
+            title = "Request body must not be content-encoded (Content-Encoding)"
+            await _send_problem(
+                send, 415, "unsupported-media-type", title, ((b"accept-encoding", b"identity"),)
             )
             return
         if length is not None and b"transfer-encoding" not in headers:
