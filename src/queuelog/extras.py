@@ -15,6 +15,7 @@ EXTRA_MODULES = {
         "uvicorn",
         "pydantic",
         "jsonschema",
+        "re2",
         "referencing",
         "orjson",
         "prometheus_client",

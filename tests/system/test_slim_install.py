@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Distributions of the server, postgres and otel extras (and of what they bring).
 SERVER_DISTRIBUTIONS = {"fastapi", "starlette", "uvicorn", "psycopg", "psycopg-pool", "jinja2"}
 SERVER_DISTRIBUTIONS |= {"prometheus-client", "pydantic", "jsonschema", "orjson", "cronsim"}
-SERVER_DISTRIBUTIONS |= {"opentelemetry-api", "swagger-ui-bundle-v2"}
+SERVER_DISTRIBUTIONS |= {"opentelemetry-api", "swagger-ui-bundle-v2", "google-re2"}
 # pip reuses its cache (and finds the build backend there); each step is bounded.
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--timeout", "30"]
 STEP_TIMEOUT = 240
