@@ -11,7 +11,6 @@ whole.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,6 +19,7 @@ import referencing
 import referencing.exceptions
 import referencing.jsonschema
 
+from queuelog.payload_patterns import LinearPatternValidator, matches, unmatchable_pattern
 from queuelog.plain_json import check_plain
 
 SHOWN_CHARACTERS = 200
@@ -54,7 +54,7 @@ def _additional(problem: jsonschema.ValidationError) -> str | None:
         return None
     known = schema.get("properties", {})
     patterns = list(schema.get("patternProperties", {}))
-    extra = [k for k in value if k not in known and not any(re.search(p, k) for p in patterns)]
+    extra = [k for k in value if k not in known and not any(matches(p, k) for p in patterns)]
     return f"additional properties are not allowed: {shown(extra)}"
 
 
@@ -85,15 +85,20 @@ def field_message(error: Mapping[str, Any], patterns: Mapping[str, str]) -> str:
     return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
-def payload_validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
+def payload_validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
     """The validator of a type's payload schema. Its registry is empty, so a ``$ref``
-    resolves only inside the schema: the server never fetches a schema from elsewhere."""
-    return jsonschema.Draft202012Validator(schema, registry=referencing.Registry())
+    resolves only inside the schema: the server never fetches a schema from elsewhere.
+    Its patterns are matched by RE2, in linear time (``payload_patterns``)."""
+    validator: jsonschema.protocols.Validator = LinearPatternValidator(
+        schema, registry=referencing.Registry()
+    )
+    return validator
 
 
 def payload_schema_problem(schema: dict[str, Any]) -> str | None:
     """Why ``schema`` cannot be a type's payload schema (not a valid JSON Schema, a
-    value JSON cannot carry, or a reference to another document); None when it can."""
+    value JSON cannot carry, a pattern RE2 cannot match, or a reference to another
+    document); None when it can."""
     try:
         check_plain(schema)
         jsonschema.Draft202012Validator.check_schema(schema)
@@ -101,6 +106,9 @@ def payload_schema_problem(schema: dict[str, Any]) -> str | None:
         return str(exc)
     except jsonschema.SchemaError as exc:
         return f"not a valid JSON Schema: {exc.message[:200]}"
+    if unmatchable := unmatchable_pattern(schema):
+        pattern, reason = unmatchable
+        return f"pattern {shown(pattern)} cannot be matched in linear time by RE2: {reason}"
     root = referencing.jsonschema.DRAFT202012.create_resource(schema)
     inside = referencing.Registry().resolver_with_root(root)
     for ref in _references(schema):

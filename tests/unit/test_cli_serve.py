@@ -211,6 +211,25 @@ def test_a_schedule_its_type_would_refuse_stops_migrate_and_serve_alike(
     assert not (tmp_path / "q.db").exists()
 
 
+@pytest.mark.parametrize("command", [["migrate"], ["serve", "--port", "0"]])
+def test_hardening_73_a_pattern_re2_cannot_match_stops_migrate_and_serve_alike(
+    tmp_path: Path, command: list[str]
+) -> None:
+    config = tmp_path / "q.toml"
+    config.write_text(
+        f'database = "sqlite:///{tmp_path / "q.db"}"\n'
+        "[types.mail]\npayload_schema = { properties = { to = { pattern = '^(?!x).+$' } } }\n"
+    )
+    result = CliRunner().invoke(main, [*command, "--config", str(config)])
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line == (
+        "Error: cannot load the configuration: types.mail.payload_schema: "
+        'pattern "^(?!x).+$" cannot be matched in linear time by RE2: invalid perl operator: (?!'
+    ), line
+    assert not (tmp_path / "q.db").exists()
+
+
 def _serving(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
     """``queuelog serve --port 0`` started, and the address it says it serves on."""
     config = tmp_path / "q.toml"

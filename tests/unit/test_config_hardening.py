@@ -51,6 +51,50 @@ def test_hardening_21_a_schema_that_refers_inside_itself_is_kept(tmp_path: Path)
 
 
 @pytest.mark.parametrize(
+    ("schema", "said"),
+    [
+        (
+            "{ type = 'string', pattern = '^(?=.*[0-9]).{8,}$' }",
+            'pattern "^(?=.*[0-9]).{8,}$" cannot be matched in linear time by RE2: '
+            "invalid perl operator: (?=",
+        ),
+        (
+            r"{ properties = { pair = { pattern = '^(\w)\1$' } } }",
+            r'pattern "^(\\w)\\1$" cannot be matched in linear time by RE2: '
+            r"invalid escape sequence: \1",
+        ),
+        (
+            "{ properties = { tags = { patternProperties = { '(?<!x)y' = {} } } } }",
+            'pattern "(?<!x)y" cannot be matched in linear time by RE2: '
+            "invalid perl operator: (?<!",
+        ),
+        (
+            "{ '$defs' = { code = { items = { pattern = '(?!0)[0-9]+' } } } }",
+            'pattern "(?!0)[0-9]+" cannot be matched in linear time by RE2: '
+            "invalid perl operator: (?!",
+        ),
+    ],
+)
+def test_hardening_73_a_pattern_re2_cannot_match_is_refused_in_one_line(
+    tmp_path: Path, schema: str, said: str
+) -> None:
+    line = refused(tmp_path, f"[types.mail]\npayload_schema = {schema}\n")
+    assert line == f"types.mail.payload_schema: {said}", line
+
+
+def test_hardening_73_only_a_schema_s_own_patterns_are_held_to_re2(tmp_path: Path) -> None:
+    """A value that only looks like a pattern (a ``const``'s ``pattern`` field) is no
+    pattern of the schema, and RE2 reads the common syntax."""
+    path = tmp_path / "q.toml"
+    path.write_text(
+        "[types.mail]\npayload_schema = { const = { pattern = '(?=x)' }, properties = "
+        "{ code = { pattern = '^[A-Z]{2}\\d+$' }, to = { pattern = '^\\S+@\\S+$' } } }\n"
+    )
+    schema = load_settings(path, environ={}).types["mail"].payload_schema
+    assert schema is not None and schema["const"] == {"pattern": "(?=x)"}
+
+
+@pytest.mark.parametrize(
     ("toml", "environ", "setting"),
     [
         ("[types.t.rate_limit]\njobs = 1\nper_seconds = inf\n", {}, "types.t.rate_limit"),
