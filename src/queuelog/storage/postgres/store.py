@@ -93,10 +93,8 @@ class PostgresStorage(SqlReads):
         connect_timeout: how long to wait for the database when opening, and how long
             one chain of the pool's tries to replace a lost connection lasts.
         connection_wait: how long a request waits for a connection before it is
-            refused (503): as the database being unreachable, or, while all the
-            connections were in use, this node being busy (no fault of the database).
-        lock_wait: how long a statement waits for a lock another program holds before
-            it is refused (503), as SQLite's busy timeout does for a locked file.
+            refused (503): a fault, unless this node's operations held them all.
+        lock_wait: how long a statement waits for another program's lock, then 503.
         """
         check_url(url)
         self._url = url
