@@ -53,8 +53,9 @@ _TOKEN_SHAPES = (
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}+\b"),
     re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}+"),
 )
-# key= key: "key": 'key' = -- a key is a whole token; what follows is its value.
-_KEY = re.compile(r"(?<![\w.-])([\w.-]++)[\"']?[ \t]*+[=:][ \t]*+")
+# key= key: "key": 'key' = key%3D (a query string encoded once more) -- a key is a whole
+# token; what follows is its value.
+_KEY = re.compile(r"(?<![\w.-])([\w.-]++)[\"']?[ \t]*+(?:[=:]|%3[DdAa])[ \t]*+")
 _VALUE = re.compile(r"\"(?:[^\"\\\n]|\\.)*+\"?|'(?:[^'\\\n]|\\.)*+'?|[^\s,;&}\]]++")
 _REST_OF_LINE = re.compile(r"[^\n]*+")
 _WORDS = re.compile(r"[A-Z]?[a-z0-9]++|[A-Z0-9]++")
@@ -152,9 +153,9 @@ def _names_secret(key: str) -> bool:
     squeezed = "".join(ch for ch in key.lower() if ch.isalnum())
     if any(part in squeezed for part in _SECRET_PARTS):
         return True
-    # "pass" names a secret only as a word of its own (DB_PASS, dbPass, pass), so
-    # that bypass= or passed= keep their values.
-    return any(word.lower() == "pass" for word in _WORDS.findall(key))
+    # "pass" and "auth" name a secret only as words of their own (DB_PASS, dbPass, pass,
+    # auth, proxy_auth), so that bypass=, passed= or author= keep their values.
+    return any(word.lower() in ("pass", "auth") for word in _WORDS.findall(key))
 
 
 def _marked_cut(text: str, limit: int) -> str:

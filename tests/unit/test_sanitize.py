@@ -156,8 +156,28 @@ def test_hardening_06_secrets_in_every_reported_shape_are_redacted(
 
 
 def test_hardening_06_words_near_secret_words_keep_their_values() -> None:
-    text = "bypass=cache passed=3 compass: north"
+    text = "bypass=cache passed=3 compass: north author=ann oauth2 authority: none"
     assert sanitize_error(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "secrets"),
+    [
+        ("auth=user:hunter2", ["hunter2"]),
+        ("proxy_auth: s3cr3t-v4lue", ["s3cr3t-v4lue"]),
+        ("basicAuth='alice:wonder'", ["wonder"]),
+        ("GET /cb?state=1%26client_secret%3Dabc123def", ["abc123def"]),
+        ("secret%3Dabc123", ["abc123"]),
+        ("api_token%3aXyZ789", ["XyZ789"]),
+    ],
+)
+def test_hardening_77_an_auth_key_and_a_key_encoded_in_a_url_are_redacted(
+    text: str, secrets: list[str]
+) -> None:
+    cleaned = sanitize_error(text)
+    assert REDACTED in cleaned
+    for secret in secrets:
+        assert secret not in cleaned, cleaned
 
 
 def _at_the_cut(secret: str, inside: int) -> str:
