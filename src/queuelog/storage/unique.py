@@ -28,6 +28,7 @@ from queuelog.storage.rows import (
     payload_text,
     stored_time,
 )
+from queuelog.storage.workflows import Settle
 
 # Runs a named query with its parameters; returns the cursor (fetchone() for RETURNING).
 Execute = Callable[[str, Mapping[str, Any]], Any]
@@ -38,7 +39,7 @@ def insert_each(
     execute: Execute,
     jobs: Sequence[NewJob],
     now: datetime,
-    settle: Callable[[Sequence[tuple[Job, bool]]], Job],
+    settle: Settle,
 ) -> list[tuple[Job, bool, bool]]:
     """``(job, created, replaced)`` per job, each enqueued after the one before it and, if
     it waits for others, settled by ``settle`` before the next (``workflows.settler``)."""

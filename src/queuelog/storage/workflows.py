@@ -118,8 +118,9 @@ def settler(sql: WorkflowSql, jobs: Sequence[NewJob], now: datetime) -> Settle:
     as soon as it is made, so a later job's unique key meets what it became (a job
     cancelled at once holds its key no more). The dependencies the jobs name are held
     first, in id order, as ``settle_new`` holds them: two such inserts never each hold
-    one that the other waits for. (A job settled on an active holder of its key then
-    leaves its dependencies marked ``has_dependents``: their end looks for none.)"""
+    one that the other waits for. (A job that lands on an active holder of its key, not
+    made, leaves the dependencies it named marked ``has_dependents``: their end looks
+    for dependents and finds none.)"""
     named = sorted({dep for new in jobs for dep in new.depends_on})
     if named:
         sql.rows("job_dependency_hold", {"ids": sql.ids(named)})
