@@ -31,6 +31,7 @@ from queuelog.specs import (
     EnqueueSpec,
     FinishSpec,
     decode_cursor,
+    encode_cursor,
     held_token,
     holds,
     paged,
@@ -165,11 +166,11 @@ class JobService:
         idempotency_key: str | None = None,
         depends_on: int | None = None,
     ) -> tuple[list[Job], str | None]:
-        """Newest first (with ``depends_on``: only that job's dependents); the cursor is
-        opaque to clients."""
+        """Newest first (with ``depends_on``: only that job's dependents), up to ``limit``
+        jobs and fewer where their size ends the page; the cursor is opaque to clients."""
         admin = caller.has(Role.ADMIN)
         params = JobListParams(
-            limit=limit + 1,
+            limit=limit,
             before_id=decode_cursor(cursor) if cursor else None,
             status=status,
             type=job_type,
@@ -180,7 +181,8 @@ class JobService:
         )
         if not admin and params.principal is None and params.holder is None:
             return [], None
-        return paged(await self.storage.job_list(params), limit)
+        page = await self.storage.job_list(params)
+        return page.jobs, encode_cursor(page.jobs[-1].id) if page.more else None
 
     async def stats(self) -> QueueStats:
         """Jobs by status and type: every status of every configured type (and of any

@@ -161,7 +161,7 @@ async def test_pending_and_running_jobs_are_never_pruned(
         # The lease runs out too, but pruning never touches a job that is not finished.
         clock.advance(40 * DAY)
         assert await service.prune() == 0
-    assert len(await service.storage.job_list(ALL)) == 2
+    assert len((await service.storage.job_list(ALL)).jobs) == 2
 
 
 @pytest.fixture
@@ -225,7 +225,7 @@ async def test_one_prune_pass_catches_up_with_more_jobs_than_one_batch(
             await service.finish(mailer, FinishSpec(job.id, job.lease_token))
     clock.advance(8 * DAY)
     assert await Maintenance(service).run_once() == (0, 2500)
-    assert await service.storage.job_list(ALL) == []
+    assert (await service.storage.job_list(ALL)).jobs == []
 
 
 async def test_a_job_that_a_job_not_completed_depends_on_is_kept_past_its_retention(
@@ -249,4 +249,4 @@ async def test_a_job_that_a_job_not_completed_depends_on_is_kept_past_its_retent
         await _complete(service, mailer)
     clock.advance(40 * DAY)
     assert await service.prune() == 5
-    assert await service.storage.job_list(ALL) == []
+    assert (await service.storage.job_list(ALL)).jobs == []

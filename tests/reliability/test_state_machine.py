@@ -288,7 +288,9 @@ class QueueMachine(RuleBasedStateMachine):
     def stored_jobs_match_the_model(self) -> None:
         if not hasattr(self, "storage"):
             return
-        real = {j.id: j for j in run_blocking(self.storage.job_list(JobListParams(limit=1000)))}
+        real = {
+            j.id: j for j in run_blocking(self.storage.job_list(JobListParams(limit=1000))).jobs
+        }
         assert set(real) == set(self.jobs)
         for job_id, model in self.jobs.items():
             job = real[job_id]

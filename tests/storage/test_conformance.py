@@ -120,7 +120,7 @@ async def test_idempotency_key_with_other_fingerprint_rejects_whole_batch(store:
     with pytest.raises(IdempotencyKeyReused) as raised:
         await store.job_insert_many([new_job(), new_job(key="k", fingerprint="other")], T0)
     assert raised.value.extra["index"] == 1
-    assert len(await store.job_list(JobListParams(limit=10))) == 1
+    assert len((await store.job_list(JobListParams(limit=10))).jobs) == 1
     # The refused batch's first job was inserted, then rolled back with its event.
     (counted,) = await store.job_event_counts(T0, T0 + timedelta(seconds=1), 60)
     assert counted.count == 1
@@ -178,7 +178,7 @@ async def test_a_batch_alike_but_for_its_keys_answers_each_as_keyed(store: Stora
         with pytest.raises(IdempotencyKeyReused) as raised:
             await store.job_insert_many([new_job(key="c", fingerprint="f"), taken], T0)
         assert raised.value.extra["index"] == 1
-    assert len(await store.job_list(JobListParams(limit=20))) == 5  # c never stored
+    assert len((await store.job_list(JobListParams(limit=20))).jobs) == 5  # c never stored
 
 
 async def test_a_batch_s_jobs_are_numbered_and_claimed_in_its_order_whatever_their_keys(
@@ -252,7 +252,7 @@ async def test_the_same_key_twice_in_a_batch_with_other_requests_is_refused(stor
     with pytest.raises(IdempotencyKeyReused) as raised:
         await store.job_insert_many(batch, T0)
     assert raised.value.extra["index"] == 2
-    assert await store.job_list(JobListParams(limit=10)) == []
+    assert (await store.job_list(JobListParams(limit=10))).jobs == []
 
 
 async def test_idempotency_keys_are_scoped_per_principal(store: Storage) -> None:
@@ -664,19 +664,19 @@ async def test_cancel_and_requeue(store: Storage) -> None:
 async def test_list_filters_and_pages_newest_first(store: Storage) -> None:
     await store.job_insert_many([new_job() for _ in range(3)], T0)
     await store.job_insert_many([new_job("send_email", principal="other")], T0)
-    ids = [j.id for j in await store.job_list(JobListParams(limit=10))]
+    ids = [j.id for j in (await store.job_list(JobListParams(limit=10))).jobs]
     assert ids == sorted(ids, reverse=True) and len(ids) == 4
-    mine = await store.job_list(JobListParams(limit=10, principal="shop"))
+    mine = (await store.job_list(JobListParams(limit=10, principal="shop"))).jobs
     assert {j.principal for j in mine} == {"shop"} and len(mine) == 3
-    page = await store.job_list(JobListParams(limit=2, before_id=ids[1]))
+    page = (await store.job_list(JobListParams(limit=2, before_id=ids[1]))).jobs
     assert [j.id for j in page] == ids[2:4]
-    assert [j.type for j in await store.job_list(JobListParams(limit=10, type="send_email"))] == [
-        "send_email"
-    ]
+    assert [
+        j.type for j in (await store.job_list(JobListParams(limit=10, type="send_email"))).jobs
+    ] == ["send_email"]
     await claim(store, types=["noop"])
-    held = await store.job_list(JobListParams(limit=10, holder="w"))
+    held = (await store.job_list(JobListParams(limit=10, holder="w"))).jobs
     assert len(held) == 1 and held[0].status == JobStatus.RUNNING
-    running = await store.job_list(JobListParams(limit=10, status=JobStatus.RUNNING))
+    running = (await store.job_list(JobListParams(limit=10, status=JobStatus.RUNNING))).jobs
     assert [j.id for j in running] == [held[0].id]
 
 
@@ -685,13 +685,15 @@ async def test_the_running_jobs_are_listed_newest_first_by_any_filter(store: Sto
     await store.job_insert_many([new_job("send_email") for _ in range(2)], T0)
     taken = sorted(j.id for j in await claim(store, limit=5))  # one send_email left
     running = JobStatus.RUNNING
-    ids = [j.id for j in await store.job_list(JobListParams(limit=10, status=running))]
+    ids = [j.id for j in (await store.job_list(JobListParams(limit=10, status=running))).jobs]
     assert ids == taken[::-1]
-    page = await store.job_list(JobListParams(limit=2, status=running, before_id=ids[1]))
+    page = (await store.job_list(JobListParams(limit=2, status=running, before_id=ids[1]))).jobs
     assert [j.id for j in page] == ids[2:4]
-    emails = await store.job_list(JobListParams(limit=10, status=running, type="send_email"))
+    emails = (await store.job_list(JobListParams(limit=10, status=running, type="send_email"))).jobs
     assert [(j.type, j.status) for j in emails] == [("send_email", running)]
-    assert await store.job_list(JobListParams(limit=10, status=running, holder="other")) == []
+    assert (
+        await store.job_list(JobListParams(limit=10, status=running, holder="other"))
+    ).jobs == []
 
 
 async def test_prune_deletes_old_finished_jobs_and_their_events(store: Storage) -> None:
@@ -810,7 +812,7 @@ async def test_requeue_failed_moves_a_chunk_after_the_last_in_id_order(store: St
     await store.job_insert_many([new_job(kind, max_retries=0) for kind in kinds], T0)
     for job in await claim(store, limit=len(kinds)):
         await finish(store, job, error="boom")
-    failed = [j.id for j in await store.job_list(JobListParams(limit=10, type="noop"))][::-1]
+    failed = [j.id for j in (await store.job_list(JobListParams(limit=10, type="noop"))).jobs][::-1]
     first = await store.job_requeue_failed("noop", "root", T0, limit=2)
     assert first == failed[:2]
     (again,) = await claim(store)
@@ -847,9 +849,11 @@ async def test_list_for_a_producer_and_worker_is_the_union_newest_first(store: S
     await store.job_insert_many([new_job(principal="other")], T0)
     mine = [job.id for job, _ in await store.job_insert_many([new_job(), new_job()], T0)]
     await claim(store, limit=1)  # worker "w" now holds the other principal's job
-    both = await store.job_list(JobListParams(limit=10, principal="shop", holder="w"))
+    both = (await store.job_list(JobListParams(limit=10, principal="shop", holder="w"))).jobs
     assert [j.id for j in both] == sorted([*mine, mine[0] - 1], reverse=True)
-    assert len(await store.job_list(JobListParams(limit=2, principal="shop", holder="w"))) == 2
+    assert (
+        len((await store.job_list(JobListParams(limit=2, principal="shop", holder="w"))).jobs) == 2
+    )
 
 
 async def test_first_admin_is_created_once_however_many_try_at_once(store: Storage) -> None:

@@ -161,7 +161,7 @@ def test_pruners_on_every_node_delete_each_job_once(nodes: list[PostgresStorage]
     while more := run_blocking(nodes[0].job_prune(cutoffs, limit=10)):
         pruned.append(more)
     assert sum(pruned) == 50
-    assert run_blocking(nodes[1].job_list(JobListParams(limit=10))) == []
+    assert run_blocking(nodes[1].job_list(JobListParams(limit=10))).jobs == []
 
 
 def test_a_job_made_ready_on_one_node_wakes_listeners_on_another(
@@ -282,7 +282,7 @@ def test_v08_sql_metacharacters_are_stored_as_text(nodes: list[PostgresStorage])
     again = run_blocking(nodes[1].job_get(stored.id))
     assert again is not None and again.payload == {"q": "'; DROP TABLE jobs; --"}
     assert again.principal == hostile and again.idempotency_key == hostile
-    assert run_blocking(nodes[1].job_list(JobListParams(limit=10, type="noop"))) == []
+    assert run_blocking(nodes[1].job_list(JobListParams(limit=10, type="noop"))).jobs == []
     assert run_blocking(claim(nodes[2], types=["noop' OR '1'='1"]))[0].id == stored.id
 
 

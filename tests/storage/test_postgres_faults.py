@@ -82,7 +82,7 @@ def test_connections_the_server_dropped_are_replaced_at_once(
         proxy.cut()  # the server drops every connection, and is there again at once
         proxy.restore()
         assert len(run_blocking(store.job_insert_many([new_job()], T0))) == 1
-        assert run_blocking(store.job_list(JobListParams(limit=10)))[0]
+        assert run_blocking(store.job_list(JobListParams(limit=10))).jobs[0]
     assert store.health.writable and store.health.refused() == {}
 
 
@@ -210,7 +210,7 @@ def test_a_write_that_loses_a_deadlock_is_run_again(batch: int) -> None:
             _losing(url, 2)
             made = run_blocking(store.job_insert_many([new_job() for _ in range(batch)], T0))
             assert [created for _, created in made] == [True] * batch
-            assert len(run_blocking(store.job_list(JobListParams(limit=10)))) == batch
+            assert len(run_blocking(store.job_list(JobListParams(limit=10))).jobs) == batch
         finally:
             store.close()
 
@@ -230,7 +230,7 @@ def test_a_write_that_loses_every_try_is_refused_for_contention_not_as_a_fault(
             assert "deadlock" not in str(refused.value)  # no database text for the client
             assert store.health.writable and run_blocking(store.ping())
             assert store.health.refused() == {"contention": 1}
-            assert run_blocking(store.job_list(JobListParams(limit=10))) == []
+            assert run_blocking(store.job_list(JobListParams(limit=10))).jobs == []
             assert "lost to other transactions" in caplog.text
         finally:
             store.close()

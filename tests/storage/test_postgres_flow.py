@@ -53,7 +53,7 @@ def test_hardening_55_a_group_whose_first_job_is_held_elsewhere_gets_no_more_tha
 
 
 def group_b(node: PostgresStorage) -> list[Job]:
-    jobs = run_blocking(node.job_list(JobListParams(limit=100, type="grouped")))
+    jobs = run_blocking(node.job_list(JobListParams(limit=100, type="grouped"))).jobs
     return [j for j in jobs if j.group == "b"]
 
 

@@ -227,7 +227,7 @@ def test_hardening_29_batches_of_the_same_unique_keys_in_opposite_orders_never_d
                 for b in (forwards, forwards[::-1])
             ]
         )
-        held = run_blocking(store.job_list(JobListParams(limit=500)))
+        held = run_blocking(store.job_list(JobListParams(limit=500))).jobs
         for key in keys:
             assert len([j for j in held if j.unique_key == key]) == 1, key
 

@@ -39,7 +39,7 @@ async def test_an_insert_naming_a_missing_job_stores_nothing(store: Storage) -> 
     with pytest.raises(ValidationFailed) as refused:
         await store.job_insert_many(jobs, T0)
     assert refused.value.extra["index"] == 1
-    assert await store.job_list(JobListParams(limit=10)) == []
+    assert (await store.job_list(JobListParams(limit=10))).jobs == []
 
 
 async def test_items_name_earlier_items_of_the_same_insert(store: Storage) -> None:
@@ -47,7 +47,7 @@ async def test_items_name_earlier_items_of_the_same_insert(store: Storage) -> No
     made = await store.job_insert_many(jobs, T0)
     a, b, c = (job for job, _ in made)
     assert (b.depends_on, c.depends_on) == ((a.id,), (a.id, b.id))
-    listed = await store.job_list(JobListParams(limit=10, depends_on=a.id))
+    listed = (await store.job_list(JobListParams(limit=10, depends_on=a.id))).jobs
     assert [job.id for job in listed] == [c.id, b.id]
 
 

@@ -170,6 +170,21 @@ class JobListParams:
     depends_on: int | None = None
 
 
+# A listing's page stops once its jobs' stored JSON (payload, result, progress, error)
+# reaches this many bytes, after its first job, as DynamoDB's Query stops at 1 MB: 500
+# jobs of 64 KiB payloads and results were 64 MB a page, and sixty such pages at once
+# took a server to 3 GB. 500 jobs of 2 KiB each still fill a page.
+LISTED_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """A page of a job listing, newest first; ``more``: jobs after its last are listed too."""
+
+    jobs: list[Job]
+    more: bool
+
+
 @dataclass(frozen=True, slots=True)
 class NewKey:
     name: str
@@ -259,7 +274,10 @@ class Storage(Protocol):
 
     async def job_get(self, job_id: int) -> Job | None: ...
     async def job_get_many(self, job_ids: Sequence[int]) -> list[Job]: ...
-    async def job_list(self, params: JobListParams) -> list[Job]: ...
+    async def job_list(self, params: JobListParams) -> JobPage:
+        """Up to ``limit`` jobs, fewer where their stored JSON reaches ``LISTED_BYTES``."""
+        ...
+
     async def job_events(self, job_id: int, after: int = 0, limit: int = 500) -> list[JobEvent]: ...
 
     async def job_claim(self, params: ClaimParams) -> list[Job]:

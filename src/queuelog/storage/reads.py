@@ -22,14 +22,29 @@ from queuelog.schedules import Schedule
 from queuelog.storage.flow import window_start
 from queuelog.storage.health import StorageHealth
 from queuelog.storage.protocol import (
+    LISTED_BYTES,
     EventCount,
     FlowLimits,
     JobListParams,
+    JobPage,
     TypeEvent,
     TypePause,
 )
 from queuelog.storage.rows import Row, event_from_row, job_from_row, key_from_row
 from queuelog.storage.schedule_rows import schedule_from_row
+
+# What a key that is not an admin's may list: its own jobs, the jobs it holds.
+_PARTS = (("job_list_by_principal", "principal"), ("job_list_running", "holder"))
+
+
+def _union(parts: list[JobPage], limit: int) -> JobPage:
+    """A key with both roles sees the union of its own jobs and those it holds, newest
+    first. A part cut short (by its limit or its bytes) has not read its jobs after its
+    last, so the page ends there: the next page reads on from it."""
+    ends = [part.jobs[-1].id for part in parts if part.more]
+    found = {job.id: job for part in parts for job in part.jobs if job.id >= max(ends, default=0)}
+    jobs = sorted(found.values(), key=lambda j: j.id, reverse=True)
+    return JobPage(jobs[:limit], bool(ends) or len(jobs) > limit)
 
 
 class SqlReads(abc.ABC):
@@ -88,7 +103,7 @@ class SqlReads(abc.ABC):
         rows = await self._read("job_get_many", {"ids": self._ids_param(job_ids)})
         return [job_from_row(r) for r in rows]
 
-    async def job_list(self, params: JobListParams) -> list[Job]:
+    async def job_list(self, params: JobListParams) -> JobPage:
         args = {
             "before_id": params.before_id,
             "status": params.status.value if params.status else None,
@@ -96,26 +111,23 @@ class SqlReads(abc.ABC):
             "principal": params.principal,
             "holder": params.holder,
             "idempotency_key": params.idempotency_key,
+            "depends_on": params.depends_on,
             "limit": params.limit,
+            "max_bytes": LISTED_BYTES,
         }
         if params.depends_on is not None:
-            args["depends_on"] = params.depends_on
-            rows = await self._read("job_list_dependents", args)
-            return [job_from_row(r) for r in rows]
+            return await self._job_page("job_list_dependents", args)
         if params.principal is None and params.holder is None:
             running = params.status is JobStatus.RUNNING
-            rows = await self._read("job_list_running" if running else "job_list", args)
-            return [job_from_row(r) for r in rows]
-        # A key with both roles sees the union: each part newest first, merged.
-        found: dict[int, Job] = {}
-        for query, who in (
-            ("job_list_by_principal", "principal"),
-            ("job_list_running", "holder"),
-        ):
-            if args[who] is not None:
-                rows = await self._read(query, args)
-                found.update((j.id, j) for j in map(job_from_row, rows))
-        return sorted(found.values(), key=lambda j: j.id, reverse=True)[: params.limit]
+            return await self._job_page("job_list_running" if running else "job_list", args)
+        queries = [query for query, who in _PARTS if args[who] is not None]
+        # The parts share the budget: their union holds about one page's bytes.
+        shared = {**args, "max_bytes": LISTED_BYTES // len(queries)}
+        return _union([await self._job_page(query, shared) for query in queries], params.limit)
+
+    async def _job_page(self, query: str, args: Mapping[str, Any]) -> JobPage:
+        rows = await self._read(query, args)
+        return JobPage([job_from_row(r) for r in rows], bool(rows) and bool(rows[-1]["more"]))
 
     async def job_events(self, job_id: int, after: int = 0, limit: int = 500) -> list[JobEvent]:
         """A page of a job's history, oldest first: the events after the event ``after``."""
