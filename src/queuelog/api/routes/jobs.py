@@ -201,7 +201,10 @@ async def enqueue_batch(
     summary="List jobs, newest first",
     description=(
         "A producer sees the jobs its principal enqueued, a worker the jobs it holds now, an "
-        "admin all. Pass `next_cursor` back as `cursor` for the next page."
+        "admin all. A page holds up to `limit` jobs, and fewer once their payloads, results, "
+        "progress and errors reach 1 MiB (one job at least, however large), so a page may "
+        "hold fewer than `limit` jobs while more follow. Pass `next_cursor` back as `cursor` "
+        "for the next page; it is null after the last."
     ),
     responses=problems(*AUTHED, 422),
 )
