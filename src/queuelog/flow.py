@@ -12,8 +12,8 @@ from typing import Protocol
 from queuelog.clock import Clock
 from queuelog.config import JobTypeConfig, Settings
 from queuelog.errors import NotFound
-from queuelog.models import ApiKey, JobStatus
-from queuelog.storage.protocol import ClaimParams, FlowLimits, Storage, TypeEvent, TypePause
+from queuelog.models import ApiKey, FlowLimits, JobStatus, TypeEvent, TypePause
+from queuelog.storage.protocol import ClaimParams, Storage
 
 # The counts GET /types gives per type.
 COUNTED = ("pending", "waiting", "running", "failed")

@@ -110,6 +110,35 @@ class TypeEventKind(enum.StrEnum):
     RESUMED = "resumed"
 
 
+@dataclass(frozen=True, slots=True)
+class FlowLimits:
+    """A job type's limits, across every worker and node (None: no limit)."""
+
+    concurrency: int | None = None
+    group_concurrency: int | None = None
+    rate_jobs: int | None = None
+    rate_per_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TypePause:
+    """A paused job type: never claimed until an admin resumes it."""
+
+    type: str
+    paused_by: str
+    paused_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TypeEvent:
+    """An admin's act on a job type (its audit record)."""
+
+    type: str
+    at: datetime
+    event: TypeEventKind
+    actor: str
+
+
 @readonly_dataclass
 class TraceContext:
     """The W3C trace context an enqueue carried (its ``traceparent`` and ``tracestate``

@@ -9,15 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from queuelog.models import JobStatus, Priority, TypeEventKind
-from queuelog.storage.protocol import (
-    ClaimParams,
-    FinishParams,
-    FlowLimits,
-    HeldParams,
-    NewJob,
-    Storage,
-)
+from queuelog.models import FlowLimits, JobStatus, Priority, TypeEventKind
+from queuelog.storage.protocol import ClaimParams, FinishParams, HeldParams, NewJob, Storage
 
 pytestmark = pytest.mark.anyio
 

@@ -9,10 +9,10 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from queuelog.models import Job, JobStatus
+from queuelog.models import FlowLimits, Job, JobStatus
 from queuelog.storage.postgres.store import PostgresStorage
 from queuelog.storage.postgres.transactions import Q
-from queuelog.storage.protocol import FlowLimits, JobListParams
+from queuelog.storage.protocol import JobListParams
 from tests.conftest import run_blocking
 from tests.storage.test_flow import T0, job, params
 

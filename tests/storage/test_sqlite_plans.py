@@ -10,7 +10,8 @@ from typing import TypeVar
 
 import pytest
 
-from queuelog.storage.protocol import ClaimParams, FlowLimits
+from queuelog.models import FlowLimits
+from queuelog.storage.protocol import ClaimParams
 from queuelog.storage.sqlite.store import Q, SqliteStorage
 from queuelog.storage.sqlite.transactions import claim
 

@@ -227,9 +227,8 @@ def list_page(
     cursor: str | None = None,
     depends_on: JobRef | None = None,
 ) -> Call[Page]:
-    """One page of jobs, newest first (``GET /jobs``); with ``depends_on``, only that job's
-    dependents. A page may hold fewer than ``limit`` jobs (1 MiB of their payloads and
-    results ends one) while more follow: ``next_cursor`` continues, None after the last."""
+    """One page of jobs, newest first (``GET /jobs``; ``depends_on``: that job's dependents),
+    fewer than ``limit`` where 1 MiB of payloads and results ends it: ``next_cursor`` goes on."""
     dependency = _job_id(depends_on) if depends_on is not None else None
     params = _drop_none(
         {"status": status, "type": type, "limit": limit, "cursor": cursor, "depends_on": dependency}

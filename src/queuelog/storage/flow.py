@@ -24,8 +24,8 @@ from itertools import islice
 from typing import Any, Protocol
 
 from queuelog.clock import to_micros
-from queuelog.models import Job
-from queuelog.storage.protocol import ClaimParams, FlowLimits
+from queuelog.models import FlowLimits, Job
+from queuelog.storage.protocol import ClaimParams
 from queuelog.storage.rows import Row, job_from_row
 from queuelog.storage.statements import claim_order, claim_params, claimed_events
 

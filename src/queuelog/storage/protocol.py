@@ -25,6 +25,7 @@ from queuelog.models import (
     DependencyFailure,
     EventKind,
     Finished,
+    FlowLimits,
     Job,
     JobEvent,
     JobStatus,
@@ -34,7 +35,8 @@ from queuelog.models import (
     QueueStats,
     Role,
     TraceContext,
-    TypeEventKind,
+    TypeEvent,
+    TypePause,
     readonly_dataclass,
 )
 from queuelog.schedules import ConfigSync, Schedule, ScheduleSpec
@@ -70,35 +72,6 @@ class NewJob:
     def waits(self) -> bool:
         """Whether the job has dependencies (and is made waiting)."""
         return bool(self.depends_on or self.depends_on_items)
-
-
-@dataclass(frozen=True, slots=True)
-class FlowLimits:
-    """A job type's limits, across every worker and node (None: no limit)."""
-
-    concurrency: int | None = None
-    group_concurrency: int | None = None
-    rate_jobs: int | None = None
-    rate_per_seconds: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TypePause:
-    """A paused job type: never claimed until an admin resumes it."""
-
-    type: str
-    paused_by: str
-    paused_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class TypeEvent:
-    """An admin's act on a job type (its audit record)."""
-
-    type: str
-    at: datetime
-    event: TypeEventKind
-    actor: str
 
 
 @dataclass(frozen=True, slots=True)

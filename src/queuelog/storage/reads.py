@@ -12,24 +12,19 @@ from queuelog.errors import StorageUnavailable
 from queuelog.models import (
     ApiKey,
     EventKind,
+    FlowLimits,
     Job,
     JobEvent,
     JobStatus,
     QueueStats,
+    TypeEvent,
     TypeEventKind,
+    TypePause,
 )
 from queuelog.schedules import Schedule
 from queuelog.storage.flow import window_start
 from queuelog.storage.health import StorageHealth
-from queuelog.storage.protocol import (
-    LISTED_BYTES,
-    EventCount,
-    FlowLimits,
-    JobListParams,
-    JobPage,
-    TypeEvent,
-    TypePause,
-)
+from queuelog.storage.protocol import LISTED_BYTES, EventCount, JobListParams, JobPage
 from queuelog.storage.rows import Row, event_from_row, job_from_row, key_from_row
 from queuelog.storage.schedule_rows import schedule_from_row
 
