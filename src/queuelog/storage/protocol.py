@@ -152,10 +152,11 @@ LISTED_BYTES = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class JobPage:
-    """A page of a job listing, newest first; ``more``: jobs after its last are listed too."""
+    """A page of a job listing, newest first; ``after``: while more jobs follow, the last
+    id the page covered (the next page lists those below it), else None."""
 
     jobs: list[Job]
-    more: bool
+    after: int | None
 
 
 @dataclass(frozen=True, slots=True)
