@@ -182,7 +182,7 @@ class JobService:
         if not admin and params.principal is None and params.holder is None:
             return [], None
         page = await self.storage.job_list(params)
-        return page.jobs, encode_cursor(page.after) if page.after is not None else None
+        return page.jobs, encode_cursor(page.jobs[-1].id) if page.more else None
 
     async def stats(self) -> QueueStats:
         """Jobs by status and type: every status of every configured type (and of any

@@ -30,9 +30,9 @@ async def every_page(store: Storage, limit: int = 500, **filters: Any) -> list[l
     while True:
         page = await store.job_list(JobListParams(limit=limit, before_id=before, **filters))
         pages.append([job.id for job in page.jobs])
-        if page.after is None:
+        if not page.more:
             return pages
-        before = page.after
+        before = page.jobs[-1].id
 
 
 def joined(pages: list[list[int]]) -> list[int]:

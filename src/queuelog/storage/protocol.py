@@ -152,11 +152,10 @@ LISTED_BYTES = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class JobPage:
-    """A page of a job listing, newest first; ``after``: while more jobs follow, the last
-    id the page covered (the next page lists those below it), else None."""
+    """A page of a job listing, newest first; ``more``: jobs after its last are listed too."""
 
     jobs: list[Job]
-    after: int | None
+    more: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,14 +34,12 @@ _PARTS = (("job_list_by_principal", "principal"), ("job_list_running", "holder")
 
 def _union(parts: list[JobPage], limit: int) -> JobPage:
     """A key with both roles sees the union of its own jobs and those it holds, newest
-    first. A part cut short (by its limit or its bytes) has not read its jobs below its
+    first. A part cut short (by its limit or its bytes) has not read its jobs after its
     last, so the page ends there: the next page reads on from it."""
-    cut = max((part.after for part in parts if part.after is not None), default=None)
-    found = {job.id: job for part in parts for job in part.jobs if job.id >= (cut or 0)}
+    ends = [part.jobs[-1].id for part in parts if part.more]
+    found = {job.id: job for part in parts for job in part.jobs if job.id >= max(ends, default=0)}
     jobs = sorted(found.values(), key=lambda j: j.id, reverse=True)
-    if len(jobs) > limit:
-        return JobPage(jobs[:limit], jobs[limit - 1].id)
-    return JobPage(jobs, cut)
+    return JobPage(jobs[:limit], bool(ends) or len(jobs) > limit)
 
 
 class SqlReads(abc.ABC):
@@ -110,33 +108,21 @@ class SqlReads(abc.ABC):
             "idempotency_key": params.idempotency_key,
             "depends_on": params.depends_on,
             "limit": params.limit,
+            "max_bytes": LISTED_BYTES,
         }
         if params.depends_on is not None:
-            return await self._job_page("job_list_dependents", args, LISTED_BYTES)
+            return await self._job_page("job_list_dependents", args)
         if params.principal is None and params.holder is None:
-            query = "job_list_running" if params.status is JobStatus.RUNNING else "job_list"
-            return await self._job_page(query, args, LISTED_BYTES)
+            running = params.status is JobStatus.RUNNING
+            return await self._job_page("job_list_running" if running else "job_list", args)
         queries = [query for query, who in _PARTS if args[who] is not None]
         # The parts share the budget: their union holds about one page's bytes.
-        budget = LISTED_BYTES // len(queries)
-        pages = [await self._job_page(query, args, budget) for query in queries]
-        return _union(pages, params.limit)
+        shared = {**args, "max_bytes": LISTED_BYTES // len(queries)}
+        return _union([await self._job_page(query, shared) for query in queries], params.limit)
 
-    async def _job_page(self, query: str, args: Mapping[str, Any], budget: int) -> JobPage:
-        """The page a listing ``query`` gives: it reads the ids and sizes of the next
-        ``limit`` + 1 jobs; the page takes them in order while the jobs before hold less
-        than ``budget`` bytes (the first always), and only its jobs are read whole."""
-        sized = await self._read(query, args)
-        ids: list[int] = []
-        held = 0
-        for row in sized[: args["limit"]]:
-            if held >= budget:
-                break
-            ids.append(int(row["id"]))
-            held += int(row["size"])
-        jobs = sorted(await self.job_get_many(ids), key=lambda job: job.id, reverse=True)
-        # By the page's ids, not its jobs: one pruned since its size was read is not there.
-        return JobPage(jobs, ids[-1] if len(sized) > len(ids) else None)
+    async def _job_page(self, query: str, args: Mapping[str, Any]) -> JobPage:
+        rows = await self._read(query, args)
+        return JobPage([job_from_row(r) for r in rows], bool(rows) and bool(rows[-1]["more"]))
 
     async def job_events(self, job_id: int, after: int = 0, limit: int = 500) -> list[JobEvent]:
         """A page of a job's history, oldest first: the events after the event ``after``."""

@@ -155,50 +155,75 @@ RETURNING *;
 UPDATE jobs SET unique_hold = NULL WHERE id = %(id)s AND status = 'running';
 
 -- name: job_list
--- Every job (an admin's view), newest first. Each listing reads the ids and stored
--- sizes (payload, result, progress, error) of its next %(limit)s + 1 jobs, from which the
--- store makes a page (storage/reads.py), and only then the page's jobs whole
--- (job_get_many): a page of 500 large jobs held 64 MB. octet_length() reads a TOASTed
--- value's size from its pointer, not the value.
-SELECT id, octet_length(payload) + coalesce(octet_length(result), 0)
-    + coalesce(octet_length(progress), 0) + coalesce(octet_length(error), 0) AS size
-FROM jobs
-WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(type)s::text IS NULL OR type = %(type)s::text)
-  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
-ORDER BY id DESC
-LIMIT %(limit)s + 1;
+-- Every job (an admin's view), newest first. Each listing answers a page: of the next
+-- %(limit)s + 1 jobs it reads their stored JSON's sizes (payload, result, progress, error)
+-- first, and then reads whole only the jobs before the sizes reach %(max_bytes)s (the first
+-- always), up to %(limit)s: a page of 500 large jobs held 64 MB. `more` says whether a job
+-- it read follows the page's last. octet_length() reads a TOASTed value's size from its
+-- pointer: the jobs past the page are never fetched or decompressed.
+WITH listed AS (
+    SELECT id, octet_length(payload) + coalesce(octet_length(result), 0)
+        + coalesce(octet_length(progress), 0) + coalesce(octet_length(error), 0) AS size
+    FROM jobs
+    WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+      AND (%(status)s::text IS NULL OR status = %(status)s::text)
+      AND (%(type)s::text IS NULL OR type = %(type)s::text)
+      AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
+    ORDER BY id DESC
+    LIMIT %(limit)s + 1)
+SELECT jobs.*, paged.more FROM (
+    SELECT id, sum(size) OVER w - size AS before, lead(id) OVER w IS NOT NULL AS more
+    FROM listed WINDOW w AS (ORDER BY id DESC ROWS UNBOUNDED PRECEDING)) AS paged
+JOIN jobs ON jobs.id = paged.id
+WHERE paged.before < %(max_bytes)s
+ORDER BY jobs.id DESC
+LIMIT %(limit)s;
 
 -- name: job_list_by_principal
 -- The jobs one producer enqueued, newest first, walking its own index.
--- Ids and sizes, as job_list reads them.
-SELECT id, octet_length(payload) + coalesce(octet_length(result), 0)
-    + coalesce(octet_length(progress), 0) + coalesce(octet_length(error), 0) AS size
-FROM jobs
-WHERE principal = %(principal)s::text
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(type)s::text IS NULL OR type = %(type)s::text)
-  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
-ORDER BY id DESC
-LIMIT %(limit)s + 1;
+-- A page, as job_list reads one.
+WITH listed AS (
+    SELECT id, octet_length(payload) + coalesce(octet_length(result), 0)
+        + coalesce(octet_length(progress), 0) + coalesce(octet_length(error), 0) AS size
+    FROM jobs
+    WHERE principal = %(principal)s::text
+      AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+      AND (%(status)s::text IS NULL OR status = %(status)s::text)
+      AND (%(type)s::text IS NULL OR type = %(type)s::text)
+      AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
+    ORDER BY id DESC
+    LIMIT %(limit)s + 1)
+SELECT jobs.*, paged.more FROM (
+    SELECT id, sum(size) OVER w - size AS before, lead(id) OVER w IS NOT NULL AS more
+    FROM listed WINDOW w AS (ORDER BY id DESC ROWS UNBOUNDED PRECEDING)) AS paged
+JOIN jobs ON jobs.id = paged.id
+WHERE paged.before < %(max_bytes)s
+ORDER BY jobs.id DESC
+LIMIT %(limit)s;
 
 -- name: job_list_running
 -- The running jobs (those one worker holds, with :holder): running jobs are few,
 -- whatever the table's size, and their index finds them (job_list, filtering every job
 -- newest first, would read the whole table when fewer than :limit run).
--- Ids and sizes, as job_list reads them.
-SELECT id, octet_length(payload) + coalesce(octet_length(result), 0)
-    + coalesce(octet_length(progress), 0) + coalesce(octet_length(error), 0) AS size
-FROM jobs
-WHERE status = 'running' AND (%(holder)s::text IS NULL OR claimed_by = %(holder)s::text)
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(type)s::text IS NULL OR type = %(type)s::text)
-  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
-ORDER BY id DESC
-LIMIT %(limit)s + 1;
+-- A page, as job_list reads one.
+WITH listed AS (
+    SELECT id, octet_length(payload) + coalesce(octet_length(result), 0)
+        + coalesce(octet_length(progress), 0) + coalesce(octet_length(error), 0) AS size
+    FROM jobs
+    WHERE status = 'running' AND (%(holder)s::text IS NULL OR claimed_by = %(holder)s::text)
+      AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+      AND (%(status)s::text IS NULL OR status = %(status)s::text)
+      AND (%(type)s::text IS NULL OR type = %(type)s::text)
+      AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
+    ORDER BY id DESC
+    LIMIT %(limit)s + 1)
+SELECT jobs.*, paged.more FROM (
+    SELECT id, sum(size) OVER w - size AS before, lead(id) OVER w IS NOT NULL AS more
+    FROM listed WINDOW w AS (ORDER BY id DESC ROWS UNBOUNDED PRECEDING)) AS paged
+JOIN jobs ON jobs.id = paged.id
+WHERE paged.before < %(max_bytes)s
+ORDER BY jobs.id DESC
+LIMIT %(limit)s;
 
 -- name: job_events
 -- A page of a job's history: its events after the event %(after)s (a seek in job_events_job).
@@ -782,20 +807,28 @@ SELECT * FROM jobs WHERE id = ANY(%(ids)s::bigint[]);
 -- name: job_list_dependents
 -- The jobs that depend on one job, newest first, as the caller may see them: with
 -- neither a principal nor a holder, all of them.
--- Ids and sizes, as job_list reads them.
-SELECT jobs.id, octet_length(jobs.payload) + coalesce(octet_length(jobs.result), 0)
-    + coalesce(octet_length(jobs.progress), 0) + coalesce(octet_length(jobs.error), 0) AS size
-FROM job_dependencies AS d JOIN jobs ON jobs.id = d.job_id
-WHERE d.depends_on_id = %(depends_on)s::bigint
-  AND ((%(principal)s::text IS NULL AND %(holder)s::text IS NULL)
-       OR jobs.principal = %(principal)s::text
-       OR (jobs.status = 'running' AND jobs.claimed_by = %(holder)s::text))
-  AND (%(before_id)s::bigint IS NULL OR d.job_id < %(before_id)s::bigint)
-  AND (%(status)s::text IS NULL OR jobs.status = %(status)s::text)
-  AND (%(type)s::text IS NULL OR jobs.type = %(type)s::text)
-  AND (%(idempotency_key)s::text IS NULL OR jobs.idempotency_key = %(idempotency_key)s::text)
-ORDER BY d.job_id DESC
-LIMIT %(limit)s + 1;
+-- A page, as job_list reads one.
+WITH listed AS (
+    SELECT jobs.id, octet_length(jobs.payload) + coalesce(octet_length(jobs.result), 0)
+        + coalesce(octet_length(jobs.progress), 0) + coalesce(octet_length(jobs.error), 0) AS size
+    FROM job_dependencies AS d JOIN jobs ON jobs.id = d.job_id
+    WHERE d.depends_on_id = %(depends_on)s::bigint
+      AND ((%(principal)s::text IS NULL AND %(holder)s::text IS NULL)
+           OR jobs.principal = %(principal)s::text
+           OR (jobs.status = 'running' AND jobs.claimed_by = %(holder)s::text))
+      AND (%(before_id)s::bigint IS NULL OR d.job_id < %(before_id)s::bigint)
+      AND (%(status)s::text IS NULL OR jobs.status = %(status)s::text)
+      AND (%(type)s::text IS NULL OR jobs.type = %(type)s::text)
+      AND (%(idempotency_key)s::text IS NULL OR jobs.idempotency_key = %(idempotency_key)s::text)
+    ORDER BY d.job_id DESC
+    LIMIT %(limit)s + 1)
+SELECT jobs.*, paged.more FROM (
+    SELECT id, sum(size) OVER w - size AS before, lead(id) OVER w IS NOT NULL AS more
+    FROM listed WINDOW w AS (ORDER BY id DESC ROWS UNBOUNDED PRECEDING)) AS paged
+JOIN jobs ON jobs.id = paged.id
+WHERE paged.before < %(max_bytes)s
+ORDER BY jobs.id DESC
+LIMIT %(limit)s;
 
 -- name: job_dependency_hold
 -- The dependencies of jobs being made: marked as having dependents (so that their end

@@ -108,50 +108,74 @@ RETURNING *;
 UPDATE jobs SET unique_hold = NULL WHERE id = :id AND status = 'running';
 
 -- name: job_list
--- Every job (an admin's view), newest first. Each listing reads the ids and stored
--- sizes (payload, result, progress, error) of its next :limit + 1 jobs, from which the
--- store makes a page (storage/reads.py), and only then the page's jobs whole
--- (job_get_many): a page of 500 large jobs held 64 MB. length() of a text CAST AS BLOB
--- counts its bytes.
-SELECT id, length(CAST(payload AS BLOB)) + ifnull(length(CAST(result AS BLOB)), 0)
-    + ifnull(length(CAST(progress AS BLOB)), 0) + ifnull(length(CAST(error AS BLOB)), 0) AS size
-FROM jobs
-WHERE (:before_id IS NULL OR id < :before_id)
-  AND (:status IS NULL OR status = :status)
-  AND (:type IS NULL OR type = :type)
-  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
-ORDER BY id DESC
-LIMIT :limit + 1;
+-- Every job (an admin's view), newest first. Each listing answers a page: of the next
+-- :limit + 1 jobs it reads their stored JSON's sizes (payload, result, progress, error)
+-- first, and then reads whole only the jobs before the sizes reach :max_bytes (the first
+-- always), up to :limit: a page of 500 large jobs held 64 MB. `more` says whether a job
+-- it read follows the page's last. A text CAST AS BLOB: length() counts its bytes.
+WITH listed AS (
+    SELECT id, length(CAST(payload AS BLOB)) + ifnull(length(CAST(result AS BLOB)), 0)
+        + ifnull(length(CAST(progress AS BLOB)), 0) + ifnull(length(CAST(error AS BLOB)), 0) AS size
+    FROM jobs
+    WHERE (:before_id IS NULL OR id < :before_id)
+      AND (:status IS NULL OR status = :status)
+      AND (:type IS NULL OR type = :type)
+      AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+    ORDER BY id DESC
+    LIMIT :limit + 1)
+SELECT jobs.*, paged.more FROM (
+    SELECT id, sum(size) OVER w - size AS before, lead(id) OVER w IS NOT NULL AS more
+    FROM listed WINDOW w AS (ORDER BY id DESC ROWS UNBOUNDED PRECEDING)) AS paged
+JOIN jobs ON jobs.id = paged.id
+WHERE paged.before < :max_bytes
+ORDER BY jobs.id DESC
+LIMIT :limit;
 
 -- name: job_list_by_principal
 -- The jobs one producer enqueued, newest first, walking its own index.
--- Ids and sizes, as job_list reads them.
-SELECT id, length(CAST(payload AS BLOB)) + ifnull(length(CAST(result AS BLOB)), 0)
-    + ifnull(length(CAST(progress AS BLOB)), 0) + ifnull(length(CAST(error AS BLOB)), 0) AS size
-FROM jobs INDEXED BY jobs_principal
-WHERE principal = :principal
-  AND (:before_id IS NULL OR id < :before_id)
-  AND (:status IS NULL OR status = :status)
-  AND (:type IS NULL OR type = :type)
-  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
-ORDER BY id DESC
-LIMIT :limit + 1;
+-- A page, as job_list reads one.
+WITH listed AS (
+    SELECT id, length(CAST(payload AS BLOB)) + ifnull(length(CAST(result AS BLOB)), 0)
+        + ifnull(length(CAST(progress AS BLOB)), 0) + ifnull(length(CAST(error AS BLOB)), 0) AS size
+    FROM jobs INDEXED BY jobs_principal
+    WHERE principal = :principal
+      AND (:before_id IS NULL OR id < :before_id)
+      AND (:status IS NULL OR status = :status)
+      AND (:type IS NULL OR type = :type)
+      AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+    ORDER BY id DESC
+    LIMIT :limit + 1)
+SELECT jobs.*, paged.more FROM (
+    SELECT id, sum(size) OVER w - size AS before, lead(id) OVER w IS NOT NULL AS more
+    FROM listed WINDOW w AS (ORDER BY id DESC ROWS UNBOUNDED PRECEDING)) AS paged
+JOIN jobs ON jobs.id = paged.id
+WHERE paged.before < :max_bytes
+ORDER BY jobs.id DESC
+LIMIT :limit;
 
 -- name: job_list_running
 -- The running jobs (those one worker holds, with :holder): running jobs are few,
 -- whatever the table's size, and their index finds them (job_list, filtering every job
 -- newest first, would read the whole table when fewer than :limit run).
--- Ids and sizes, as job_list reads them.
-SELECT id, length(CAST(payload AS BLOB)) + ifnull(length(CAST(result AS BLOB)), 0)
-    + ifnull(length(CAST(progress AS BLOB)), 0) + ifnull(length(CAST(error AS BLOB)), 0) AS size
-FROM jobs INDEXED BY jobs_leases
-WHERE status = 'running' AND (:holder IS NULL OR claimed_by = :holder)
-  AND (:before_id IS NULL OR id < :before_id)
-  AND (:status IS NULL OR status = :status)
-  AND (:type IS NULL OR type = :type)
-  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
-ORDER BY id DESC
-LIMIT :limit + 1;
+-- A page, as job_list reads one.
+WITH listed AS (
+    SELECT id, length(CAST(payload AS BLOB)) + ifnull(length(CAST(result AS BLOB)), 0)
+        + ifnull(length(CAST(progress AS BLOB)), 0) + ifnull(length(CAST(error AS BLOB)), 0) AS size
+    FROM jobs INDEXED BY jobs_leases
+    WHERE status = 'running' AND (:holder IS NULL OR claimed_by = :holder)
+      AND (:before_id IS NULL OR id < :before_id)
+      AND (:status IS NULL OR status = :status)
+      AND (:type IS NULL OR type = :type)
+      AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+    ORDER BY id DESC
+    LIMIT :limit + 1)
+SELECT jobs.*, paged.more FROM (
+    SELECT id, sum(size) OVER w - size AS before, lead(id) OVER w IS NOT NULL AS more
+    FROM listed WINDOW w AS (ORDER BY id DESC ROWS UNBOUNDED PRECEDING)) AS paged
+JOIN jobs ON jobs.id = paged.id
+WHERE paged.before < :max_bytes
+ORDER BY jobs.id DESC
+LIMIT :limit;
 
 -- name: job_events
 -- A page of a job's history: its events after the event :after (a seek in job_events_job).
@@ -613,19 +637,27 @@ SELECT * FROM jobs WHERE id IN (SELECT value FROM json_each(:ids));
 -- name: job_list_dependents
 -- The jobs that depend on one job, newest first, as the caller may see them: with
 -- neither a principal nor a holder, all of them.
--- Ids and sizes, as job_list reads them.
-SELECT jobs.id, length(CAST(jobs.payload AS BLOB)) + ifnull(length(CAST(jobs.result AS BLOB)), 0)
-    + ifnull(length(CAST(jobs.progress AS BLOB)), 0) + ifnull(length(CAST(jobs.error AS BLOB)), 0) AS size
-FROM job_dependencies AS d JOIN jobs ON jobs.id = d.job_id
-WHERE d.depends_on_id = :depends_on
-  AND ((:principal IS NULL AND :holder IS NULL) OR jobs.principal = :principal
-       OR (jobs.status = 'running' AND jobs.claimed_by = :holder))
-  AND (:before_id IS NULL OR d.job_id < :before_id)
-  AND (:status IS NULL OR jobs.status = :status)
-  AND (:type IS NULL OR jobs.type = :type)
-  AND (:idempotency_key IS NULL OR jobs.idempotency_key = :idempotency_key)
-ORDER BY d.job_id DESC
-LIMIT :limit + 1;
+-- A page, as job_list reads one.
+WITH listed AS (
+    SELECT jobs.id, length(CAST(jobs.payload AS BLOB)) + ifnull(length(CAST(jobs.result AS BLOB)), 0)
+        + ifnull(length(CAST(jobs.progress AS BLOB)), 0) + ifnull(length(CAST(jobs.error AS BLOB)), 0) AS size
+    FROM job_dependencies AS d JOIN jobs ON jobs.id = d.job_id
+    WHERE d.depends_on_id = :depends_on
+      AND ((:principal IS NULL AND :holder IS NULL) OR jobs.principal = :principal
+           OR (jobs.status = 'running' AND jobs.claimed_by = :holder))
+      AND (:before_id IS NULL OR d.job_id < :before_id)
+      AND (:status IS NULL OR jobs.status = :status)
+      AND (:type IS NULL OR jobs.type = :type)
+      AND (:idempotency_key IS NULL OR jobs.idempotency_key = :idempotency_key)
+    ORDER BY d.job_id DESC
+    LIMIT :limit + 1)
+SELECT jobs.*, paged.more FROM (
+    SELECT id, sum(size) OVER w - size AS before, lead(id) OVER w IS NOT NULL AS more
+    FROM listed WINDOW w AS (ORDER BY id DESC ROWS UNBOUNDED PRECEDING)) AS paged
+JOIN jobs ON jobs.id = paged.id
+WHERE paged.before < :max_bytes
+ORDER BY jobs.id DESC
+LIMIT :limit;
 
 -- name: job_dependency_hold
 -- The dependencies of jobs being made: marked as having dependents (so that their end
