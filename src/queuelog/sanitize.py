@@ -58,6 +58,7 @@ _TOKEN_SHAPES = (
 _KEY = re.compile(r"(?<![\w.-])([\w.-]++)[\"']?[ \t]*+(?:[=:]|%3[DdAa])[ \t]*+")
 _VALUE = re.compile(r"\"(?:[^\"\\\n]|\\.)*+\"?|'(?:[^'\\\n]|\\.)*+'?|[^\s,;&}\]]++")
 _REST_OF_LINE = re.compile(r"[^\n]*+")
+_HEX_PAIR = re.compile(r"[0-9A-Fa-f]{2}")
 _WORDS = re.compile(r"[A-Z]?[a-z0-9]++|[A-Z0-9]++")
 # Absolute paths: file: URLs, UNC (\\server\share), Windows (C:\x or C:/x, spaces
 # allowed inside a folder name, its folders split by the separator it began with, so a
@@ -135,7 +136,7 @@ def _redact_secret_values(text: str) -> str:
     """The value of every key that names a secret (see ``_SECRET_PARTS``)."""
     parts, done = [], 0
     for match in _KEY.finditer(text):
-        if match.start() < done or not _names_secret(match[1]):
+        if match.start() < done or not _names_secret(_unescaped_key(text, match)):
             continue
         whole_line = match[1].lower().endswith(_WHOLE_LINE_KEYS)
         value = (_REST_OF_LINE if whole_line else _VALUE).match(text, match.end())
@@ -147,6 +148,14 @@ def _redact_secret_values(text: str) -> str:
         done = value.end()
     parts.append(text[done:])
     return "".join(parts)
+
+
+def _unescaped_key(text: str, key: re.Match[str]) -> str:
+    """The key without the hex digits of a ``%XX`` before it (``%26auth``, ``%3Fpass``
+    in a query string encoded once more), which the key's token took in."""
+    if key.start() > 0 and text[key.start() - 1] == "%" and _HEX_PAIR.match(key[1]):
+        return key[1][2:]
+    return key[1]
 
 
 def _names_secret(key: str) -> bool:

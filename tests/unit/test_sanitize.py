@@ -169,6 +169,8 @@ def test_hardening_06_words_near_secret_words_keep_their_values() -> None:
         ("GET /cb?state=1%26client_secret%3Dabc123def", ["abc123def"]),
         ("secret%3Dabc123", ["abc123"]),
         ("api_token%3aXyZ789", ["XyZ789"]),
+        ("https://x/cb?next=%2Fa%3Fauth%3Dhunter2xyz", ["hunter2xyz"]),
+        ("next=%2Fa%26pass%3Dhunter2", ["hunter2"]),
     ],
 )
 def test_hardening_77_an_auth_key_and_a_key_encoded_in_a_url_are_redacted(
