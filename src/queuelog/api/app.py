@@ -80,9 +80,10 @@ Choices where the contract is silent:
   with `Retry-After`, on every route and for a whole batch; never a 500. Nothing was
   stored for a 507; for a 503 the outcome may be unknown, so clients resend only the
   calls that are safe to resend.
-  `/readyz` answers 503 while the node cannot write, and 200 once it can again; a
+  `/readyz` answers 503 while the node cannot write, and 200 once it can again. A
   lost deadlock, or no connection free while this node's own requests use them all,
-  is load, not a fault, and leaves it 200.
+  is load, not a fault: nothing else is refused after it (readiness, whose check waits
+  for a connection too, is 503 only while none is free).
 * Ids are positive 64-bit integers; an id of 0 or beyond 2^63-1 is 422 `validation`. A path
   segment that is not an id as the API writes it (`/jobs/-1`, `/jobs/010`) names no route:
   404 `not-found`.

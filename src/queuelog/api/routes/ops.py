@@ -29,9 +29,10 @@ def healthz() -> dict[str, str]:
     "/readyz",
     summary="The node can read and write its database (no auth)",
     description="200 while the database answers and takes writes. 503 `unavailable` "
-    "while it cannot be reached, or since a write was refused for a storage fault (no "
-    "space, an I/O error, read-only): each check then tries a small write, and answers "
-    "200 again once one is stored.",
+    "while it cannot be reached or no connection is free within `connection_wait_seconds` "
+    "(the node's own requests hold them all: 200 again once one is), or since a write was "
+    "refused for a storage fault (no space, an I/O error, read-only): each check then "
+    "tries a small write, and answers 200 again once one is stored.",
     responses={
         503: {"description": "`unavailable`: the node cannot write now.", "headers": RETRY_AFTER}
     },
@@ -39,7 +40,9 @@ def healthz() -> dict[str, str]:
 async def readyz(service: ServiceDep) -> Response:
     storage = service.storage
     if not await storage.ping():
-        fault = storage.health.fault or StorageUnavailable("The database cannot be reached")
+        # No fault recorded: the check's read found the database away, or every
+        # connection busy (this node's own load).
+        fault = storage.health.fault or StorageUnavailable("The database did not answer")
         return problem(503, "unavailable", "Database unavailable", fault.detail, fault.retry_after)
     return JSONResponse({"status": "ready"})
 

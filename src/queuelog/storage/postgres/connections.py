@@ -9,7 +9,8 @@ import select
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -26,37 +27,42 @@ NO_SCHEMA = (
 
 class AllLent(PoolTimeout):
     """No connection came within the wait while every one the pool may open was lent to
-    an operation: this node's own load, not the database's fault. (The pool's count of
-    its connections cannot tell: it counts those it is trying to replace too.)"""
+    an operation: this node's own load, not the database's fault."""
 
 
-class Lent:
-    """How many of a pool's connections are lent to operations now; thread-safe."""
+class LendingPool(ConnectionPool[Conn]):
+    """psycopg's pool, counting the connections it has lent, from the moment ``getconn``
+    hands one over until ``putconn`` has it back: a wait that times out while all are
+    lent raises ``AllLent``. (The pool's own count of its connections cannot tell: it
+    counts those it is trying to replace too, as while the database is away.)"""
 
-    def __init__(self, most: int) -> None:
-        self.most = most
-        self._now = 0
-        self._lock = threading.Lock()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lent = 0
+        self._lent_lock = threading.Lock()
 
-    @contextmanager
-    def one(self) -> Iterator[None]:
-        with self._lock:
-            self._now += 1
+    def getconn(self, timeout: float | None = None) -> Conn:
         try:
-            yield
-        finally:
-            with self._lock:
-                self._now -= 1
+            conn = super().getconn(timeout)
+        except PoolTimeout as exc:
+            if self._lent >= self.max_size:
+                raise AllLent(str(exc)) from exc
+            raise
+        with self._lent_lock:
+            self._lent += 1
+        return conn
 
-    def all(self) -> bool:
-        return self._now >= self.most
+    def putconn(self, conn: Conn) -> None:
+        try:
+            super().putconn(conn)
+        finally:
+            with self._lent_lock:
+                self._lent -= 1
 
 
 @contextmanager
-def live_connection(pool: ConnectionPool[Conn], wait: float, lent: Lent) -> Iterator[Conn]:
-    """A connection of ``pool`` that its server has not closed, within ``wait`` seconds;
-    counted in ``lent`` while it is used. Raises ``AllLent`` for a wait that timed out
-    while all were.
+def live_connection(pool: ConnectionPool[Conn], wait: float) -> Iterator[Conn]:
+    """A connection of ``pool`` that its server has not closed, within ``wait`` seconds.
 
     One the server dropped (a restart, ``pg_terminate_backend``) is closed and left for
     the pool to replace, and the next one is looked at at once. The pool's own ``check``
@@ -65,17 +71,9 @@ def live_connection(pool: ConnectionPool[Conn], wait: float, lent: Lent) -> Iter
     """
     deadline = time.monotonic() + wait
     while True:
-        with ExitStack() as taken:
-            try:
-                timeout = max(0.0, deadline - time.monotonic())
-                conn = taken.enter_context(pool.connection(timeout=timeout))
-            except PoolTimeout as exc:
-                if lent.all():
-                    raise AllLent(str(exc)) from exc
-                raise
+        with pool.connection(timeout=max(0.0, deadline - time.monotonic())) as conn:
             if not _closed_by_server(conn):
-                with lent.one():
-                    yield conn
+                yield conn
                 return
 
 

@@ -39,7 +39,7 @@ from queuelog.storage.health import StorageHealth
 from queuelog.storage.postgres import transactions as tx
 from queuelog.storage.postgres.connections import (
     NO_SCHEMA,
-    Lent,
+    LendingPool,
     check_url,
     live_connection,
     open_pool,
@@ -104,7 +104,6 @@ class PostgresStorage(SqlReads):
         self.health = StorageHealth()
         self._node = uuid.uuid4().hex  # names this node's enqueue notifications
         self._pool = self._new_pool(pool_size, connection_wait, connect_timeout)
-        self._lent = Lent(pool_size)
         self._listener: ReadyListener | None = None
         self._listener_lock = threading.Lock()
         try:
@@ -124,7 +123,7 @@ class PostgresStorage(SqlReads):
         # database was back. A chain of tries is given up after ``reconnect`` seconds (as
         # long as opening waits for a database that is starting), and the next request
         # starts a new one.
-        return ConnectionPool(
+        return LendingPool(
             self._url,
             min_size=1,
             max_size=size,
@@ -155,7 +154,7 @@ class PostgresStorage(SqlReads):
         would double the wait)."""
         for attempt in range(2):
             try:
-                with live_connection(self._pool, self._connection_wait, self._lent) as conn:
+                with live_connection(self._pool, self._connection_wait) as conn:
                     return conn.execute(Q[name], params).fetchall()
             except _WAITED as exc:
                 raise self._refused(exc) from None
@@ -210,7 +209,7 @@ class PostgresStorage(SqlReads):
         its commit ends the fault if it wrote something (which only a transaction of
         its own tells)."""
         faulty = not self.health.writable
-        with live_connection(self._pool, self._connection_wait, self._lent) as conn:
+        with live_connection(self._pool, self._connection_wait) as conn:
             if alone and not faulty:
                 return operation(conn)  # autocommit: the statement is its transaction
             with conn.transaction():
