@@ -36,20 +36,34 @@ _ATTEMPTS = 5
 
 
 def insert_each(
-    execute: Execute,
-    jobs: Sequence[NewJob],
-    now: datetime,
-    settle: Settle,
+    execute: Execute, jobs: Sequence[NewJob], now: datetime, settle: Settle
 ) -> list[tuple[Job, bool, bool]]:
-    """``(job, created, replaced)`` per job, each enqueued after the one before it and, if
-    it waits for others, settled by ``settle`` before the next (``workflows.settler``)."""
+    """``(job, created, replaced)`` per job, each enqueued after the one before it. The
+    jobs that wait are settled by ``settle`` at the end, in one step, and before the
+    next job wherever a later job has the same unique key: it must meet what the earlier
+    became (a job cancelled at once holds its key no more)."""
+    met_later = _keys_met_later(jobs)
     each: list[tuple[Job, bool, bool]] = []
     for index, new in enumerate(jobs):
-        job, created, replaced = insert_one(execute, new, now, index)
-        if created and new.waits:
-            job = settle([*((made, made_now) for made, made_now, _ in each), (job, created)])
-        each.append((job, created, replaced))
+        each.append(insert_one(execute, new, now, index))
+        if index in met_later or index == len(jobs) - 1:
+            made = settle([(job, created) for job, created, _ in each])
+            each = [(job, created, was[2]) for (job, created), was in zip(made, each, strict=True)]
     return each
+
+
+def _keys_met_later(jobs: Sequence[NewJob]) -> set[int]:
+    """The indices of the jobs whose unique key a later job of ``jobs`` has too."""
+    seen: set[tuple[str, str, str]] = set()
+    met: set[int] = set()
+    for index in reversed(range(len(jobs))):
+        new = jobs[index]
+        if new.unique_key is not None:
+            key = (new.principal, new.type, new.unique_key)
+            if key in seen:
+                met.add(index)
+            seen.add(key)
+    return met
 
 
 def insert_one(execute: Execute, new: NewJob, now: datetime, index: int) -> tuple[Job, bool, bool]:

@@ -30,7 +30,7 @@ redrive of its dependents follows in the same transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -42,8 +42,8 @@ from queuelog.storage.protocol import NewJob
 from queuelog.storage.rows import Row, event_params, job_from_row, json_param
 from queuelog.storage.statements import each_event_params
 
-# Settles the last of the jobs an insert made so far: the job as it is then.
-Settle = Callable[[Sequence[tuple[Job, bool]]], Job]
+# Settles the jobs an insert made so far that no call settled yet: all made, as they are.
+Settle = Callable[[Sequence[tuple[Job, bool]]], list[tuple[Job, bool]]]
 # The actor of the transitions a dependency's end makes.
 ACTOR = "queuelog"
 _FAILED = frozenset({JobStatus.FAILED, JobStatus.CANCELLED})
@@ -83,10 +83,12 @@ def settle_new(
     made: Sequence[tuple[Job, bool]],
     now: datetime,
     first: int = 0,
+    known: Mapping[int, JobStatus] | None = None,
 ) -> list[tuple[Job, bool]]:
     """The jobs of an insert once those made waiting (from the ``first``) took their
     dependencies: still waiting, or pending (``ready``), or cancelled
-    (``dependency_failed``) at once."""
+    (``dependency_failed``) at once. ``known``: dependencies this transaction holds
+    already, with their status (not held and marked again)."""
     waiting = [
         (index, new, job)
         for index, (new, (job, created)) in enumerate(zip(jobs, made, strict=True))
@@ -95,9 +97,9 @@ def settle_new(
     if not waiting:
         return list(made)
     deps_of = {job.id: _dependencies(new, made) for _, new, job in waiting}
-    wanted = sorted({dep for deps in deps_of.values() for dep in deps})
-    held = sql.rows("job_dependency_hold", {"ids": sql.ids(wanted)})
-    status_of = {int(r["id"]): JobStatus(r["status"]) for r in held}
+    known = known or {}
+    wanted = sorted({dep for deps in deps_of.values() for dep in deps} - known.keys())
+    status_of = {**known, **_held(sql, wanted)}
     for index, new, _ in waiting:
         missing = [dep for dep in new.depends_on if dep not in status_of]
         if missing:  # gone since the service looked (pruned)
@@ -114,21 +116,30 @@ def settle_new(
 
 
 def settler(sql: WorkflowSql, jobs: Sequence[NewJob], now: datetime) -> Settle:
-    """For an insert job by job (a batch with unique keys): each job that waits is settled
-    as soon as it is made, so a later job's unique key meets what it became (a job
-    cancelled at once holds its key no more). The dependencies the jobs name are held
-    first, in id order, as ``settle_new`` holds them: two such inserts never each hold
-    one that the other waits for. (A job that lands on an active holder of its key, not
-    made, leaves the dependencies it named marked ``has_dependents``: their end looks
-    for dependents and finds none.)"""
-    named = sorted({dep for new in jobs for dep in new.depends_on})
-    if named:
-        sql.rows("job_dependency_hold", {"ids": sql.ids(named)})
+    """For an insert job by job (a batch with unique keys), settling the jobs that wait
+    in steps (``unique.insert_each`` says when). The dependencies the jobs name are
+    held first, in id order, as ``settle_new`` holds them, once for the whole insert:
+    two such inserts take them in one order. (A job that lands on an active holder of
+    its key, not made, leaves the dependencies it named marked ``has_dependents``: their
+    end looks for dependents and finds none.)"""
+    known = _held(sql, sorted({dep for new in jobs for dep in new.depends_on}))
+    done = 0
 
-    def settle(made: Sequence[tuple[Job, bool]]) -> Job:
-        return settle_new(sql, jobs[: len(made)], made, now, first=len(made) - 1)[-1][0]
+    def settle(made: Sequence[tuple[Job, bool]]) -> list[tuple[Job, bool]]:
+        nonlocal done
+        settled = settle_new(sql, jobs[: len(made)], made, now, first=done, known=known)
+        done = len(made)
+        return settled
 
     return settle
+
+
+def _held(sql: WorkflowSql, ids: list[int]) -> dict[int, JobStatus]:
+    """Hold the jobs of ``ids`` as dependencies (``job_dependency_hold``); their status."""
+    if not ids:
+        return {}
+    rows = sql.rows("job_dependency_hold", {"ids": sql.ids(ids)})
+    return {int(r["id"]): JobStatus(r["status"]) for r in rows}
 
 
 def _dependencies(new: NewJob, made: Sequence[tuple[Job, bool]]) -> list[int]:
