@@ -179,7 +179,7 @@ class Scheduler:
         if not schedule.paused or schedule.next_run_at > now:
             return schedule
         try:
-            return dataclasses.replace(schedule, next_run_at=schedule.spec.cadence.next_after(now))
+            return dataclasses.replace(schedule, next_run_at=_resumed_at(schedule, now))
         except CadenceError:  # the time zone's rules changed since: as stored, a resume says why
             return schedule
 
@@ -187,10 +187,11 @@ class Scheduler:
         await self.storage.schedule_delete(_could_be(name))
 
     async def pause(self, name: str) -> Schedule:
-        """Pause: no fire after now makes a job. One that came before it and that no pass
-        made yet (a pass may come a sweep interval late) is made first, as that pass
-        would have made it."""
-        name = _could_be(name)
+        """Pause: no fire after now makes a job. A pass of the due fires (every
+        schedule's, as the sweeper's) runs first: a fire that came before the pause and
+        that no pass made yet (one may come a sweep interval late) is made."""
+        if (await self.storage.schedule_get(_could_be(name))) is None:
+            raise NotFound("No such schedule")
         await self.fire_due()
         return await self.storage.schedule_set_paused(name, True, None, self.clock.now())
 
@@ -202,11 +203,8 @@ class Scheduler:
         if not schedule.paused:
             return schedule
         now = self.clock.now()
-        # Never a fire time already made: this node's clock may be behind the one that
-        # made the last fire.
-        after = max(now, schedule.last_run_at) if schedule.last_run_at is not None else now
         try:
-            next_run_at = schedule.spec.cadence.next_after(after)
+            next_run_at = _resumed_at(schedule, now)
         except CadenceError as exc:  # the time zone's rules changed since it was made
             raise _refused(exc) from None
         return await self.storage.schedule_set_paused(name, False, next_run_at, now)
@@ -302,6 +300,14 @@ class Scheduler:
         )
         outcome, _ = await self.storage.schedule_fire(fire)
         return outcome, refused
+
+
+def _resumed_at(schedule: Schedule, now: datetime) -> datetime:
+    """Where a resume at ``now`` takes ``schedule``: its next fire after now, or after its
+    last fire if that is later (this node's clock may be behind the one that made it),
+    so that no fire time makes a second job."""
+    last = schedule.last_run_at
+    return schedule.spec.cadence.next_after(now if last is None else max(now, last))
 
 
 def _log_skipped(name: str, skipped: int, refused: str | None) -> None:

@@ -195,10 +195,10 @@ async def delete_schedule(name: str, _: Admin, scheduler: SchedulerDep) -> Respo
     **NO_FIELDS,
     response_model=ScheduleOut,
     summary="Pause a schedule (admin)",
-    description="Stored: it holds across restarts and on every node. A fire that came "
-    "before the pause and that no sweep has made yet (a sweep may come a "
-    "`sweep_interval_seconds` late) is made first; no later one is. Pausing a paused "
-    "schedule changes nothing.",
+    description="Stored: it holds across restarts and on every node. A pass of the due "
+    "fires (every schedule's, as the sweeper's) runs first, so a fire that came before the "
+    "pause and that no sweep has made yet (a sweep may come a `sweep_interval_seconds` "
+    "late) is made; no later one is. Pausing a paused schedule changes nothing.",
     responses=_problems(*AUTHED, 404, *NO_BODY),
 )
 async def pause_schedule(
