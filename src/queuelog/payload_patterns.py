@@ -11,7 +11,7 @@ RE2 has no back-references and no look-around, so a schema with one is refused w
 config loads (``unmatchable_pattern``). Its defaults keep a JSON Schema pattern's meaning
 (ECMA-262) where Python's ``re`` departs from it: ``\\d``, ``\\w`` and ``\\b`` are ASCII,
 ``$`` is the end of the text only; pattern and text are UTF-8, so ``.`` is one character;
-``\\uXXXX`` is that character.
+``\\u`` with four hex digits is the character they name.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import jsonschema
 import re2
 
 # Each escape in turn (so ``\\u`` stays an escaped backslash before a ``u``): ECMA-262
-# writes a character as ``\uXXXX``, which RE2 writes ``\x{XXXX}``.
+# writes a character as ``\u`` and four hex digits (``\u00e9``), which RE2 writes in
+# braces after ``\x`` (``\x{00e9}``).
 _ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|.)", re.DOTALL)
 
 
