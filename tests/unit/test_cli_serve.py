@@ -198,36 +198,40 @@ def _record_migration(url: str, version: int) -> None:
 def test_a_schedule_its_type_would_refuse_stops_migrate_and_serve_alike(
     tmp_path: Path, command: list[str]
 ) -> None:
-    config = tmp_path / "q.toml"
-    config.write_text(
-        f'database = "sqlite:///{tmp_path / "q.db"}"\n'
+    line = _refused_at_load(
+        tmp_path,
+        command,
         '[types.mail]\npayload_schema = { type = "object", required = ["to"] }\n'
-        '[schedules.tick]\nevery_seconds = 60\ntype = "mail"\npayload = { subject = "hi" }\n'
+        '[schedules.tick]\nevery_seconds = 60\ntype = "mail"\npayload = { subject = "hi" }\n',
     )
+    assert line.startswith("Error: cannot load the configuration: schedules.tick: "), line
+
+
+def _refused_at_load(tmp_path: Path, command: list[str], settings: str) -> str:
+    """The one line ``command`` stops with (exit 1) on a config of ``settings``, having
+    made no database."""
+    config = tmp_path / "q.toml"
+    config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n' + settings)
     result = CliRunner().invoke(main, [*command, "--config", str(config)])
     assert result.exit_code == 1
     (line,) = result.output.strip().splitlines()
-    assert line.startswith("Error: cannot load the configuration: schedules.tick: "), line
     assert not (tmp_path / "q.db").exists()
+    return line
 
 
 @pytest.mark.parametrize("command", [["migrate"], ["serve", "--port", "0"]])
 def test_hardening_73_a_pattern_re2_cannot_match_stops_migrate_and_serve_alike(
     tmp_path: Path, command: list[str]
 ) -> None:
-    config = tmp_path / "q.toml"
-    config.write_text(
-        f'database = "sqlite:///{tmp_path / "q.db"}"\n'
-        "[types.mail]\npayload_schema = { properties = { to = { pattern = '^(?!x).+$' } } }\n"
+    line = _refused_at_load(
+        tmp_path,
+        command,
+        "[types.mail]\npayload_schema = { properties = { to = { pattern = '^(?!x).+$' } } }\n",
     )
-    result = CliRunner().invoke(main, [*command, "--config", str(config)])
-    assert result.exit_code == 1
-    (line,) = result.output.strip().splitlines()
     assert line == (
         "Error: cannot load the configuration: types.mail.payload_schema: "
         'pattern "^(?!x).+$" cannot be matched in linear time by RE2: invalid perl operator: (?!'
     ), line
-    assert not (tmp_path / "q.db").exists()
 
 
 def _serving(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
