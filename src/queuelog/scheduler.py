@@ -46,6 +46,9 @@ _LATE_SWEEPS = 3
 # every second).
 _FIRES_PER_PASS = 100
 _SAME_FILE = "run the same config file on every node"
+# How often a resume reads its schedule again when other requests keep changing it.
+_RESUME_READS = 5
+_CHANGING = "The schedule kept changing while it was resumed; send the resume again"
 
 
 class ScheduleIntake:
@@ -193,21 +196,31 @@ class Scheduler:
         if (await self.storage.schedule_get(_could_be(name))) is None:
             raise NotFound("No such schedule")
         await self.fire_due()
-        return await self.storage.schedule_set_paused(name, True, None, self.clock.now())
+        paused = await self.storage.schedule_set_paused(name, True, None, self.clock.now())
+        assert paused is not None  # only a write that names what it read is refused
+        return paused
 
     async def resume(self, name: str) -> Schedule:
         """Resume from the next fire time: fires missed while paused are not made up. A
         schedule not paused keeps its own (storage also leaves it as it is, should a
-        pause and this resume cross)."""
-        schedule = await self.get(name)
-        if not schedule.paused:
-            return schedule
-        now = self.clock.now()
-        try:
-            next_run_at = _resumed_at(schedule, now)
-        except CadenceError as exc:  # the time zone's rules changed since it was made
-            raise _refused(exc) from None
-        return await self.storage.schedule_set_paused(name, False, next_run_at, now)
+        pause and this resume cross). The next fire is worked out from the schedule as
+        read, so it is written only if no other request changed the schedule since: one
+        that resumed, fired and paused it meanwhile may have made that fire already.
+        Else the schedule is read again."""
+        for _ in range(_RESUME_READS):
+            schedule = await self.get(name)
+            if not schedule.paused:
+                return schedule
+            now = self.clock.now()
+            try:
+                next_run_at = _resumed_at(schedule, now)
+            except CadenceError as exc:  # the time zone's rules changed since it was made
+                raise _refused(exc) from None
+            seen = schedule.updated_at
+            resumed = await self.storage.schedule_set_paused(name, False, next_run_at, now, seen)
+            if resumed is not None:
+                return resumed
+        raise StorageUnavailable(_CHANGING, reason="contention")
 
     async def trigger(self, name: str) -> Job:
         """A job made now, whatever the pause and overlap: an explicit act."""

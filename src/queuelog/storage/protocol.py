@@ -371,10 +371,17 @@ class Storage(Protocol):
         ...
 
     async def schedule_set_paused(
-        self, name: str, paused: bool, next_run_at: datetime | None, now: datetime
-    ) -> Schedule:
+        self,
+        name: str,
+        paused: bool,
+        next_run_at: datetime | None,
+        now: datetime,
+        seen: datetime | None = None,
+    ) -> Schedule | None:
         """Pause or resume (NotFound if missing); ``next_run_at``, if given, is stored too.
-        A schedule already in that state is left as it is, its fire time included."""
+        A schedule already in that state is left as it is, its fire time included. With
+        ``seen`` (the ``updated_at`` read when ``next_run_at`` was worked out) the change
+        is made only if the schedule is still as read; None if it changed since."""
         ...
 
     async def schedule_fire(self, fire: ScheduleFire) -> tuple[FireOutcome, Job | None]:

@@ -104,18 +104,29 @@ def delete(conn: Conn, q: Queries, name: str) -> None:
 
 
 def set_paused(
-    conn: Conn, q: Queries, name: str, paused: bool, next_run_at: datetime | None, now: datetime
-) -> Schedule:
+    conn: Conn,
+    q: Queries,
+    name: str,
+    paused: bool,
+    next_run_at: datetime | None,
+    now: datetime,
+    seen: datetime | None = None,
+) -> Schedule | None:
+    """Pause or resume; with ``seen``, only if the schedule's ``updated_at`` is still that
+    (None if another change came first)."""
     args = {
         "name": name,
         "paused": paused,
         "next_run_at": to_micros(next_run_at) if next_run_at is not None else None,
         "now": to_micros(now),
+        "seen": to_micros(seen) if seen is not None else None,
     }
     row = conn.execute(q["schedule_set_paused"], args).fetchone()
-    if row is None:
-        raise NotFound("No such schedule")
-    return schedule_from_row(row)
+    if row is not None:
+        return schedule_from_row(row)
+    if seen is not None and conn.execute(q["schedule_get"], {"name": name}).fetchone():
+        return None
+    raise NotFound("No such schedule")
 
 
 def fire(

@@ -622,12 +622,16 @@ DELETE FROM schedules WHERE name = %(name)s AND source = 'api' RETURNING name;
 -- name: schedule_set_paused
 -- A schedule already paused, or already running, is left as it is: a resume of a
 -- running schedule keeps its fire time (one due, not yet made, still makes its job).
+-- A resume's %(next_run_at)s was worked out from the schedule as it read it (updated_at
+-- %(seen)s): if another node resumed, fired and paused it since, that fire time may
+-- have been made already, so the change waits for a fresh read (no row returned).
 UPDATE schedules
 SET paused = %(paused)s,
     next_run_at = CASE WHEN paused = %(paused)s THEN next_run_at
                        ELSE COALESCE(%(next_run_at)s::bigint, next_run_at) END,
     updated_at = CASE WHEN paused = %(paused)s THEN updated_at ELSE %(now)s END
 WHERE name = %(name)s
+  AND (%(seen)s::bigint IS NULL OR paused = %(paused)s OR updated_at = %(seen)s::bigint)
 RETURNING *;
 
 -- name: schedule_advance

@@ -486,12 +486,15 @@ DELETE FROM schedules WHERE name = :name AND source = 'api' RETURNING name;
 -- name: schedule_set_paused
 -- A schedule already paused, or already running, is left as it is: a resume of a
 -- running schedule keeps its fire time (one due, not yet made, still makes its job).
+-- A resume's :next_run_at was worked out from the schedule as it read it (updated_at
+-- :seen): if another request resumed, fired and paused it since, that fire time may
+-- have been made already, so the change waits for a fresh read (no row returned).
 UPDATE schedules
 SET paused = :paused,
     next_run_at = CASE WHEN paused = :paused THEN next_run_at
                        ELSE COALESCE(:next_run_at, next_run_at) END,
     updated_at = CASE WHEN paused = :paused THEN updated_at ELSE :now END
-WHERE name = :name
+WHERE name = :name AND (:seen IS NULL OR paused = :paused OR updated_at = :seen)
 RETURNING *;
 
 -- name: schedule_advance

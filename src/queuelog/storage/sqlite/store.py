@@ -272,10 +272,15 @@ class SqliteStorage(SqlReads):
         await self._writer.run(lambda conn: sr.delete(conn, Q, name))
 
     async def schedule_set_paused(
-        self, name: str, paused: bool, next_run_at: datetime | None, now: datetime
-    ) -> Schedule:
+        self,
+        name: str,
+        paused: bool,
+        next_run_at: datetime | None,
+        now: datetime,
+        seen: datetime | None = None,
+    ) -> Schedule | None:
         return await self._writer.run(
-            lambda conn: sr.set_paused(conn, Q, name, paused, next_run_at, now)
+            lambda conn: sr.set_paused(conn, Q, name, paused, next_run_at, now, seen)
         )
 
     async def schedule_fire(self, fire: ScheduleFire) -> tuple[FireOutcome, Job | None]:
