@@ -84,3 +84,48 @@ def test_hardening_56_a_claim_reads_its_clock_once_it_holds_the_type_s_lock(
     holder.join(30)
     assert len(claimed) == 2 and {j.claimed_at for j in claimed} == {T0 + timedelta(seconds=1)}
     assert read_at and read_at[0] >= released_at[0], "the clock was read before the lock"
+
+
+def test_hardening_79_a_pause_acknowledged_while_a_claim_waits_for_the_lock_holds(
+    schema: str, nodes: list[PostgresStorage]
+) -> None:
+    """A claim of a limited type reads the pauses, then waits for the type's lock (another
+    node's claim holds it). Meanwhile an admin pauses the type through another node and
+    is answered: the claim, once it has the lock, takes none of the paused type's jobs."""
+    run_blocking(nodes[0].job_insert_many([job("rated", n=i) for i in range(2)], T0))
+    locked, paused = threading.Event(), threading.Event()
+
+    def hold_the_type() -> None:
+        with psycopg.connect(schema) as conn, conn.transaction():
+            conn.execute(Q["flow_lock"], {"type": "rated"})
+            locked.set()
+            paused.wait(30)
+
+    holder = threading.Thread(target=hold_the_type)
+    holder.start()
+    assert locked.wait(10)
+    claimed: list[list[Job]] = []
+    claim = params(T0 + timedelta(seconds=1), limit=2, types=("rated",))
+    claimer = threading.Thread(
+        target=lambda: claimed.append(run_blocking(nodes[0].job_claim(claim)))
+    )
+    claimer.start()
+    _wait_for_a_lock_wait(schema)
+    run_blocking(nodes[1].type_set_paused("rated", True, "root", T0 + timedelta(seconds=1)))
+    paused.set()
+    claimer.join(30)
+    holder.join(30)
+    assert claimed == [[]], "a type paused before the claim took its jobs is not claimed"
+
+
+def _wait_for_a_lock_wait(url: str) -> None:
+    """Until some session waits for an advisory lock (the claim, for its type's)."""
+    query = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    deadline = time.monotonic() + 10
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(query).fetchone()
+            if row is not None and row[0]:
+                return
+            time.sleep(0.02)
+    raise AssertionError("the claim never waited for the type's lock")

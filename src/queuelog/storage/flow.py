@@ -56,12 +56,17 @@ def take(sql: FlowSql, params: ClaimParams) -> list[Job]:
     made pending, then up to ``params.limit`` ready ones are leased, in claim order,
     each with its ``claimed`` event. Without a limit or pause in the way this is one
     statement over the types' ready jobs; else they are read type by type (``claim``)."""
-    paused = {row["type"] for row in sql.rows("type_paused", {})}
+    paused = _paused(sql)
     types = scope(params, paused)
     if types is not None:
-        sql.lock([name for name in types if name in params.limits])
+        limited = [name for name in types if name in params.limits]
+        sql.lock(limited)
         if params.clock is not None:  # the locks may have been waited for
             params = replace(params, now=params.clock())
+        if limited:
+            # A pause answered while the locks were waited for holds from then on: on
+            # PostgreSQL the pauses read before the wait may be out of date by seconds.
+            paused = _paused(sql)
     sql.run("job_promote_due", {"now": to_micros(params.now)})
     if types is None:
         # Each named type's ready jobs are read once, however often the claim names it.
@@ -73,6 +78,10 @@ def take(sql: FlowSql, params: ClaimParams) -> list[Job]:
     if jobs:
         sql.run("event_insert_each", claimed_events(jobs, params))
     return jobs
+
+
+def _paused(sql: FlowSql) -> set[str]:
+    return {row["type"] for row in sql.rows("type_paused", {})}
 
 
 def scope(params: ClaimParams, paused: set[str]) -> list[str] | None:
