@@ -16,7 +16,7 @@ from queuelog.client import Client, Job, Worker
 from queuelog.client.transport import Answer, NotSent, Outgoing
 from queuelog.models import JobStatus
 from tests.client.pools import Noting, Scripted, Sent, answer
-from tests.client.test_worker import DEADLINE, admin, running, running_on_server
+from tests.client.test_worker import DEADLINE, admin, running, running_on_server, settled
 from tests.realserver import RealServer, wait_until
 
 
@@ -56,6 +56,44 @@ def test_a_lease_is_renewed_from_when_its_claim_was_sent(server: RealServer) -> 
         job = shop.enqueue("noop")
     with running(worker, server, LateClaims(late)):
         wait_until(lambda: history(server, job.id)[-1] == "completed", "the job completed")
+    assert ran == [job.id]
+    assert "lease_expired" not in history(server, job.id)
+
+
+class LateHeartbeats(Noting):
+    """Holds back the answer of every heartbeat for ``seconds``, after the server renewed
+    the lease: a slow network on the way back."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
+        got = send()
+        if sent.path.endswith("/heartbeat"):
+            time.sleep(self.seconds)
+        return got
+
+
+def test_hardening_90_a_lease_is_renewed_from_when_its_heartbeat_was_sent(
+    server: RealServer,
+) -> None:
+    # Each heartbeat renews the lease when the server takes it: timed from its late
+    # answer, the next heartbeat came after the renewed lease had ended.
+    lease, late = 3, 2.2
+    worker = Worker(concurrency=1, wait_seconds=1, lease_seconds=lease, linger_ms=0)
+    ran: list[int] = []
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        ran.append(job.id)
+        time.sleep(6)  # past the second and third heartbeats
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        job = shop.enqueue("noop")
+    with running(worker, server, LateHeartbeats(late)):
+        wait_until(settled(server, job.id), "the job completed or failed")
+    assert history(server, job.id)[-1] == "completed"
     assert ran == [job.id]
     assert "lease_expired" not in history(server, job.id)
 

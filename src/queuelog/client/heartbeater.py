@@ -100,10 +100,13 @@ class Heartbeater:
 
     def _beat_one(self, running: Running) -> None:
         progress = running.take_progress()
+        # The server renews the lease when it takes the heartbeat, no earlier than now:
+        # the next one is timed from here, not from the answer, which may come late.
+        sent = time.monotonic()
         try:
             lease = max(1, round(running.lease))
             self._client.heartbeat(running.job, lease_seconds=lease, progress=progress)
-            running.next_beat = time.monotonic() + running.lease / 3
+            running.next_beat = sent + running.lease / 3
         except LOST as error:
             # Once its outcome is on its way the lease ends with it: the acknowledger says
             # what became of the outcome. A job no handler has started is not started now:
