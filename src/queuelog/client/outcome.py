@@ -94,9 +94,21 @@ def outcome_of_return(value: Any) -> Outcome:
     return Outcome(completed=True, result=result)
 
 
-def _sendable(text: str) -> str:
+def _sendable(text: object) -> str:
     """Error text that can be sent: lone surrogates escaped, cut to ERROR_CHARS."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:ERROR_CHARS]
+    return _text(text).encode("utf-8", "backslashreplace").decode("utf-8")[:ERROR_CHARS]
+
+
+def _text(value: object) -> str:
+    """``value`` as text, whatever it is: a reason given as an exception (``Fail(error)``)
+    or an exception whose own ``__str__`` raises still fail the job as asked, where an
+    outcome that could not be made left the job to its lease, to run again."""
+    if isinstance(value, str):
+        return value
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__} that cannot be shown as text>"
 
 
 def outcome_of_error(error: BaseException) -> Outcome:
@@ -109,7 +121,7 @@ def outcome_of_error(error: BaseException) -> Outcome:
     if isinstance(error, Retry):
         reason = _sendable(error.reason)
         return Outcome(completed=False, error=reason, retry_in_seconds=error.after)
-    text = str(error)
+    text = _text(error)
     name = type(error).__name__
     message = f"{name}: {text}" if text else name
     return Outcome(completed=False, error=_sendable(message))
