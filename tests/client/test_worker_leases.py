@@ -98,6 +98,33 @@ def test_hardening_90_a_lease_is_renewed_from_when_its_heartbeat_was_sent(
     assert "lease_expired" not in history(server, job.id)
 
 
+def test_hardening_92_progress_reported_while_a_heartbeat_travels_goes_with_the_next(
+    server: RealServer,
+) -> None:
+    # The heartbeat's landing set the next one a third of the lease away (30 s here),
+    # over the progress that had come meanwhile: it waited that long, not a second.
+    lease, late = 90, 1.5
+    worker = Worker(concurrency=1, wait_seconds=1, lease_seconds=lease, linger_ms=0)
+    shown: list[bool] = []
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        job.report_progress({"step": 1})  # goes out about a second after the claim
+        time.sleep(1.5)  # its heartbeat is on its way back now
+        job.report_progress({"step": 2})
+        with admin(server) as root:
+            until = time.monotonic() + lease / 3 - 5  # before a renewal would bring it
+            while time.monotonic() < until and root.get(job.id).progress != {"step": 2}:
+                time.sleep(0.2)
+            shown.append(root.get(job.id).progress == {"step": 2})
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        job = shop.enqueue("noop")
+    with running(worker, server, LateHeartbeats(late)):
+        wait_until(settled(server, job.id), "the job completed")
+    assert shown == [True]
+
+
 class HeartbeatsHeld(Noting):
     """Sends no heartbeat until ``open`` is set (as a network that drops them)."""
 

@@ -106,7 +106,7 @@ class Heartbeater:
         try:
             lease = max(1, round(running.lease))
             self._client.heartbeat(running.job, lease_seconds=lease, progress=progress)
-            running.next_beat = sent + running.lease / 3
+            running.renewed(sent)
         except LOST as error:
             # Once its outcome is on its way the lease ends with it: the acknowledger says
             # what became of the outcome. A job no handler has started is not started now:

@@ -111,6 +111,16 @@ class Running:
             self.last_beat = time.monotonic()
             return progress
 
+    def renewed(self, sent: float) -> None:
+        """Its heartbeat sent at ``sent`` landed: the next is due a third of the lease
+        later, or a second after that one for progress reported while it travelled
+        (which ``report_progress`` brought forward: not to be put back)."""
+        with self.lock:
+            due = sent + self.lease / 3
+            if self.progress is not None:
+                due = min(due, self.last_beat + PROGRESS_SECONDS)
+            self.next_beat = due
+
     def keep_progress(self, progress: JsonObject | None) -> None:
         """A heartbeat that did not land: its progress goes with the next, unless newer came."""
         with self.lock:
