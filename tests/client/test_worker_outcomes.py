@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+
 from queuelog.client import Client, Fail, Job, Retry, Worker
-from tests.client.test_worker import admin, running, settled
+from queuelog.client.transport import Answer, NotSent
+from tests.client.pools import Noting, Sent
+from tests.client.test_worker import DEADLINE, admin, running, settled
 from tests.realserver import RealServer, wait_until
 
 
@@ -43,3 +49,57 @@ def test_hardening_91_a_reason_given_as_an_exception_fails_the_job_as_asked(
         "unprintable": "Unprintable: <Unprintable that cannot be shown as text>",
     }
     assert all("lease_expired" not in events for events in histories), histories
+
+
+class HeartbeatsHeld(Noting):
+    """Sends no heartbeat until ``open`` is set (as a network that drops them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = threading.Event()
+
+    def forward(self, sent: Sent, send: Callable[[], Answer]) -> Answer:
+        if sent.path.endswith("/heartbeat") and not self.open.is_set():
+            raise NotSent("held back by the test")
+        return send()
+
+
+def test_hardening_93_a_worker_does_not_run_a_job_its_own_handler_still_runs(
+    server: RealServer,
+) -> None:
+    """The first run's lease runs out (its heartbeats lost) while its handler goes on; the
+    server gives the job back, and this same worker claims it again: the second run must
+    wait for the first to end, not run beside it."""
+    worker = Worker(concurrency=2, wait_seconds=1, lease_seconds=1, linger_ms=0)
+    lock = threading.Lock()
+    at_once: list[int] = []
+    now = 0
+    first_may_end = threading.Event()
+
+    @worker.handler("noop")
+    def handle(job: Job) -> None:
+        nonlocal now
+        with lock:
+            now += 1
+            at_once.append(now)
+        try:
+            if job.retry_count == 0:
+                first_may_end.wait(DEADLINE)
+        finally:
+            with lock:
+                now -= 1
+
+    with Client(server.url, server.keys["shop"]) as shop:
+        job = shop.enqueue("noop")
+    transport = HeartbeatsHeld()
+    try:
+        with running(worker, server, transport), admin(server) as root:
+            claims = lambda: [e.event for e in root.events(job.id)].count("claimed")  # noqa: E731
+            wait_until(lambda: claims() == 2, "the job claimed again")
+            transport.open.set()  # the second claim's lease is renewed from now on
+            time.sleep(1.0)  # the free handler has had time to start the second claim
+            first_may_end.set()
+            wait_until(settled(server, job.id), "the job completed")
+    finally:
+        first_may_end.set()
+    assert at_once == [1, 1]

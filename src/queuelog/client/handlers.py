@@ -40,6 +40,10 @@ class Handlers:
         self._loop_thread = threading.Thread(
             target=self._loop.run_forever, name="queuelog-loop", daemon=True
         )
+        # The jobs a handler of this run is in, each with the event set once it is out:
+        # a job claimed again (its lease lost while its handler went on) waits for it.
+        self._in_hand: dict[int, threading.Event] = {}
+        self._in_hand_lock = threading.Lock()
 
     def start(self, concurrency: int) -> None:
         if self._own_loop:
@@ -68,6 +72,7 @@ class Handlers:
     def _handle_jobs(self) -> None:
         while (running := self._claimer.next_job()) is not None:
             started = time.monotonic()
+            out = self._take_turn(running)
             try:
                 if not running.begin():  # handed back at the deadline, or its lease lost
                     continue
@@ -79,8 +84,28 @@ class Handlers:
                 log.exception("job_id=%s could not be reported", running.job.id)
                 self._leases.release(running)
             finally:
+                if out is not None:
+                    with self._in_hand_lock:
+                        del self._in_hand[running.job.id]
+                    out.set()
                 # Only now: a slot is free once the outcome is reported or queued for sending.
                 self._claimer.finished(time.monotonic() - started)
+
+    def _take_turn(self, running: Running) -> threading.Event | None:
+        """Wait while another handler of this run is still in ``running``'s job (a claim
+        whose lease was lost, the server having given the job out again): the same job
+        never runs twice at once here. The event to set once out of it; None if the job
+        was given up meanwhile (at the deadline, or its new lease lost too)."""
+        job_id = running.job.id
+        while True:
+            with self._in_hand_lock:
+                before = self._in_hand.get(job_id)
+                if before is None:
+                    out = self._in_hand[job_id] = threading.Event()
+                    return out
+            if running.abandoned or running.lost:
+                return None
+            before.wait(_MOMENT)  # its lease is renewed meanwhile, as a waiting job's
 
     def _execute(self, running: Running) -> Outcome:
         """The handler's outcome; run within its consumer span, when traced."""
