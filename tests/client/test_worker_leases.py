@@ -236,3 +236,33 @@ def test_a_claim_told_to_wait_longer_than_the_client_waits_out_pauses_that_long(
         thread.join(timeout=DEADLINE)
         client.close()
     assert not thread.is_alive()
+
+
+def test_hardening_94_a_claim_told_to_wait_longer_than_a_clock_counts_pauses_the_worker() -> None:
+    """A Retry-After of seventeen digits overflowed the claimer's pause: the worker
+    stopped with OverflowError instead of waiting."""
+    asked = {"Retry-After": "99999999999999999"}
+    pool = Scripted(lambda _: answer(429, {"type": "rate-limited"}, asked))
+    worker = Worker(concurrency=1, wait_seconds=0.1, idle_seconds=0.1)
+    worker.handler("noop")(lambda job: None)
+    client = Client("http://127.0.0.1:1", "ql_x", transport=pool)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run(client)
+        except BaseException as error:
+            raised.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: pool.sent, "a claim")
+        time.sleep(1.0)  # the claimer has made its pause (or failed) by now
+        assert thread.is_alive() and not raised, raised
+        assert pool.paths() == ["POST /jobs/claim"]
+    finally:
+        worker.stop()  # the pause ends with the run
+        thread.join(timeout=DEADLINE)
+        client.close()
+    assert not thread.is_alive() and not raised, raised

@@ -21,6 +21,10 @@ CLAIM_LIMIT = 100  # the API's most jobs per claim
 # is held for them.
 AHEAD_SECONDS = 0.5
 _PACE_WEIGHT = 0.2  # of the latest job in the running mean of a job's time in a handler
+# The longest pause a claim refused for now makes, whatever the answer asked: a wait
+# for longer than a clock can count (a Retry-After of seventeen digits) raised instead,
+# and the worker stopped.
+LONGEST_PAUSE_SECONDS = 3600.0
 
 
 class Claimer:
@@ -183,7 +187,8 @@ class Claimer:
             elif not self._stopping.is_set():  # the client tried again already: pause a bit
                 log.warning("claim failed (%s); trying again soon", error.detail)
                 # As long as the server asked (a 429 for longer than the client waits out).
-                self._stopping.wait(max(options.idle_seconds, error.retry_after or 0))
+                pause = max(options.idle_seconds, error.retry_after or 0)
+                self._stopping.wait(min(pause, LONGEST_PAUSE_SECONDS))
         except Exception:  # a surprise: keep going, but say so
             log.exception("claim failed")
             self._stopping.wait(options.idle_seconds)
