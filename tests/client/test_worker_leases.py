@@ -75,7 +75,7 @@ class LateHeartbeats(Noting):
         return got
 
 
-def test_hardening_90_a_lease_is_renewed_from_when_its_heartbeat_was_sent(
+def test_hardening_80_a_lease_is_renewed_from_when_its_heartbeat_was_sent(
     server: RealServer,
 ) -> None:
     # Each heartbeat renews the lease when the server takes it: timed from its late
@@ -98,7 +98,7 @@ def test_hardening_90_a_lease_is_renewed_from_when_its_heartbeat_was_sent(
     assert "lease_expired" not in history(server, job.id)
 
 
-def test_hardening_92_progress_reported_while_a_heartbeat_travels_goes_with_the_next(
+def test_hardening_82_progress_reported_while_a_heartbeat_travels_goes_with_the_next(
     server: RealServer,
 ) -> None:
     # The heartbeat's landing set the next one a third of the lease away (30 s here),
@@ -238,7 +238,7 @@ def test_a_claim_told_to_wait_longer_than_the_client_waits_out_pauses_that_long(
     assert not thread.is_alive()
 
 
-def test_hardening_94_a_claim_told_to_wait_longer_than_a_clock_counts_pauses_the_worker() -> None:
+def test_hardening_84_a_claim_told_to_wait_longer_than_a_clock_counts_pauses_the_worker() -> None:
     """A Retry-After of seventeen digits overflowed the claimer's pause: the worker
     stopped with OverflowError instead of waiting."""
     asked = {"Retry-After": "99999999999999999"}

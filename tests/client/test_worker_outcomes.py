@@ -20,7 +20,7 @@ class Unprintable(Exception):
         raise RuntimeError("no text")
 
 
-def test_hardening_91_a_reason_given_as_an_exception_fails_the_job_as_asked(
+def test_hardening_81_a_reason_given_as_an_exception_fails_the_job_as_asked(
     server: RealServer,
 ) -> None:
     # "slow" has no retries left after one attempt: each outcome fails the job for good,
@@ -64,7 +64,7 @@ class HeartbeatsHeld(Noting):
         return send()
 
 
-def test_hardening_93_a_worker_does_not_run_a_job_its_own_handler_still_runs(
+def test_hardening_83_a_worker_does_not_run_a_job_its_own_handler_still_runs(
     server: RealServer,
 ) -> None:
     """The first run's lease runs out (its heartbeats lost) while its handler goes on; the
