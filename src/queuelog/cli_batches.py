@@ -18,7 +18,7 @@ from queuelog.plain_json import strict_json
 
 def read_jobs(stream: TextIO) -> list[tuple[int, dict[str, Any]]]:
     """One enqueue body per line (blank lines skipped), with its line's number."""
-    jobs = []
+    jobs: list[tuple[int, dict[str, Any]]] = []
     try:
         for number, line in enumerate(stream, start=1):
             if not line.strip():
@@ -29,10 +29,55 @@ def read_jobs(stream: TextIO) -> list[tuple[int, dict[str, Any]]]:
                 raise click.BadParameter(f"line {number} is not JSON: {exc}") from exc
             if not isinstance(item, dict) or "type" not in item:
                 raise click.BadParameter(f"line {number} is not an object with a 'type'")
+            _check_items(number, item, len(jobs))
             jobs.append((number, item))
     except UnicodeDecodeError as exc:
         raise click.BadParameter(f"the input is not UTF-8 text: {exc.reason}") from exc
     return jobs
+
+
+def _indices(job: dict[str, Any]) -> list[int] | None:
+    """The earlier jobs a line's ``depends_on_items`` names, by their place among the
+    file's jobs (from 0); None when it names none, or not as a list of whole numbers
+    (sent as it is: the server says why it refuses it)."""
+    named = job.get("depends_on_items")
+    if not isinstance(named, list) or not named:
+        return None
+    whole = [int(i) if isinstance(i, float) and i.is_integer() else i for i in named]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in whole):
+        return None
+    return whole
+
+
+def _check_items(number: int, job: dict[str, Any], index: int) -> None:
+    """A line may wait only for the jobs of the lines before it: else bad usage, before
+    anything is sent (refused by the server, it would leave the batches before it made)."""
+    late = [i for i in _indices(job) or () if not 0 <= i < index]
+    if late:
+        raise click.BadParameter(
+            f"line {number}: depends_on_items names job {late[0]} of the file, where only "
+            f"the jobs before this line's (job {index}, counted from 0) may be named"
+        )
+
+
+def in_batch(job: dict[str, Any], start: int, made: list[int]) -> dict[str, Any]:
+    """``job`` as an item of the batch that begins with the file's job ``start``. Its
+    ``depends_on_items`` name jobs by their place in the file, whatever batch each travels
+    in: a job of this batch by its place in the batch, one an earlier batch made by its id
+    (``made``: the ids of the earlier batches' jobs, in order), added to ``depends_on``."""
+    named = _indices(job)
+    given = job.get("depends_on", [])
+    if named is None or not start or not isinstance(given, list):
+        return job
+    sent = {key: value for key, value in job.items() if key != "depends_on_items"}
+    here = [i - start for i in named if i >= start]
+    if here:
+        sent["depends_on_items"] = here
+    earlier = [made[i] for i in named if i < start]
+    if earlier:
+        # A job named by id and by index is named once, as the server takes it in a batch.
+        sent["depends_on"] = [*given, *(i for i in earlier if i not in given)]
+    return sent
 
 
 # A batch request stays well under the server's 1 MiB limit, whatever --batch-size says.
@@ -64,13 +109,15 @@ def enqueue_file(
     with Progress(console=console, transient=False, disable=not console.is_terminal) as progress:
         task = progress.add_task("enqueueing", total=len(lines))
         start = 0
+        made: list[int] = []
         for batch in batches([job for _, job in lines], batch_size):
             try:
-                answers = client.enqueue_many(batch)
+                answers = client.enqueue_many([in_batch(job, start, made) for job in batch])
             except QueueError as refused:
                 what = _refused_line(refused, numbers, start, len(batch))
                 raise refusal(what, refused) from refused
             start += len(batch)
+            made += [answer.job.id for answer in answers]
             created += sum(1 for a in answers if a.created)
             existing += sum(1 for a in answers if not a.created)
             progress.advance(task, len(batch))

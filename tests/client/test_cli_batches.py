@@ -1,0 +1,62 @@
+"""``queuelog enqueue --from-file`` with a graph of jobs: a line's ``depends_on_items``
+names jobs of the file, whatever batch each line travels in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from queuelog.client import Client
+from tests.realserver import QUEUELOG, RealServer
+
+
+def _enqueue_file(server: RealServer, path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = server.client_env(server.keys["shop"])
+    command = [QUEUELOG, "enqueue", "--from-file", str(path), *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+
+
+def _lines(path: Path, jobs: list[dict[str, Any]]) -> None:
+    path.write_text("\n".join(json.dumps(job) for job in jobs) + "\n")
+
+
+def _made(server: RealServer, tag: str) -> dict[int, Any]:
+    """The jobs the file tagged ``tag`` made, by their line's ``n``."""
+    with Client(server.url, server.keys["shop"]) as shop:
+        found = [job for job in shop.list(type="noop") if job.payload.get("tag") == tag]
+    return {job.payload["n"]: job for job in found}
+
+
+def test_hardening_85_a_file_s_depends_on_items_name_its_lines_whatever_batch_they_travel_in(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "graph.jsonl"
+    jobs: list[dict[str, Any]] = [
+        {"type": "noop", "payload": {"tag": "graph", "n": n}} for n in range(5)
+    ]
+    jobs[3]["depends_on_items"] = [0]  # a job of the batch before
+    jobs[4]["depends_on_items"] = [1, 3]  # one of the batch before, one of its own
+    _lines(path, jobs)
+    done = _enqueue_file(real_server, path, "--batch-size", "3")
+    assert done.returncode == 0, done.stderr
+    made = _made(real_server, "graph")
+    assert made[3].depends_on == (made[0].id,)
+    assert sorted(made[4].depends_on) == sorted([made[1].id, made[3].id])
+    assert made[3].status.value == made[4].status.value == "waiting"
+
+
+def test_hardening_85_a_line_naming_its_own_or_a_later_job_is_bad_usage_before_any_is_sent(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "late.jsonl"
+    jobs: list[dict[str, Any]] = [
+        {"type": "noop", "payload": {"tag": "late", "n": n}} for n in range(3)
+    ]
+    jobs[2]["depends_on_items"] = [2]
+    _lines(path, jobs)
+    done = _enqueue_file(real_server, path, "--batch-size", "2")
+    assert done.returncode == 2, done.stderr
+    assert "line 3: depends_on_items names job 2" in done.stderr
+    assert _made(real_server, "late") == {}
