@@ -25,13 +25,41 @@ _JSON_TYPES = (dict, list, str, int, float, bool, type(None))
 
 def strict_json(text: str) -> Any:
     """``text`` as JSON, refusing (ValueError) what the server refuses and Python's reader
-    allows: NaN, Infinity, numbers beyond a float, lone surrogates, deep nesting."""
+    allows: NaN, Infinity, numbers beyond a float, lone surrogates, deep nesting, an
+    object naming a member twice."""
     try:
-        value = json.loads(text)
+        value = unique_json(text)
     except RecursionError:  # thousands of levels: the reader's own stack ran out
         raise ValueError(f"must not nest deeper than {MAX_JSON_DEPTH} levels") from None
     check_plain(value)
     return value
+
+
+class RepeatedName(ValueError):
+    """A JSON object that names one member twice (``name``)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"an object names {json.dumps(name)} more than once")
+        self.name = name
+
+
+def _members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) < len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise RepeatedName(name)
+            seen.add(name)
+    return members
+
+
+def unique_json(raw: str | bytes) -> Any:
+    """``raw`` read as JSON, refusing (RepeatedName) an object that names a member twice:
+    RFC 8259 leaves what such an object means to each reader (Python's keeps the last
+    value, others the first), so a proxy, a log or a schema check in front of the server
+    could read another request than the one it stores."""
+    return json.loads(raw, object_pairs_hook=_members)
 
 
 def check_plain(value: Any) -> None:

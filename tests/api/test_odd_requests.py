@@ -53,7 +53,13 @@ _ENQUEUE_CASES: list[tuple[str, str | None, dict[str, str], bytes, str]] = [
         "422 validation",
     ),
     ("huge int", _P, _JSON, _HUGE, "201"),
-    ("repeated name", _P, _JSON, b'{"type": "noop", "payload": {"x": 1, "x": 2}}', "201"),
+    (
+        "repeated name",
+        _P,
+        _JSON,
+        b'{"type": "noop", "payload": {"x": 1, "x": 2}}',
+        "422 validation",
+    ),
     ("byte order mark", _P, _JSON, b'\xef\xbb\xbf{"type": "noop"}', "201"),
     ("both schedules", _P, _JSON, _BOTH, "422 validation"),
     (

@@ -91,6 +91,9 @@ Choices where the contract is silent:
   `{}`: any other JSON value is 422 `validation`, checked as fields are (after the key
   and the role), and nothing is done; as on every route, a body past the size limit is
   413, one that is not JSON 415, and malformed JSON 422.
+* A JSON body in which an object names a member twice (`{"type": "a", "type": "b"}`, at
+  any depth, a payload's too) is 422 `validation` before the key is looked at, as
+  malformed JSON is: readers disagree on which value such an object means.
 * An enqueue's W3C `traceparent` and `tracestate` headers are stored with each job it
   makes and handed to the worker that claims it (`trace_context`); a malformed one is
   ignored as the Trace Context recommendation says, never refused.

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request, Response
 from queuelog.api.answers import BatchCompleteOut, ClaimOut, JobOut, job_json
 from queuelog.api.claiming import claim_or_wait
 from queuelog.api.deps import ServiceDep, Worker
-from queuelog.api.lean import LeanRoute, lean_openapi, read_request
+from queuelog.api.lean import JsonRoute, LeanRoute, lean_openapi, read_request
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.api.schemas import (
@@ -27,7 +27,7 @@ from queuelog.errors import QueueError
 from queuelog.models import Finished, Job, Role
 from queuelog.specs import FinishSpec
 
-router = APIRouter(prefix="/jobs", tags=["workers"])
+router = APIRouter(prefix="/jobs", tags=["workers"], route_class=JsonRoute)
 # The hottest operations: see api/lean.py.
 lean = APIRouter(prefix="/jobs", tags=["workers"], route_class=LeanRoute)
 

@@ -20,6 +20,7 @@ from queuelog.api.answers import (
 from queuelog.api.deps import Admin, Canceller, Producer, Reader, ServiceDep
 from queuelog.api.lean import (
     NO_FIELDS,
+    JsonRoute,
     LeanRoute,
     NoFields,
     header_parameters,
@@ -43,7 +44,7 @@ from queuelog.errors import Unauthenticated, ValidationFailed
 from queuelog.models import MAX_ID, DependencyFailure, JobStatus, OnDuplicate, Role, TraceContext
 from queuelog.specs import CURSOR_PATTERN, TYPE_FILTER_PATTERN, EnqueueSpec
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=JsonRoute)
 # The hottest operations: see api/lean.py.
 lean = APIRouter(prefix="/jobs", tags=["jobs"], route_class=LeanRoute)
 

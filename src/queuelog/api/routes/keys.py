@@ -7,13 +7,14 @@ from fastapi.responses import JSONResponse
 
 from queuelog.api.answers import KeyCreatedOut, KeyListOut
 from queuelog.api.deps import Admin, KeyRingDep, ServiceDep
+from queuelog.api.lean import JsonRoute
 from queuelog.api.openapi import AUTHED, problems
 from queuelog.api.schemas import KeyCreateRequest, priority_of
 from queuelog.app_state import IdPath
 from queuelog.auth import key_json
 from queuelog.errors import UnknownJobType, quoted
 
-router = APIRouter(prefix="/keys", tags=["keys"])
+router = APIRouter(prefix="/keys", tags=["keys"], route_class=JsonRoute)
 
 
 @router.post(

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from queuelog.api.answers import JobOut, job_json
 from queuelog.api.deps import Admin
-from queuelog.api.lean import NO_FIELDS, NoFields
+from queuelog.api.lean import NO_FIELDS, JsonRoute, NoFields
 from queuelog.api.openapi import AUTHED, NO_BODY, located, problems
 from queuelog.api.schemas import CRON_FIVE_FIELDS, EverySeconds, JsonObject, Label, PriorityLabel
 from queuelog.app_state import state_of
@@ -19,7 +19,7 @@ from queuelog.config import ScheduleConfig
 from queuelog.scheduler import Scheduler
 from queuelog.schedules import PUBLISHED_SCHEDULE_NAME, ZONES, Schedule
 
-router = APIRouter(prefix="/schedules", tags=["schedules"])
+router = APIRouter(prefix="/schedules", tags=["schedules"], route_class=JsonRoute)
 
 
 async def _scheduler(request: Request) -> Scheduler:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, Field
 
 from queuelog.api.deps import Admin, ServiceDep
-from queuelog.api.lean import NO_FIELDS, NoFields
+from queuelog.api.lean import NO_FIELDS, JsonRoute, NoFields
 from queuelog.api.openapi import AUTHED, NO_BODY, problems
 from queuelog.api.responses import JSONResponse
 from queuelog.clock import rfc3339
@@ -42,7 +42,7 @@ class TypeListOut(BaseModel):
     types: list[TypeOut]
 
 
-router = APIRouter(prefix="/types", tags=["types"])
+router = APIRouter(prefix="/types", tags=["types"], route_class=JsonRoute)
 
 # The rest of the path before /pause or /resume: a type's name may hold a slash
 # (``team/mail``), sent as it is or as %2F.
