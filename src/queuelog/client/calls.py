@@ -287,13 +287,16 @@ def claim(
     """Claim up to ``limit`` ready jobs (``POST /jobs/claim``); with ``linger_ms``, a claim
     that holds fewer than ``limit`` goes on taking jobs as they become ready for that long.
 
+    ``types``: only these (None: every type the key may claim). An empty list names no
+    type: the server refuses it (``ValidationFailed``), as it refuses ``"types": []``.
+
     Never sent again once it may have reached the server: if the answer was lost, the jobs
     it claimed are held by nobody who knows their lease tokens, and a second claim would
     not bring them back; they run again when their lease expires.
     """
     body = _drop_none(
         {
-            "types": list(types) if types else None,
+            "types": list(types) if types is not None else None,
             "limit": limit,
             "wait_seconds": wait_seconds,
             "lease_seconds": lease_seconds,
