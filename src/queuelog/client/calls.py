@@ -159,8 +159,8 @@ def enqueue_body(
     type: str, payload: JsonObject | None = None, **options: Unpack[BatchItemOptions]
 ) -> JsonObject:
     """The JSON body of one job to enqueue (an item of ``enqueue_many``, which may name
-    earlier items by ``depends_on_items``). Without ``idempotency_key`` a new one is made,
-    so that sending the same body again can never create a second job."""
+    earlier items by ``depends_on_items``). Without ``idempotency_key`` (or with None) a new
+    one is made, so that sending the same body again can never create a second job."""
     body: dict[str, Any] = _drop_none({**options})
     if "run_at" in body:
         body["run_at"] = rfc3339(body["run_at"])
@@ -168,7 +168,8 @@ def enqueue_body(
         body["depends_on"] = [_job_id(job) for job in body["depends_on"]]
     if "depends_on_items" in body:
         body["depends_on_items"] = list(body["depends_on_items"])
-    body["idempotency_key"] = body.get("idempotency_key") or new_idempotency_key()
+    if "idempotency_key" not in body:  # one given is sent as it is: the server checks it
+        body["idempotency_key"] = new_idempotency_key()
     return {"type": type, "payload": payload if payload is not None else {}, **body}
 
 
@@ -191,11 +192,12 @@ def enqueue_many(jobs: Iterable[JsonObject]) -> Call[list[Enqueued]]:
     """Enqueue up to 500 jobs at once, all or nothing (``POST /jobs/batch``).
 
     Each item is an enqueue body (``{"type": ..., "payload": ...}``, see ``enqueue_body``);
-    items without an ``idempotency_key`` get a new one. An item may wait for earlier
+    items without an ``idempotency_key`` (or with None) get a new one. An item may wait for earlier
     items: ``enqueue_body("report", depends_on_items=[0, 1])`` (a graph in one request).
     """
+    new = new_idempotency_key
     items = [
-        {**job, "idempotency_key": job.get("idempotency_key") or new_idempotency_key()}
+        job if job.get("idempotency_key") is not None else {**job, "idempotency_key": new()}
         for job in jobs
     ]
 
