@@ -20,6 +20,7 @@ from typing import Any
 
 from queuelog.client.types import Dependency, Job, JsonObject
 from queuelog.errors import InvalidState, NotFound, NotLeaseHolder
+from queuelog.plain_json import check_plain
 
 log = logging.getLogger("queuelog.worker")
 Handler = Callable[[Job], Any]
@@ -94,7 +95,10 @@ class Running:
             # Measured as the server measures it: compact UTF-8 JSON.
             text = json.dumps(progress, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
             size = len(text.encode())
-        except (TypeError, ValueError) as error:
+            # Read as the server reads it (no deeper than it takes): else the heartbeat
+            # carrying it would be refused, and the report dropped unsaid.
+            check_plain(progress)
+        except (TypeError, ValueError, RecursionError) as error:
             raise ValueError(f"progress is not JSON: {error}") from None
         if size > MAX_PROGRESS_BYTES:
             raise ValueError(f"progress is {size} bytes as JSON; at most {MAX_PROGRESS_BYTES}")

@@ -81,7 +81,8 @@ class Job:
         says how the work ended.
 
         Raises:
-            ValueError: not a JSON object, too large, or not a job a Worker handed out.
+            ValueError: not a JSON object (as the server reads one: at most 64 levels deep),
+                too large, or not a job a Worker handed out.
         """
         if self.progress_to is None:
             raise ValueError("report_progress is for the job a Worker hands its handler")
