@@ -214,6 +214,10 @@ def rescue(conn: Conn, now: datetime, retry_at: Callable[[Job], datetime], limit
         if isinstance(outcome, Job):
             rescued.append(outcome)
     _recorded(conn, events, rescued)
+    if rescued:
+        # A job failed for good frees a slot of its type's limits: claims waiting for
+        # it, on every node, look again (one put back to pending notified already).
+        _notify_ready(conn)
     _notify_finished(conn, rescued)
     _released(conn, rescued, now)
     return rescued

@@ -191,9 +191,11 @@ class SqliteStorage(SqlReads):
 
     async def job_claim(self, params: ClaimParams) -> list[Job]:
         jobs, rescued, released = await self._writer.run(lambda conn: tx.claim(conn, params))
-        # Committed now: a lease the claim's rescue failed for good ends that job.
+        # Committed now: a lease the claim's rescue failed for good ends that job. Each
+        # job it rescued is pending again or frees a slot of its type's limits: claims
+        # waiting for its type look again, as after the sweeper's rescue.
         ended = [job.id for job in rescued if job.status in TERMINAL]
-        self._tell(Released(released.ready, ended + released.cancelled))
+        self._tell(Released(released.ready, ended + released.cancelled), woken=bool(rescued))
         return jobs
 
     def subscribe_finished(self, on_finished: Callable[[Iterable[int] | None], None]) -> None:
@@ -207,9 +209,11 @@ class SqliteStorage(SqlReads):
         ended), which the service that asked for the write does not see."""
         self._on_ready.append(on_ready)
 
-    def _tell(self, released: Released) -> None:
-        """Tell the subscribers what a committed write did to jobs beside its own."""
-        if released.ready:
+    def _tell(self, released: Released, woken: bool = False) -> None:
+        """Tell the subscribers what a committed write did to jobs beside its own
+        (``woken``: jobs it made ready, or slots it freed, that ``released`` does not
+        hold)."""
+        if released.ready or woken:
             for on_ready in self._on_ready:
                 on_ready()
         if released.cancelled:
