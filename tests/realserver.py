@@ -27,6 +27,8 @@ import httpx
 
 QUEUELOG = str(Path(sys.executable).parent / "queuelog")
 ROOT = Path(__file__).resolve().parent.parent
+# A client process imports this checkout's code, not an installed copy of another one.
+CHECKOUT_PATH = f"{ROOT / 'src'}{os.pathsep}{ROOT}"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 WAIT_TIMEOUT = 90.0  # any single wait for a server to have done something, on a busy machine
@@ -204,7 +206,7 @@ class RealServer:
 
     def client_env(self, key: str | None = None) -> dict[str, str]:
         """Environment for a client process talking to this server, with ``key`` if given."""
-        env = clean_environ(QUEUELOG_URL=self.url, PYTHONPATH=str(ROOT))
+        env = clean_environ(QUEUELOG_URL=self.url, PYTHONPATH=CHECKOUT_PATH)
         if key is not None:
             env["QUEUELOG_API_KEY"] = key
         return env

@@ -3,12 +3,11 @@ usage, before any request."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest
 
-from tests.realserver import QUEUELOG, ROOT, clean_environ, free_port
+from tests.realserver import CHECKOUT_PATH, QUEUELOG, clean_environ, free_port
 
 
 def _queuelog(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -16,7 +15,7 @@ def _queuelog(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = clean_environ(
         QUEUELOG_URL=f"http://127.0.0.1:{free_port()}",
         QUEUELOG_API_KEY="ql_unused",
-        PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}",  # this checkout's code
+        PYTHONPATH=CHECKOUT_PATH,
     )
     command = [QUEUELOG, *args]
     return subprocess.run(command, input=stdin, capture_output=True, text=True, env=env, timeout=60)

@@ -50,9 +50,10 @@ class LeanRoute(APIRoute):
 
 class JsonRoute(APIRoute):
     """A route whose body model FastAPI fills: its body is read here first, as
-    ``read_request`` reads a lean route's (a member named twice is refused), and left on
-    the request, where FastAPI finds it parsed. A route without a body model (a read, a
-    delete) reads no body, as before."""
+    ``read_request`` reads a lean route's (a member named twice is refused), then FastAPI
+    reads it again from the request, which keeps the bytes. These routes are not the hot
+    ones, and the second read is of a small body. A route without a body model (a read,
+    a delete) reads no body, as before."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -60,9 +61,7 @@ class JsonRoute(APIRoute):
             return handler
 
         async def handle(request: Request) -> Response:
-            data = _json(await _body(request))
-            if data is not _NO_BODY:
-                request._json = data  # Starlette's own cache of request.json()
+            _json(await _body(request))
             return await handler(request)
 
         return handle
