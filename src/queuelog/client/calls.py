@@ -100,9 +100,8 @@ _NOT_JSON = object()
 def new_idempotency_key() -> str:
     """A new UUID of version 7 (RFC 9562): the Unix time in milliseconds and, in the bits
     the RFC lets a clock of finer precision fill, the fraction of the millisecond; then
-    random bits. Keys made one after another rise as the clock does, so the server's
-    index of keys takes each new one at its end rather than on a random page, which a
-    large batch's insert feels."""
+    random bits. Keys made one after another rise with the clock, so the server's index
+    of keys takes each at its end, not on a random page (a large batch's insert feels it)."""
     millis, nanos = divmod(time.time_ns(), 1_000_000)
     fraction = nanos * 4096 // 1_000_000  # rand_a, in the RFC's method 3
     random = int.from_bytes(os.urandom(8), "big") & (1 << 62) - 1
@@ -125,8 +124,7 @@ def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
 
 
-def _job(data: Any) -> Job:
-    return Job.from_json(data)
+_job: Callable[[Any], Job] = Job.from_json
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -160,7 +158,8 @@ def enqueue_body(
 ) -> JsonObject:
     """The JSON body of one job to enqueue (an item of ``enqueue_many``, which may name
     earlier items by ``depends_on_items``). Without ``idempotency_key`` (or with None) a new
-    one is made, so that sending the same body again can never create a second job."""
+    one is made, so that sending the same body again can never create a second job; one
+    given is sent as it is, for the server to check."""
     body: dict[str, Any] = _drop_none({**options})
     if "run_at" in body:
         body["run_at"] = rfc3339(body["run_at"])
@@ -168,7 +167,7 @@ def enqueue_body(
         body["depends_on"] = [_job_id(job) for job in body["depends_on"]]
     if "depends_on_items" in body:
         body["depends_on_items"] = list(body["depends_on_items"])
-    if "idempotency_key" not in body:  # one given is sent as it is: the server checks it
+    if "idempotency_key" not in body:
         body["idempotency_key"] = new_idempotency_key()
     return {"type": type, "payload": payload if payload is not None else {}, **body}
 
@@ -188,18 +187,18 @@ def enqueue_job(body: JsonObject) -> Call[Job]:
     return Call("POST", "/jobs", _job, resend=True, json=body, produces=produces)
 
 
+def _keyed(job: JsonObject) -> JsonObject:
+    return {**job, "idempotency_key": new_idempotency_key()}
+
+
 def enqueue_many(jobs: Iterable[JsonObject]) -> Call[list[Enqueued]]:
     """Enqueue up to 500 jobs at once, all or nothing (``POST /jobs/batch``).
 
     Each item is an enqueue body (``{"type": ..., "payload": ...}``, see ``enqueue_body``);
-    items without an ``idempotency_key`` (or with None) get a new one. An item may wait for earlier
-    items: ``enqueue_body("report", depends_on_items=[0, 1])`` (a graph in one request).
+    items without an ``idempotency_key`` (or with None) get a new one. An item may wait for
+    earlier items: ``enqueue_body("report", depends_on_items=[0, 1])`` (a graph in one request).
     """
-    new = new_idempotency_key
-    items = [
-        job if job.get("idempotency_key") is not None else {**job, "idempotency_key": new()}
-        for job in jobs
-    ]
+    items = [job if job.get("idempotency_key") is not None else _keyed(job) for job in jobs]
 
     def read(data: Any) -> list[Enqueued]:
         return [Enqueued(Job.from_json(i["job"]), bool(i["created"])) for i in data["jobs"]]
@@ -289,8 +288,7 @@ def claim(
     """Claim up to ``limit`` ready jobs (``POST /jobs/claim``); with ``linger_ms``, a claim
     that holds fewer than ``limit`` goes on taking jobs as they become ready for that long.
 
-    ``types``: only these (None: every type the key may claim). An empty list names no
-    type: the server refuses it (``ValidationFailed``), as it refuses ``"types": []``.
+    ``types``: only these (None: every type the key may claim; ``[]`` is refused).
 
     Never sent again once it may have reached the server: if the answer was lost, the jobs
     it claimed are held by nobody who knows their lease tokens, and a second claim would
@@ -322,13 +320,8 @@ def heartbeat(
 ) -> Call[Job]:
     """Extend the lease of a held job, and give its ``progress`` if any. Safe to send
     again: it only extends the lease and sets the same progress."""
-    body = _drop_none(
-        {
-            "lease_token": _lease_token(job, lease_token),
-            "lease_seconds": lease_seconds,
-            "progress": progress,
-        }
-    )
+    token = _lease_token(job, lease_token)
+    body = _drop_none({"lease_token": token, "lease_seconds": lease_seconds, "progress": progress})
     return Call("POST", f"/jobs/{_job_id(job)}/heartbeat", _job, resend=True, json=body)
 
 
