@@ -782,3 +782,15 @@ def test_a_worker_whose_server_refuses_linger_ms_claims_without_it(server: RealS
 def test_a_linger_outside_0_to_1000_ms_is_refused(linger_ms: int) -> None:
     with pytest.raises(ValueError, match="linger_ms"):
         Worker(linger_ms=linger_ms)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("wait_seconds", -0.5), ("wait_seconds", 30.5), ("lease_seconds", 0), ("lease_seconds", 3601)],
+)
+def test_a_claim_option_the_server_refuses_is_refused_when_the_worker_is_made(
+    option: str, value: float
+) -> None:
+    # Else the worker starts, and every claim it sends is refused 422.
+    with pytest.raises(ValueError, match=option):
+        Worker(**{option: value})

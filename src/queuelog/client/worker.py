@@ -153,14 +153,14 @@ class Worker:
             heartbeats); on stopping they run within ``shutdown_seconds`` like the
             others, and those not started by then are released unrun, their attempt
             unspent.
-        wait_seconds: How long a claim may wait on the server for a job (long-poll).
+        wait_seconds: How long a claim may wait on the server for a job (long-poll, 0 to 30).
         linger_ms: Once a claim holds a job but has room for more, how long the server
             goes on taking jobs for it as they become ready (0 to 1,000): a stream of
             jobs then comes in fewer claims and acknowledgements, each job starting at
             most that much later. Claims linger only while the last claim shows jobs
             coming faster than that, so a slow trickle's jobs are not delayed. 0 never
             lingers.
-        lease_seconds: Lease to claim with; default the job type's. Heartbeats renew it
+        lease_seconds: Lease to claim with (1 to 3600); default the job type's. Heartbeats renew it
             every third of the lease while the handler runs.
         instance: Names this process in ``worker_id`` (``<key name>/<instance>``); default
             ``<host>-<pid>``.
@@ -190,6 +190,11 @@ class Worker:
             raise ValueError("prefetch must be 0 or more")
         if not 0 <= linger_ms <= 1000:
             raise ValueError("linger_ms must be from 0 to 1000")
+        # As the server reads a claim: out of range, every claim would be refused, at run.
+        if not 0 <= wait_seconds <= 30:
+            raise ValueError("wait_seconds must be from 0 to 30")
+        if lease_seconds is not None and not 1 <= lease_seconds <= 3600:
+            raise ValueError("lease_seconds must be from 1 to 3600")
         self.handlers: dict[str, Handler] = {}
         self.options = Options(
             concurrency=concurrency,
