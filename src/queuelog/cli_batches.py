@@ -13,6 +13,7 @@ from rich.progress import Progress
 from queuelog.cli_output import refusal
 from queuelog.client import Client
 from queuelog.errors import QueueError
+from queuelog.models import MAX_DEPENDS_ON
 from queuelog.plain_json import strict_json
 
 
@@ -66,7 +67,8 @@ def in_batch(job: dict[str, Any], start: int, made: list[int]) -> dict[str, Any]
     in: a job of this batch by its place in the batch, one an earlier batch made by its id
     (``made``: the ids of the earlier batches' jobs, in order), added to ``depends_on``."""
     named = _indices(job)
-    given = job.get("depends_on", [])
+    given = job.get("depends_on")
+    given = [] if given is None else given  # null is none, as the server reads it
     if named is None or not start or not isinstance(given, list):
         return job
     sent = {key: value for key, value in job.items() if key != "depends_on_items"}
@@ -78,6 +80,25 @@ def in_batch(job: dict[str, Any], start: int, made: list[int]) -> dict[str, Any]
         # A job named by id and by index is named once, as the server takes it in a batch.
         sent["depends_on"] = [*given, *(i for i in earlier if i not in given)]
     return sent
+
+
+def _check_by_id(numbers: list[int], cut: list[list[dict[str, Any]]]) -> None:
+    """A line's jobs of earlier batches go by id, in ``depends_on``, which names at most
+    MAX_DEPENDS_ON: a line that would name more is bad usage before anything is sent
+    (refused by the server, it would leave the batches before it made)."""
+    start = 0
+    for batch in cut:
+        for offset, job in enumerate(batch):
+            earlier = {i for i in _indices(job) or () if i < start}
+            given = job.get("depends_on")
+            count = len(earlier) + (len(given) if isinstance(given, list) else 0)
+            if earlier and count > MAX_DEPENDS_ON:
+                raise click.BadParameter(
+                    f"line {numbers[start + offset]}: waits for {count} jobs by id (its "
+                    f"depends_on and the jobs of earlier batches it names), more than "
+                    f"{MAX_DEPENDS_ON}; a larger --batch-size sends more of them in its batch"
+                )
+        start += len(batch)
 
 
 # A batch request stays well under the server's 1 MiB limit, whatever --batch-size says.
@@ -104,13 +125,15 @@ def enqueue_file(
     """Enqueue in batches with a progress bar on standard error: (created, existing)."""
     created = existing = 0
     numbers = [number for number, _ in lines]
+    cut = batches([job for _, job in lines], batch_size)
+    _check_by_id(numbers, cut)
     console = Console(stderr=True)
     # A bar for a person at a terminal; none in a pipe or a log, where a refusal is one line.
     with Progress(console=console, transient=False, disable=not console.is_terminal) as progress:
         task = progress.add_task("enqueueing", total=len(lines))
         start = 0
         made: list[int] = []
-        for batch in batches([job for _, job in lines], batch_size):
+        for batch in cut:
             try:
                 answers = client.enqueue_many([in_batch(job, start, made) for job in batch])
             except QueueError as refused:

@@ -243,7 +243,14 @@ def payload_argument(text: str | None) -> dict[str, Any]:
     type=click.File("r"),
     help="JSON lines, one enqueue body each ('-' for standard input); sent in batches.",
 )
-@click.option("--batch-size", default=100, show_default=True, type=click.IntRange(1, BATCH_MAX))
+@click.option(
+    "--batch-size",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, BATCH_MAX),
+    help="Jobs a request. A keyed file whose lines name others (depends_on_items) is sent "
+    "again alike only with the same batch size: a job of an earlier batch goes by its id.",
+)
 @click.option("--unique-key", help="While a job with this key is active, make no other.")
 @click.option(
     "--on-duplicate",

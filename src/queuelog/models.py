@@ -10,6 +10,7 @@ from typing import Any, TypeVar, dataclass_transform
 JsonObject = dict[str, Any]
 
 MAX_ID = 2**63 - 1  # job and key ids are 64-bit integers in every backend
+MAX_DEPENDS_ON = 100  # the most jobs one job's depends_on names
 
 _Record = TypeVar("_Record")
 

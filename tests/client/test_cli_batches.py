@@ -60,3 +60,38 @@ def test_hardening_85_a_line_naming_its_own_or_a_later_job_is_bad_usage_before_a
     assert done.returncode == 2, done.stderr
     assert "line 3: depends_on_items names job 2" in done.stderr
     assert _made(real_server, "late") == {}
+
+
+def test_hardening_85_a_null_depends_on_is_none_and_the_items_still_name_the_file_s_jobs(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "null.jsonl"
+    jobs: list[dict[str, Any]] = [
+        {"type": "noop", "payload": {"tag": "null", "n": n}} for n in range(4)
+    ]
+    jobs[3].update(depends_on=None, depends_on_items=[0])
+    _lines(path, jobs)
+    done = _enqueue_file(real_server, path, "--batch-size", "2")
+    assert done.returncode == 0, done.stderr
+    made = _made(real_server, "null")
+    assert made[3].depends_on == (made[0].id,)
+
+
+def test_hardening_85_a_line_naming_more_jobs_of_earlier_batches_than_ids_allow_is_bad_usage(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    # Jobs of earlier batches go by id, and depends_on names at most 100: refused by the
+    # server, the line would have left the 150 jobs before it made.
+    path = tmp_path / "wide.jsonl"
+    jobs: list[dict[str, Any]] = [
+        {"type": "noop", "payload": {"tag": "wide", "n": n}} for n in range(151)
+    ]
+    jobs[150]["depends_on_items"] = list(range(150))
+    _lines(path, jobs)
+    done = _enqueue_file(real_server, path, "--batch-size", "50")
+    assert done.returncode == 2, done.stderr
+    assert "line 151: waits for 150 jobs by id" in done.stderr
+    assert _made(real_server, "wide") == {}
+    assert _enqueue_file(real_server, path, "--batch-size", "500").returncode == 0
+    made = _made(real_server, "wide")
+    assert len(made[150].depends_on) == 150

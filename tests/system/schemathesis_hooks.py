@@ -36,9 +36,8 @@ from queuelog.api.schemas import (
     CRON_FIVE_FIELDS,
     IDEMPOTENCY_KEY_PATTERN,
     MAX_BATCH_DEPENDENCIES,
-    MAX_DEPENDS_ON,
 )
-from queuelog.models import MAX_ID
+from queuelog.models import MAX_DEPENDS_ON, MAX_ID
 
 
 def _valid_key(value: Any) -> bool:

@@ -21,7 +21,7 @@ from pydantic import (
 from pydantic.config import JsonDict
 
 from queuelog.auth import KEY_NAME
-from queuelog.models import MAX_ID, Priority, Role
+from queuelog.models import MAX_DEPENDS_ON, MAX_ID, Priority, Role
 from queuelog.plain_json import check_plain
 from queuelog.schedules import PUBLISHED_SCHEDULE_NAME
 from queuelog.specs import CURSOR_PATTERN, TYPE_FILTER_PATTERN
@@ -119,8 +119,7 @@ def _distinct(values: list[int]) -> list[int]:
     return values
 
 
-# At most this many dependencies by id: a job's dependencies are read with it.
-MAX_DEPENDS_ON = 100
+# At most MAX_DEPENDS_ON dependencies by id: a job's dependencies are read with it.
 # Of a whole batch: a request's dependencies cost the loop time in step with their number.
 MAX_BATCH_DEPENDENCIES = 10_000
 ItemIndex = Annotated[int, Field(strict=True, ge=0, le=498), BeforeValidator(_integral)]
