@@ -20,6 +20,10 @@ def _nested(levels: int) -> dict[str, Any]:
     return value
 
 
+DEEPEST = _nested(MAX_JSON_DEPTH - 1)
+REPORTED = {"by_status": {404: 3}, "pair": (1, 2), "deep": DEEPEST}
+
+
 def test_hardening_89_progress_nested_deeper_than_the_server_reads_is_refused_in_the_handler(
     server: RealServer,
 ) -> None:
@@ -29,12 +33,15 @@ def test_hardening_89_progress_nested_deeper_than_the_server_reads_is_refused_in
 
     @worker.handler("noop")
     def handle(job: Job) -> Any:
-        try:
-            job.report_progress(_nested(MAX_JSON_DEPTH + 1))
-            refused.append(False)
-        except ValueError:
-            refused.append(True)
-        job.report_progress(_nested(MAX_JSON_DEPTH))  # as deep as the server reads
+        for levels in (MAX_JSON_DEPTH + 1, 5000):  # the second past Python's own stack
+            try:
+                job.report_progress(_nested(levels))
+                refused.append(False)
+            except ValueError:
+                refused.append(True)
+        # As deep as the server reads; what JSON writes its own way (a number as a key, a
+        # tuple) is reported as it travels.
+        job.report_progress(REPORTED)
         release.wait(DEADLINE)
         return None
 
@@ -43,5 +50,5 @@ def test_hardening_89_progress_nested_deeper_than_the_server_reads_is_refused_in
         wait_until(lambda: shop.get(job).progress is not None, "the progress reported")
         release.set()
         done = shop.wait(job, timeout=DEADLINE)
-    assert refused == [True]
-    assert done.progress == _nested(MAX_JSON_DEPTH)
+    assert refused == [True, True]
+    assert done.progress == {"by_status": {"404": 3}, "pair": [1, 2], "deep": DEEPEST}

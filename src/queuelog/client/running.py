@@ -95,16 +95,17 @@ class Running:
             # Measured as the server measures it: compact UTF-8 JSON.
             text = json.dumps(progress, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
             size = len(text.encode())
-            # Read as the server reads it (no deeper than it takes): else the heartbeat
-            # carrying it would be refused, and the report dropped unsaid.
-            check_plain(progress)
+            # A copy of what was measured (the handler may go on changing its own object),
+            # read as it travels and as the server reads it (no deeper than it takes):
+            # else the heartbeat carrying it would be refused, and the report dropped unsaid.
+            sent = json.loads(text)
+            check_plain(sent)
         except (TypeError, ValueError, RecursionError) as error:
             raise ValueError(f"progress is not JSON: {error}") from None
         if size > MAX_PROGRESS_BYTES:
             raise ValueError(f"progress is {size} bytes as JSON; at most {MAX_PROGRESS_BYTES}")
         with self.lock:
-            # A copy of what was measured: the handler may go on changing its own object.
-            self.progress = json.loads(text)
+            self.progress = sent
             soonest = max(self.last_beat + PROGRESS_SECONDS, time.monotonic())
             self.next_beat = min(self.next_beat, soonest)
 
