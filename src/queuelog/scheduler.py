@@ -220,7 +220,8 @@ class Scheduler:
             resumed = await self.storage.schedule_set_paused(name, False, next_run_at, now, seen)
             if resumed is not None:
                 return resumed
-        raise StorageUnavailable(_CHANGING, reason="contention")
+        # Counted as the stores count a write that lost to others on each try.
+        raise self.storage.health.contended(StorageUnavailable(_CHANGING, reason="contention"))
 
     async def trigger(self, name: str) -> Job:
         """A job made now, whatever the pause and overlap: an explicit act."""

@@ -34,8 +34,8 @@ _DESCRIPTIONS = {
     "`payload-too-large`, `idempotency-key-reused`.",
     429: "`rate-limited`: too many requests for this key; see `Retry-After`.",
     503: "`unavailable`: the database cannot take this now (unreachable, an I/O error, "
-    "read-only, locked, or a write that lost to others of the same jobs or keys on each "
-    "of its tries); nothing was done, or its outcome is unknown. `overloaded`: the "
+    "read-only, locked, or a write that lost to others of the same jobs, keys or schedule "
+    "on each of its tries); nothing was done, or its outcome is unknown. `overloaded`: the "
     "server serves as many connections as `limit_concurrency` allows; nothing was done. "
     "See `Retry-After`.",
     507: "`insufficient-storage`: no space is left for the database; nothing was stored. "

@@ -215,7 +215,9 @@ async def pause_schedule(
     description="It fires next at its next time after now (or after its last fire, should "
     "this node's clock be behind the one that made it); fires missed while paused are "
     "not made up. Resuming a schedule that is not paused changes nothing: a fire already "
-    "due is still made (so a resume sent again is safe).",
+    "due is still made (so a resume sent again is safe). The next fire is written only if "
+    "no other request changed the schedule since it was read (else it is read again): 503 "
+    "`unavailable` if others kept changing it, as a resume sent again then is safe too.",
     responses=_problems(*AUTHED, 404, *NO_BODY),
 )
 async def resume_schedule(
