@@ -89,38 +89,100 @@ def test_hardening_56_a_claim_reads_its_clock_once_it_holds_the_type_s_lock(
 def test_hardening_79_a_pause_acknowledged_while_a_claim_waits_for_the_lock_holds(
     schema: str, nodes: list[PostgresStorage]
 ) -> None:
-    """A claim of a limited type reads the pauses, then waits for the type's lock (another
-    node's claim holds it). Meanwhile an admin pauses the type through another node and
-    is answered: the claim, once it has the lock, takes none of the paused type's jobs."""
+    """A claim of a limited type reads the pauses, then waits for the type's lock behind
+    another node's claim, and behind a pause sent through a third node. The pause has the
+    lock first and is answered: the claim, once it has the lock, takes none of the paused
+    type's jobs."""
     run_blocking(nodes[0].job_insert_many([job("rated", n=i) for i in range(2)], T0))
-    locked, paused = threading.Event(), threading.Event()
+    locked, release = threading.Event(), threading.Event()
 
     def hold_the_type() -> None:
         with psycopg.connect(schema) as conn, conn.transaction():
             conn.execute(Q["flow_lock"], {"type": "rated"})
             locked.set()
-            paused.wait(30)
+            release.wait(30)
 
     holder = threading.Thread(target=hold_the_type)
     holder.start()
     assert locked.wait(10)
-    claimed: list[list[Job]] = []
+    done: list[str] = []
+    pause = nodes[1].type_set_paused("rated", True, "root", T0 + timedelta(seconds=1))
+    pauser = threading.Thread(target=lambda: (run_blocking(pause), done.append("paused")))
+    pauser.start()
+    _wait_for_a_lock_wait(schema, waiting=1)
     claim = params(T0 + timedelta(seconds=1), limit=2, types=("rated",))
     claimer = threading.Thread(
-        target=lambda: claimed.append(run_blocking(nodes[0].job_claim(claim)))
+        target=lambda: done.append(f"claimed {len(run_blocking(nodes[0].job_claim(claim)))}")
     )
     claimer.start()
-    _wait_for_a_lock_wait(schema)
-    run_blocking(nodes[1].type_set_paused("rated", True, "root", T0 + timedelta(seconds=1)))
-    paused.set()
-    claimer.join(30)
-    holder.join(30)
-    assert claimed == [[]], "a type paused before the claim took its jobs is not claimed"
+    _wait_for_a_lock_wait(schema, waiting=2)
+    release.set()
+    for thread in (holder, pauser, claimer):
+        thread.join(30)
+    assert done == ["paused", "claimed 0"], "a type paused before the claim took its jobs"
 
 
-def _wait_for_a_lock_wait(url: str) -> None:
-    """Until some session waits for an advisory lock (the claim, for its type's)."""
+def _wait_for_a_lock_wait(url: str, waiting: int = 1) -> None:
+    """Until ``waiting`` sessions wait for an advisory lock (claims and pauses, for their
+    type's)."""
     query = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    deadline = time.monotonic() + 10
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(query).fetchone()
+            if row is not None and row[0] >= waiting:
+                return
+            time.sleep(0.02)
+    raise AssertionError("the claim never waited for the type's lock")
+
+
+def test_hardening_79_a_pause_answered_while_a_claim_waits_for_a_row_holds(
+    schema: str, nodes: list[PostgresStorage]
+) -> None:
+    """A claim of a group-limited type holds its type's lock and has read the pauses, then
+    waits for a row another transaction holds (as an enqueue naming it in depends_on
+    does). A pause sent meanwhile through another node is answered only once that claim
+    has committed: no claim takes the type's jobs after the pause's answer."""
+    node = nodes[0]
+    (first,) = run_blocking(node.job_insert_many([job("grouped", "a", 0)], T0))
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_job() -> None:
+        with psycopg.connect(schema) as conn, conn.transaction():
+            conn.execute("SELECT id FROM jobs WHERE id = %s FOR NO KEY UPDATE", (first[0].id,))
+            locked.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_the_job)
+    holder.start()
+    assert locked.wait(10)
+    done: list[str] = []
+    claim = params(T0 + timedelta(seconds=1), limit=1, types=("grouped",))
+
+    def take() -> None:
+        taken = run_blocking(node.job_claim(claim))
+        done.append(f"claim of {len(taken)}")
+
+    claimer = threading.Thread(target=take)
+    claimer.start()
+    _wait_for_a_row_wait(schema)
+    pauser = threading.Thread(
+        target=lambda: (
+            run_blocking(nodes[1].type_set_paused("grouped", True, "root", T0)),
+            done.append("pause answered"),
+        )
+    )
+    pauser.start()
+    time.sleep(0.5)  # a pause that does not wait for the claim is answered by now
+    release.set()
+    for thread in (holder, claimer, pauser):
+        thread.join(30)
+    assert done == ["claim of 1", "pause answered"], done
+
+
+def _wait_for_a_row_wait(url: str) -> None:
+    """Until some session waits for a row's lock (the claim, for the held job)."""
+    query = "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
     deadline = time.monotonic() + 10
     with psycopg.connect(url, autocommit=True) as conn:
         while time.monotonic() < deadline:
@@ -128,4 +190,4 @@ def _wait_for_a_lock_wait(url: str) -> None:
             if row is not None and row[0]:
                 return
             time.sleep(0.02)
-    raise AssertionError("the claim never waited for the type's lock")
+    raise AssertionError("the claim never waited for the held row")

@@ -378,6 +378,9 @@ def prune(conn: Conn, cutoffs: Mapping[JobStatus, datetime], limit: int) -> int:
 def set_paused(conn: Conn, job_type: str, paused: bool, actor: str, now: datetime) -> None:
     """Pause or resume a type; a change records its ``type_events`` row, naming ``actor``."""
     args = {"type": job_type, "actor": actor, "now": to_micros(now)}
+    if paused:
+        # After the type's claims in flight (they hold its lock): answered, the pause holds.
+        conn.execute(Q["flow_lock"], {"type": job_type})
     changed = conn.execute(Q["type_pause" if paused else "type_resume"], args).fetchone()
     if changed is not None:
         kind = TypeEventKind.PAUSED if paused else TypeEventKind.RESUMED
