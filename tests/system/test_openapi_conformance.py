@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.postgres import fresh_schema
-from tests.realserver import RealServer, closing
+from tests.realserver import CHECKOUT_PATH, RealServer, closing
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RealServe
 
 def _schemathesis(real: RealServer, key: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.system.schemathesis_hooks"}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = CHECKOUT_PATH  # the hooks module, and the code it imports
     return subprocess.run(
         [
             SCHEMATHESIS,
