@@ -34,7 +34,14 @@ from queuelog.schedules import (
     schedule_name_error,
 )
 from queuelog.specs import EnqueueSpec
-from queuelog.storage.protocol import FireOutcome, NewJob, NewSchedule, ScheduleFire, Storage
+from queuelog.storage.protocol import (
+    FireOutcome,
+    NewJob,
+    NewSchedule,
+    ScheduleFire,
+    ScheduleSwitch,
+    Storage,
+)
 
 log = logging.getLogger("queuelog.schedules")
 
@@ -196,7 +203,9 @@ class Scheduler:
         if (await self.storage.schedule_get(_could_be(name))) is None:
             raise NotFound("No such schedule")
         await self.fire_due()
-        paused = await self.storage.schedule_set_paused(name, True, None, self.clock.now())
+        paused = await self.storage.schedule_set_paused(
+            ScheduleSwitch(name, paused=True, now=self.clock.now())
+        )
         assert paused is not None  # only a write that names what it read is refused
         return paused
 
@@ -216,8 +225,8 @@ class Scheduler:
                 next_run_at = _resumed_at(schedule, now)
             except CadenceError as exc:  # the time zone's rules changed since it was made
                 raise _refused(exc) from None
-            seen = schedule.updated_at
-            resumed = await self.storage.schedule_set_paused(name, False, next_run_at, now, seen)
+            switch = ScheduleSwitch(name, False, now, next_run_at, seen=schedule.updated_at)
+            resumed = await self.storage.schedule_set_paused(switch)
             if resumed is not None:
                 return resumed
         # Counted as the stores count a write that lost to others on each try.

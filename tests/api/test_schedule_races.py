@@ -12,7 +12,7 @@ import pytest
 from queuelog.clock import FakeClock
 from queuelog.config import Settings
 from queuelog.scheduler import Scheduler
-from queuelog.storage.protocol import FireOutcome, Storage
+from queuelog.storage.protocol import FireOutcome, ScheduleSwitch, Storage
 from tests.conftest import Api
 
 pytestmark = pytest.mark.anyio
@@ -38,12 +38,11 @@ class SlowResumes:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._storage, name)
 
-    async def schedule_set_paused(self, *args: Any, **kwargs: Any) -> Any:
-        paused = args[1]
-        if not paused and not self.waiting.is_set():
+    async def schedule_set_paused(self, switch: ScheduleSwitch) -> Any:
+        if not switch.paused and not self.waiting.is_set():
             self.waiting.set()
             await self.gate.wait()
-        return await self._storage.schedule_set_paused(*args, **kwargs)
+        return await self._storage.schedule_set_paused(switch)
 
 
 def _fire_times(admin: Api) -> list[str]:

@@ -11,7 +11,14 @@ import pytest
 from queuelog.errors import InvalidState, NotFound
 from queuelog.models import JobStatus, Priority
 from queuelog.schedules import Cadence, ConfigSync, ScheduleSpec
-from queuelog.storage.protocol import FireOutcome, NewJob, NewSchedule, ScheduleFire, Storage
+from queuelog.storage.protocol import (
+    FireOutcome,
+    NewJob,
+    NewSchedule,
+    ScheduleFire,
+    ScheduleSwitch,
+    Storage,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -142,15 +149,15 @@ async def test_a_fire_without_a_job_is_skipped(store: Storage) -> None:
 async def test_pause_stops_fires_and_resume_sets_the_next_time(store: Storage) -> None:
     await store.schedule_insert(schedule(), T0)
     due = T0 + timedelta(minutes=1)
-    paused = await store.schedule_set_paused("tick", True, None, T0)
+    paused = await store.schedule_set_paused(ScheduleSwitch("tick", True, T0))
     assert paused.paused and paused.next_run_at == due
     assert await store.schedule_due(due) == []
     assert (await store.schedule_fire(fire_of("tick", due)))[0] is FireOutcome.TAKEN
     later = due + timedelta(minutes=5)
-    resumed = await store.schedule_set_paused("tick", False, later, due)
+    resumed = await store.schedule_set_paused(ScheduleSwitch("tick", False, due, later))
     assert not resumed.paused and resumed.next_run_at == later
     with pytest.raises(NotFound):
-        await store.schedule_set_paused("nope", True, None, T0)
+        await store.schedule_set_paused(ScheduleSwitch("nope", True, T0))
 
 
 async def test_a_schedule_already_paused_or_running_is_left_as_it_is(store: Storage) -> None:
@@ -158,16 +165,20 @@ async def test_a_schedule_already_paused_or_running_is_left_as_it_is(store: Stor
     is still made); a pause of a paused one changes nothing either."""
     made = await store.schedule_insert(schedule(), T0)
     later = T0 + timedelta(minutes=5)
-    kept = await store.schedule_set_paused("tick", False, later, T0 + timedelta(seconds=90))
+    kept = await store.schedule_set_paused(
+        ScheduleSwitch("tick", False, T0 + timedelta(seconds=90), later)
+    )
     assert kept == made
-    paused = await store.schedule_set_paused("tick", True, None, T0 + timedelta(seconds=1))
-    again = await store.schedule_set_paused("tick", True, None, T0 + timedelta(seconds=2))
+    paused = await store.schedule_set_paused(
+        ScheduleSwitch("tick", True, T0 + timedelta(seconds=1))
+    )
+    again = await store.schedule_set_paused(ScheduleSwitch("tick", True, T0 + timedelta(seconds=2)))
     assert again == paused and paused.updated_at == T0 + timedelta(seconds=1)
 
 
 async def test_trigger_makes_a_job_even_when_paused(store: Storage) -> None:
     await store.schedule_insert(schedule(overlap=False), T0)
-    await store.schedule_set_paused("tick", True, None, T0)
+    await store.schedule_set_paused(ScheduleSwitch("tick", True, T0))
     first = await store.schedule_trigger("tick", job_of("tick", T0))
     second = await store.schedule_trigger("tick", job_of("tick", T0))
     assert first.schedule == second.schedule == "tick"
@@ -195,7 +206,7 @@ async def test_config_sync_keeps_pause_and_next_time_and_drops_removed(store: St
     )
     assert synced == ConfigSync()
     await store.schedule_insert(schedule("api"), T0)
-    await store.schedule_set_paused("a", True, None, T0)
+    await store.schedule_set_paused(ScheduleSwitch("a", True, T0))
     # A restart later: same cadence, new payload; "b" removed from the file.
     later = T0 + timedelta(hours=1)
     changed = NewSchedule(

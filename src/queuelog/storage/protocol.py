@@ -187,6 +187,18 @@ class NewSchedule:
 
 
 @dataclass(frozen=True, slots=True)
+class ScheduleSwitch:
+    """A pause or resume: a resume's ``next_run_at`` is worked out from the schedule as
+    read, its ``updated_at`` then ``seen``, and stored only while it is still that."""
+
+    name: str
+    paused: bool
+    now: datetime
+    next_run_at: datetime | None = None
+    seen: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ScheduleFire:
     """One fire of a due schedule: taken only while its ``next_run_at`` is still ``due``.
     ``job`` (its ``run_at`` the fire time, ``fire_at``) is None when no job can be made
@@ -370,18 +382,9 @@ class Storage(Protocol):
         """Delete an API schedule: NotFound, or InvalidState for a config schedule."""
         ...
 
-    async def schedule_set_paused(
-        self,
-        name: str,
-        paused: bool,
-        next_run_at: datetime | None,
-        now: datetime,
-        seen: datetime | None = None,
-    ) -> Schedule | None:
-        """Pause or resume (NotFound if missing); ``next_run_at``, if given, is stored too.
-        A schedule already in that state is left as it is, its fire time included. With
-        ``seen`` (the ``updated_at`` read when ``next_run_at`` was worked out) the change
-        is made only if the schedule is still as read; None if it changed since."""
+    async def schedule_set_paused(self, switch: ScheduleSwitch) -> Schedule | None:
+        """Pause or resume (NotFound if missing), storing ``next_run_at`` if given; one
+        already in that state is left as it is. With ``seen``: None if it changed since."""
         ...
 
     async def schedule_fire(self, fire: ScheduleFire) -> tuple[FireOutcome, Job | None]:

@@ -15,7 +15,7 @@ from queuelog.errors import InvalidState, NotFound
 from queuelog.models import Job, JobStatus, Priority
 from queuelog.schedules import Cadence, ConfigSync, Schedule, ScheduleSpec
 from queuelog.specs import stored_json
-from queuelog.storage.protocol import FireOutcome, NewJob, NewSchedule, ScheduleFire
+from queuelog.storage.protocol import FireOutcome, NewJob, NewSchedule, ScheduleFire, ScheduleSwitch
 from queuelog.storage.rows import Row, job_from_row
 
 Conn = Any  # a sqlite3.Connection or a psycopg Connection: both execute(sql, params)
@@ -103,28 +103,21 @@ def delete(conn: Conn, q: Queries, name: str) -> None:
     raise InvalidState("A schedule from the config file is deleted by removing it there")
 
 
-def set_paused(
-    conn: Conn,
-    q: Queries,
-    name: str,
-    paused: bool,
-    next_run_at: datetime | None,
-    now: datetime,
-    seen: datetime | None = None,
-) -> Schedule | None:
+def set_paused(conn: Conn, q: Queries, switch: ScheduleSwitch) -> Schedule | None:
     """Pause or resume; with ``seen``, only if the schedule's ``updated_at`` is still that
     (None if another change came first)."""
+    next_run_at, seen = switch.next_run_at, switch.seen
     args = {
-        "name": name,
-        "paused": paused,
+        "name": switch.name,
+        "paused": switch.paused,
         "next_run_at": to_micros(next_run_at) if next_run_at is not None else None,
-        "now": to_micros(now),
+        "now": to_micros(switch.now),
         "seen": to_micros(seen) if seen is not None else None,
     }
     row = conn.execute(q["schedule_set_paused"], args).fetchone()
     if row is not None:
         return schedule_from_row(row)
-    if seen is not None and conn.execute(q["schedule_get"], {"name": name}).fetchone():
+    if seen is not None and conn.execute(q["schedule_get"], {"name": switch.name}).fetchone():
         return None
     raise NotFound("No such schedule")
 

@@ -31,6 +31,7 @@ from queuelog.storage.protocol import (
     NewKey,
     NewSchedule,
     ScheduleFire,
+    ScheduleSwitch,
 )
 from queuelog.storage.reads import SqlReads
 from queuelog.storage.rows import finished, job_from_row, key_from_row, key_params
@@ -275,17 +276,8 @@ class SqliteStorage(SqlReads):
     async def schedule_delete(self, name: str) -> None:
         await self._writer.run(lambda conn: sr.delete(conn, Q, name))
 
-    async def schedule_set_paused(
-        self,
-        name: str,
-        paused: bool,
-        next_run_at: datetime | None,
-        now: datetime,
-        seen: datetime | None = None,
-    ) -> Schedule | None:
-        return await self._writer.run(
-            lambda conn: sr.set_paused(conn, Q, name, paused, next_run_at, now, seen)
-        )
+    async def schedule_set_paused(self, switch: ScheduleSwitch) -> Schedule | None:
+        return await self._writer.run(lambda conn: sr.set_paused(conn, Q, switch))
 
     async def schedule_fire(self, fire: ScheduleFire) -> tuple[FireOutcome, Job | None]:
         return await self._writer.run(lambda conn: sr.fire(conn, Q, tx.insert_many, fire))
