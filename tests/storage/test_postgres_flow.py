@@ -119,21 +119,25 @@ def test_hardening_79_a_pause_acknowledged_while_a_claim_waits_for_the_lock_hold
     release.set()
     for thread in (holder, pauser, claimer):
         thread.join(30)
-    assert done == ["paused", "claimed 0"], "a type paused before the claim took its jobs"
+    # The claim read the pauses once it had the lock, after the pause: it took nothing.
+    assert sorted(done) == ["claimed 0", "paused"], "a type paused first had its jobs taken"
 
 
-def _wait_for_a_lock_wait(url: str, waiting: int = 1) -> None:
-    """Until ``waiting`` sessions wait for an advisory lock (claims and pauses, for their
-    type's)."""
-    query = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+def _wait_for_a_lock_wait(url: str, waiting: int = 1, locktype: str = "advisory") -> None:
+    """Until ``waiting`` sessions of this database wait for a lock of ``locktype`` (claims
+    and pauses for their type's, a claim for a row)."""
+    query = (
+        "SELECT count(*) FROM pg_locks WHERE locktype = %s AND NOT granted AND pid IN "
+        "(SELECT pid FROM pg_stat_activity WHERE datname = current_database())"
+    )
     deadline = time.monotonic() + 10
     with psycopg.connect(url, autocommit=True) as conn:
         while time.monotonic() < deadline:
-            row = conn.execute(query).fetchone()
+            row = conn.execute(query, (locktype,)).fetchone()
             if row is not None and row[0] >= waiting:
                 return
             time.sleep(0.02)
-    raise AssertionError("the claim never waited for the type's lock")
+    raise AssertionError(f"no {waiting} sessions waited for a {locktype} lock")
 
 
 def test_hardening_79_a_pause_answered_while_a_claim_waits_for_a_row_holds(
@@ -141,53 +145,32 @@ def test_hardening_79_a_pause_answered_while_a_claim_waits_for_a_row_holds(
 ) -> None:
     """A claim of a group-limited type holds its type's lock and has read the pauses, then
     waits for a row another transaction holds (as an enqueue naming it in depends_on
-    does). A pause sent meanwhile through another node is answered only once that claim
-    has committed: no claim takes the type's jobs after the pause's answer."""
-    node = nodes[0]
-    (first,) = run_blocking(node.job_insert_many([job("grouped", "a", 0)], T0))
+    does). A pause sent meanwhile through another node waits for that claim."""
+    (first,) = run_blocking(nodes[0].job_insert_many([job("grouped", "a", 0)], T0))
     locked, release = threading.Event(), threading.Event()
-
-    def hold_the_job() -> None:
-        with psycopg.connect(schema) as conn, conn.transaction():
-            conn.execute("SELECT id FROM jobs WHERE id = %s FOR NO KEY UPDATE", (first[0].id,))
-            locked.set()
-            release.wait(30)
-
-    holder = threading.Thread(target=hold_the_job)
+    holder = threading.Thread(target=_hold_row, args=(schema, first[0].id, locked, release))
     holder.start()
     assert locked.wait(10)
     done: list[str] = []
     claim = params(T0 + timedelta(seconds=1), limit=1, types=("grouped",))
-
-    def take() -> None:
-        taken = run_blocking(node.job_claim(claim))
-        done.append(f"claim of {len(taken)}")
-
-    claimer = threading.Thread(target=take)
-    claimer.start()
-    _wait_for_a_row_wait(schema)
-    pauser = threading.Thread(
-        target=lambda: (
-            run_blocking(nodes[1].type_set_paused("grouped", True, "root", T0)),
-            done.append("pause answered"),
-        )
+    claimer = threading.Thread(
+        target=lambda: done.append(f"claimed {len(run_blocking(nodes[0].job_claim(claim)))}")
     )
+    claimer.start()
+    _wait_for_a_lock_wait(schema, locktype="transactionid")
+    pause = nodes[1].type_set_paused("grouped", True, "root", T0)
+    pauser = threading.Thread(target=lambda: (run_blocking(pause), done.append("paused")))
     pauser.start()
-    time.sleep(0.5)  # a pause that does not wait for the claim is answered by now
+    _wait_for_a_lock_wait(schema)  # the pause, for the type's lock the claim holds
+    assert done == []
     release.set()
     for thread in (holder, claimer, pauser):
         thread.join(30)
-    assert done == ["claim of 1", "pause answered"], done
+    assert sorted(done) == ["claimed 1", "paused"]
 
 
-def _wait_for_a_row_wait(url: str) -> None:
-    """Until some session waits for a row's lock (the claim, for the held job)."""
-    query = "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
-    deadline = time.monotonic() + 10
-    with psycopg.connect(url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(query).fetchone()
-            if row is not None and row[0]:
-                return
-            time.sleep(0.02)
-    raise AssertionError("the claim never waited for the held row")
+def _hold_row(url: str, job_id: int, locked: threading.Event, release: threading.Event) -> None:
+    with psycopg.connect(url) as conn, conn.transaction():
+        conn.execute("SELECT id FROM jobs WHERE id = %s FOR NO KEY UPDATE", (job_id,))
+        locked.set()
+        release.wait(30)

@@ -99,10 +99,11 @@ async def list_types(_: Admin, service: ServiceDep) -> Response:
     response_model=TypeOut,
     summary="Pause a job type (admin)",
     description=(
-        "A paused type is never claimed, by any worker on any node; its jobs keep their "
-        "place and enqueues are still accepted. The pause is stored in the database, so it "
-        "holds across restarts. Pausing a paused type changes nothing. The change is "
-        "recorded with the admin key's name. 200 with the type's entry."
+        "A paused type is never claimed by a claim sent after the pause's answer, by any "
+        "worker on any node (one sent before may still take its jobs as the pause lands); "
+        "its jobs keep their place and enqueues are still accepted. The pause is stored in "
+        "the database, so it holds across restarts. Pausing a paused type changes nothing. "
+        "The change is recorded with the admin key's name. 200 with the type's entry."
     ),
     responses=problems(*AUTHED, 404, 422, *NO_BODY, described={404: _NO_TYPE, 422: _BAD_NAME}),
 )

@@ -379,7 +379,7 @@ def set_paused(conn: Conn, job_type: str, paused: bool, actor: str, now: datetim
     """Pause or resume a type; a change records its ``type_events`` row, naming ``actor``."""
     args = {"type": job_type, "actor": actor, "now": to_micros(now)}
     if paused:
-        # After the type's claims in flight (they hold its lock): answered, the pause holds.
+        # After the claims of a limited type that hold its lock or wait for it.
         conn.execute(Q["flow_lock"], {"type": job_type})
     changed = conn.execute(Q["type_pause" if paused else "type_resume"], args).fetchone()
     if changed is not None:
