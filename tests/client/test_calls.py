@@ -110,6 +110,9 @@ def test_handler_outcomes() -> None:
     assert outcome_of_return({"a": 1}).result == {"a": 1}
     assert outcome_of_return([1]).result == {"value": [1]}
     assert not outcome_of_return({"x": object()}).retryable  # not JSON: fails for good
+    # Keys JSON writes alike would name a member twice, which the server refuses.
+    collided = outcome_of_return({"by_status": {1: "a", "1": "b"}})
+    assert not collided.completed and "more than once" in str(collided.error)
     retry = outcome_of_error(Retry("later", after=5))
     assert (retry.retryable, retry.retry_in_seconds, retry.error) == (True, 5, "later")
     fail = outcome_of_error(Fail("never"))

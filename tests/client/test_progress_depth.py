@@ -33,9 +33,10 @@ def test_hardening_89_progress_nested_deeper_than_the_server_reads_is_refused_in
 
     @worker.handler("noop")
     def handle(job: Job) -> Any:
-        for levels in (MAX_JSON_DEPTH + 1, 5000):  # the second past Python's own stack
+        # Too deep (the second past Python's own stack), or keys JSON writes alike.
+        for progress in (_nested(MAX_JSON_DEPTH + 1), _nested(5000), {1: "a", "1": "b"}):
             try:
-                job.report_progress(_nested(levels))
+                job.report_progress(progress)
                 refused.append(False)
             except ValueError:
                 refused.append(True)
@@ -50,5 +51,5 @@ def test_hardening_89_progress_nested_deeper_than_the_server_reads_is_refused_in
         wait_until(lambda: shop.get(job).progress is not None, "the progress reported")
         release.set()
         done = shop.wait(job, timeout=DEADLINE)
-    assert refused == [True, True]
+    assert refused == [True, True, True]
     assert done.progress == {"by_status": {"404": 3}, "pair": [1, 2], "deep": DEEPEST}
