@@ -786,7 +786,15 @@ def test_a_linger_outside_0_to_1000_ms_is_refused(linger_ms: int) -> None:
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("wait_seconds", -0.5), ("wait_seconds", 30.5), ("lease_seconds", 0), ("lease_seconds", 3601)],
+    [
+        ("wait_seconds", -0.5),
+        ("wait_seconds", 30.5),
+        ("wait_seconds", True),
+        ("lease_seconds", 0),
+        ("lease_seconds", 3601),
+        ("lease_seconds", 2.5),
+        ("lease_seconds", True),
+    ],
 )
 def test_a_claim_option_the_server_refuses_is_refused_when_the_worker_is_made(
     option: str, value: float

@@ -46,6 +46,11 @@ def _check(handlers: dict[str, Handler], client: object, verb: str) -> None:
         raise TypeError(f"a Worker runs on a Client, not {type(client).__name__}")
 
 
+def _whole(value: object, least: int, most: int) -> bool:
+    """A whole number in range, as the server reads one (a bool is none)."""
+    return isinstance(value, int) and not isinstance(value, bool) and least <= value <= most
+
+
 def default_instance() -> str:
     """``<host>-<pid>``, cut to what the API accepts: ``[A-Za-z0-9._-]{1,64}``."""
     host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()) or "host"
@@ -191,10 +196,10 @@ class Worker:
         if not 0 <= linger_ms <= 1000:
             raise ValueError("linger_ms must be from 0 to 1000")
         # As the server reads a claim: out of range, every claim would be refused, at run.
-        if not 0 <= wait_seconds <= 30:
+        if isinstance(wait_seconds, bool) or not 0 <= wait_seconds <= 30:
             raise ValueError("wait_seconds must be from 0 to 30")
-        if lease_seconds is not None and not 1 <= lease_seconds <= 3600:
-            raise ValueError("lease_seconds must be from 1 to 3600")
+        if lease_seconds is not None and not _whole(lease_seconds, 1, 3600):
+            raise ValueError("lease_seconds must be a whole number from 1 to 3600")
         self.handlers: dict[str, Handler] = {}
         self.options = Options(
             concurrency=concurrency,
