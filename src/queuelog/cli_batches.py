@@ -92,11 +92,12 @@ def _check_by_id(numbers: list[int], cut: list[list[dict[str, Any]]]) -> None:
             earlier = {i for i in _indices(job) or () if i < start}
             given = job.get("depends_on")
             count = len(earlier) + (len(given) if isinstance(given, list) else 0)
-            if earlier and count > MAX_DEPENDS_ON:
+            if count > MAX_DEPENDS_ON:
+                hint = "; a larger --batch-size sends more of them in its batch" if earlier else ""
                 raise click.BadParameter(
                     f"line {numbers[start + offset]}: waits for {count} jobs by id (its "
                     f"depends_on and the jobs of earlier batches it names), more than "
-                    f"{MAX_DEPENDS_ON}; a larger --batch-size sends more of them in its batch"
+                    f"{MAX_DEPENDS_ON}{hint}"
                 )
         start += len(batch)
 

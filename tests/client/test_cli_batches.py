@@ -95,3 +95,35 @@ def test_hardening_85_a_line_naming_more_jobs_of_earlier_batches_than_ids_allow_
     assert _enqueue_file(real_server, path, "--batch-size", "500").returncode == 0
     made = _made(real_server, "wide")
     assert len(made[150].depends_on) == 150
+
+
+def test_hardening_85_a_line_naming_more_than_100_ids_is_bad_usage_in_any_batch(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "ids.jsonl"
+    jobs: list[dict[str, Any]] = [
+        {"type": "noop", "payload": {"tag": "ids", "n": n}} for n in range(3)
+    ]
+    jobs[2]["depends_on"] = list(range(1, 102))
+    _lines(path, jobs)
+    done = _enqueue_file(real_server, path, "--batch-size", "1")
+    assert done.returncode == 2, done.stderr
+    assert "line 3: waits for 101 jobs by id" in done.stderr
+    assert _made(real_server, "ids") == {}
+
+
+def test_hardening_85_a_keyed_file_sent_again_with_the_same_batch_size_makes_nothing(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "again.jsonl"
+    jobs: list[dict[str, Any]] = [
+        {"type": "noop", "payload": {"tag": "again", "n": n}, "idempotency_key": f"again-{n}"}
+        for n in range(5)
+    ]
+    jobs[4]["depends_on_items"] = [0, 3]
+    _lines(path, jobs)
+    for _ in range(2):
+        done = _enqueue_file(real_server, path, "--batch-size", "2", "--json")
+        assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"enqueued": 5, "new": 0, "existing": 5}
+    assert len(_made(real_server, "again")) == 5
