@@ -11,6 +11,7 @@ import pytest
 
 from queuelog.clock import FakeClock
 from queuelog.config import Settings
+from queuelog.errors import StorageUnavailable
 from queuelog.scheduler import Scheduler
 from queuelog.storage.protocol import FireOutcome, ScheduleSwitch, Storage
 from tests.conftest import Api
@@ -84,3 +85,28 @@ async def test_hardening_78_a_resume_written_after_other_nodes_fired_makes_no_fi
     schedule = admin.get("/schedules/tick").json()
     assert schedule["paused"] is False
     assert schedule["next_run_at"] == "2026-03-29T00:03:00.000000Z", schedule
+
+
+class EverChanging(SlowResumes):
+    """Storage on which another request changes the schedule between every read and the
+    resume's write."""
+
+    async def schedule_set_paused(self, switch: ScheduleSwitch) -> Any:
+        if switch.seen is not None:
+            return None
+        return await self._storage.schedule_set_paused(switch)
+
+
+async def test_hardening_78_a_resume_that_others_keep_overtaking_is_503_counted_as_contention(
+    admin: Api, storage: Storage, settings: Settings, clock: FakeClock
+) -> None:
+    created = admin.post("/schedules", json={"name": "tick", "every_seconds": 60, "type": "noop"})
+    assert created.status_code == 201, created.text
+    assert admin.post("/schedules/tick/pause").status_code == 200
+    before = storage.health.refused().get("contention", 0)
+    node = Scheduler(EverChanging(storage), settings, clock)  # type: ignore[arg-type]
+    with pytest.raises(StorageUnavailable) as refused:
+        await node.resume("tick")
+    assert refused.value.status == 503 and refused.value.reason == "contention"
+    assert storage.health.refused().get("contention", 0) == before + 1
+    assert admin.get("/schedules/tick").json()["paused"] is True
