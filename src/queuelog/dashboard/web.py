@@ -16,6 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from queuelog.app_state import AppState, state_of
 from queuelog.dashboard import views
@@ -190,6 +192,10 @@ class DashboardRoute(APIRoute):
                 response = _not_valid(request, exc)
             except QueueError as exc:
                 response = error_page(request, exc.status, exc.title, exc.detail)
+            except HTTPException:
+                # The client's doing, answered by the app's handlers as under the API: a
+                # body streamed past the limit is 413; none is an internal error to log.
+                raise
             except Exception as exc:
                 log_internal_error(log, exc, request.method, request.url.path)
                 response = error_page(request, 500, "Server error", "Something went wrong.")
@@ -246,7 +252,11 @@ async def read_form(request: Request) -> FormData:
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/x-www-form-urlencoded":
         return FormData()
-    body = (await request.body()).decode("utf-8", errors="replace")
+    try:
+        raw = await request.body()
+    except ClientDisconnect:  # gone before its body was read: no one reads the answer
+        raise HTTPException(400, "There was an error parsing the body") from None
+    body = raw.decode("utf-8", errors="replace")
     try:
         pairs: list[tuple[str, str | UploadFile]] = list(
             parse_qsl(body, keep_blank_values=True, max_num_fields=100)
