@@ -9,10 +9,14 @@ import math
 from typing import Any
 
 # Characters a reader does not see but that change what text shows: C1 controls, and
-# format characters (bidirectional overrides, zero-width characters, soft hyphens). As a
-# character class's inside; the CLI and the error sanitiser drop them, the dashboard
-# shows them escaped.
-HIDDEN_CHARACTERS = "\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff"
+# format characters (bidirectional overrides, zero-width characters, soft hyphens,
+# interlinear annotations, and the tag characters, which browsers draw with no width at
+# all, so that "invoice.pdf" may carry a whole hidden sentence). As a character class's
+# inside; the CLI and the error sanitiser drop them, the dashboard shows them escaped.
+HIDDEN_CHARACTERS = (
+    "\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff"
+    "\ufff9-\ufffb\U000e0000-\U000e007f"
+)
 
 # Deeper JSON than any job needs; a limit keeps every later step (the fingerprint, the
 # encoders, the dashboard) far from the interpreter's recursion limit.

@@ -59,7 +59,17 @@ def visible(value: Any) -> Any:
     JSON stays the same JSON. Markup (a macro's) is made of such values already."""
     if isinstance(value, Markup) or not isinstance(value, str):
         return value
-    return _HIDDEN.sub(lambda found: f"\\u{ord(found[0]):04x}", value)
+    return _HIDDEN.sub(lambda found: _json_escape(found[0]), value)
+
+
+def _json_escape(char: str) -> str:
+    """``char`` as JSON escapes it: one ``\\uXXXX``, or a surrogate pair beyond the BMP
+    (a tag character), so that escaped JSON is still JSON that reads back the same."""
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def pretty_json(value: Any) -> str:
