@@ -63,8 +63,9 @@ def visible(value: Any) -> Any:
 
 
 def _json_escape(char: str) -> str:
-    """``char`` as JSON escapes it: one ``\\uXXXX``, or a surrogate pair beyond the BMP
-    (a tag character), so that escaped JSON is still JSON that reads back the same."""
+    """``char`` as JSON escapes it: one ``\\u`` escape of four hex digits, or a surrogate
+    pair of them beyond the BMP (a tag character), so that escaped JSON is still JSON
+    that reads back the same."""
     code = ord(char)
     if code <= 0xFFFF:
         return f"\\u{code:04x}"
