@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from queuelog.client.types import JsonObject
-from queuelog.plain_json import check_plain, unique_json
+from queuelog.plain_json import strict_json
 
 # The server keeps 2,000 characters of an error; sending far more only risks a refusal.
 ERROR_CHARS = 4000
@@ -87,7 +87,7 @@ def outcome_of_return(value: Any) -> Outcome:
     try:
         # As it will travel, and as the server reads it (no NaN, no lone surrogate, no
         # deeper than it takes), or it would refuse the whole acknowledgement.
-        check_plain(unique_json(json.dumps(result, ensure_ascii=False, allow_nan=False)))
+        strict_json(json.dumps(result, ensure_ascii=False, allow_nan=False))
     except (TypeError, ValueError, RecursionError) as exc:
         reason = _sendable(f"result is not JSON: {exc}")
         return Outcome(completed=False, error=reason, retryable=False)

@@ -20,7 +20,7 @@ from typing import Any
 
 from queuelog.client.types import Dependency, Job, JsonObject
 from queuelog.errors import InvalidState, NotFound, NotLeaseHolder
-from queuelog.plain_json import check_plain, unique_json
+from queuelog.plain_json import strict_json
 
 log = logging.getLogger("queuelog.worker")
 Handler = Callable[[Job], Any]
@@ -98,8 +98,7 @@ class Running:
             # A copy of what was measured (the handler may go on changing its own object),
             # read as it travels and as the server reads it (no deeper than it takes):
             # else the heartbeat carrying it would be refused, and the report dropped unsaid.
-            sent = unique_json(text)  # keys that JSON writes alike (1 and "1") are refused
-            check_plain(sent)
+            sent = strict_json(text)  # keys that JSON writes alike (1 and "1") are refused
         except (TypeError, ValueError, RecursionError) as error:
             raise ValueError(f"progress is not JSON: {error}") from None
         if size > MAX_PROGRESS_BYTES:
