@@ -18,6 +18,11 @@ def _enqueue_file(server: RealServer, path: Path, *args: str) -> subprocess.Comp
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
 
 
+def _tagged(tag: str, count: int) -> list[dict[str, Any]]:
+    """``count`` jobs of a file, each with its ``tag`` and its place ``n``."""
+    return [{"type": "noop", "payload": {"tag": tag, "n": n}} for n in range(count)]
+
+
 def _lines(path: Path, jobs: list[dict[str, Any]]) -> None:
     path.write_text("\n".join(json.dumps(job) for job in jobs) + "\n")
 
@@ -33,9 +38,7 @@ def test_hardening_85_a_file_s_depends_on_items_name_its_lines_whatever_batch_th
     real_server: RealServer, tmp_path: Path
 ) -> None:
     path = tmp_path / "graph.jsonl"
-    jobs: list[dict[str, Any]] = [
-        {"type": "noop", "payload": {"tag": "graph", "n": n}} for n in range(5)
-    ]
+    jobs = _tagged("graph", 5)
     jobs[3]["depends_on_items"] = [0]  # a job of the batch before
     jobs[4]["depends_on_items"] = [1, 3]  # one of the batch before, one of its own
     _lines(path, jobs)
@@ -51,9 +54,7 @@ def test_hardening_85_a_line_naming_its_own_or_a_later_job_is_bad_usage_before_a
     real_server: RealServer, tmp_path: Path
 ) -> None:
     path = tmp_path / "late.jsonl"
-    jobs: list[dict[str, Any]] = [
-        {"type": "noop", "payload": {"tag": "late", "n": n}} for n in range(3)
-    ]
+    jobs = _tagged("late", 3)
     jobs[2]["depends_on_items"] = [2]
     _lines(path, jobs)
     done = _enqueue_file(real_server, path, "--batch-size", "2")
@@ -66,9 +67,7 @@ def test_hardening_85_a_null_depends_on_is_none_and_the_items_still_name_the_fil
     real_server: RealServer, tmp_path: Path
 ) -> None:
     path = tmp_path / "null.jsonl"
-    jobs: list[dict[str, Any]] = [
-        {"type": "noop", "payload": {"tag": "null", "n": n}} for n in range(4)
-    ]
+    jobs = _tagged("null", 4)
     jobs[3].update(depends_on=None, depends_on_items=[0])
     _lines(path, jobs)
     done = _enqueue_file(real_server, path, "--batch-size", "2")
@@ -83,9 +82,7 @@ def test_hardening_85_a_line_naming_more_jobs_of_earlier_batches_than_ids_allow_
     # Jobs of earlier batches go by id, and depends_on names at most 100: refused by the
     # server, the line would have left the 150 jobs before it made.
     path = tmp_path / "wide.jsonl"
-    jobs: list[dict[str, Any]] = [
-        {"type": "noop", "payload": {"tag": "wide", "n": n}} for n in range(151)
-    ]
+    jobs = _tagged("wide", 151)
     jobs[150]["depends_on_items"] = list(range(150))
     _lines(path, jobs)
     done = _enqueue_file(real_server, path, "--batch-size", "50")
@@ -101,9 +98,7 @@ def test_hardening_85_a_line_naming_more_than_100_ids_is_bad_usage_in_any_batch(
     real_server: RealServer, tmp_path: Path
 ) -> None:
     path = tmp_path / "ids.jsonl"
-    jobs: list[dict[str, Any]] = [
-        {"type": "noop", "payload": {"tag": "ids", "n": n}} for n in range(3)
-    ]
+    jobs = _tagged("ids", 3)
     jobs[2]["depends_on"] = list(range(1, 102))
     _lines(path, jobs)
     done = _enqueue_file(real_server, path, "--batch-size", "1")
@@ -116,10 +111,7 @@ def test_hardening_85_a_keyed_file_sent_again_with_the_same_batch_size_makes_not
     real_server: RealServer, tmp_path: Path
 ) -> None:
     path = tmp_path / "again.jsonl"
-    jobs: list[dict[str, Any]] = [
-        {"type": "noop", "payload": {"tag": "again", "n": n}, "idempotency_key": f"again-{n}"}
-        for n in range(5)
-    ]
+    jobs = [{**job, "idempotency_key": f"again-{n}"} for n, job in enumerate(_tagged("again", 5))]
     jobs[4]["depends_on_items"] = [0, 3]
     _lines(path, jobs)
     for _ in range(2):
