@@ -41,6 +41,7 @@ class _Strict(BaseModel):
 
 
 _MIB = 1024 * 1024
+_YEAR_SECONDS = 366 * 86_400
 
 
 class Limits(_Strict):
@@ -48,7 +49,18 @@ class Limits(_Strict):
     max_payload_bytes: int = Field(65_536, ge=2, le=64 * _MIB)
     max_result_bytes: int = Field(65_536, ge=2, le=64 * _MIB)
     rate_per_second: float = Field(200, ge=0)
-    rate_burst: int = Field(400, ge=1)
+    # Bounded: the bucket counts its tokens as a float (a burst of 400 digits was no
+    # float, and every request of every key a 500).
+    rate_burst: int = Field(400, ge=1, le=1_000_000_000)
+
+    @field_validator("rate_per_second")
+    @classmethod
+    def _rate(cls, rate: float) -> float:
+        # A 429 says when a token comes back, up to 1 / rate seconds: a rate below one a
+        # year made that wait a number no header can carry (a 500 past the burst).
+        if 0 < rate < 1 / _YEAR_SECONDS:
+            raise ValueError(f"must be 0 (off) or at least one a year ({1 / _YEAR_SECONDS:.3g})")
+        return rate
 
 
 class Server(_Strict):

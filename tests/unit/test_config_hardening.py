@@ -170,3 +170,28 @@ def test_hardening_34_the_environment_s_text_is_read_as_its_setting_s_type(
     assert load_settings(None, environ={"QUEUELOG_OTEL": "1"}).server.otel is True
     line = refused(tmp_path, "", {"QUEUELOG_RATE_BURST": "ten"})
     assert line.startswith("QUEUELOG_RATE_BURST (limits.rate_burst): "), line
+
+
+@pytest.mark.parametrize(
+    ("toml", "environ", "setting"),
+    [
+        ("[limits]\nrate_per_second = 1e-320\n", {}, "limits.rate_per_second"),
+        ("[limits]\nrate_per_second = 1e-9\n", {}, "limits.rate_per_second"),
+        ("", {"QUEUELOG_RATE_PER_SECOND": "5e-324"}, "QUEUELOG_RATE_PER_SECOND"),
+        ("[limits]\nrate_burst = 1000000001\n", {}, "limits.rate_burst"),
+        ("", {"QUEUELOG_RATE_BURST": "9" * 400}, "QUEUELOG_RATE_BURST"),
+    ],
+)
+def test_hardening_93_a_key_rate_its_token_bucket_cannot_count_is_refused(
+    tmp_path: Path, toml: str, environ: dict[str, str], setting: str
+) -> None:
+    """A 429 says when a token comes back, 1 / rate seconds at most: at 1e-320 a second
+    that wait was no number, and every request past the burst was a 500; a burst of 400
+    digits was no float, and every request a 500."""
+    line = refused(tmp_path, toml, environ)
+    assert line.startswith(setting), line
+    if "rate_per_second" in line:
+        assert "0 (off) or at least one a year" in line, line
+    for rate in ("0", "3.2e-8", "0.5"):
+        limits = load_settings(None, environ={"QUEUELOG_RATE_PER_SECOND": rate}).limits
+        assert limits.rate_per_second == float(rate)
