@@ -42,6 +42,7 @@ class _Strict(BaseModel):
 
 _MIB = 1024 * 1024
 _YEAR_SECONDS = 366 * 86_400
+_RETENTION_MAX_SECONDS = 100 * _YEAR_SECONDS
 
 
 class Limits(_Strict):
@@ -81,9 +82,11 @@ class Server(_Strict):
 class Retention(_Strict):
     """How long finished jobs are kept, in seconds; 0 keeps them forever."""
 
-    completed_seconds: int = Field(7 * 86_400, ge=0)
-    cancelled_seconds: int = Field(7 * 86_400, ge=0)
-    failed_seconds: int = Field(30 * 86_400, ge=0)
+    # Bounded: the pruner's cutoff is now less this, and a time before the year 1 is no
+    # date (every pass of the pruner failed, and nothing of any status was pruned).
+    completed_seconds: int = Field(7 * 86_400, ge=0, le=_RETENTION_MAX_SECONDS)
+    cancelled_seconds: int = Field(7 * 86_400, ge=0, le=_RETENTION_MAX_SECONDS)
+    failed_seconds: int = Field(30 * 86_400, ge=0, le=_RETENTION_MAX_SECONDS)
 
     def cutoffs(self, now: datetime) -> dict[JobStatus, datetime]:
         """Per finished status, the time before which its jobs are deleted (kept ones

@@ -5,11 +5,13 @@ a schedule payload JSON cannot carry)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from queuelog.config import ConfigError, load_settings
+from queuelog.models import JobStatus
 
 
 def refused(tmp_path: Path, toml: str, environ: dict[str, str] | None = None) -> str:
@@ -195,3 +197,17 @@ def test_hardening_93_a_key_rate_its_token_bucket_cannot_count_is_refused(
     for rate in ("0", "3.2e-8", "0.5"):
         limits = load_settings(None, environ={"QUEUELOG_RATE_PER_SECOND": rate}).limits
         assert limits.rate_per_second == float(rate)
+
+
+@pytest.mark.parametrize("status", ["completed", "cancelled", "failed"])
+def test_hardening_94_a_retention_longer_than_a_century_is_refused(
+    tmp_path: Path, status: str
+) -> None:
+    """The pruner's cutoff is now less the retention: 3,170 years reached before the year
+    1, and every pass of the pruner failed with a traceback, pruning nothing at all."""
+    line = refused(tmp_path, f"[retention]\n{status}_seconds = 100000000000\n")
+    assert line.startswith(f"retention.{status}_seconds: "), line
+    path = tmp_path / "century.toml"
+    path.write_text(f"[retention]\n{status}_seconds = {100 * 366 * 86_400}\n")
+    cutoffs = load_settings(path, environ={}).retention.cutoffs(datetime.now(UTC))
+    assert cutoffs[JobStatus(status)].year < 1930
