@@ -172,7 +172,10 @@ class Settings(_Strict):
     server: Server = Server()
     retention: Retention = Retention()
     types: dict[str, JobTypeConfig] = Field(default_factory=dict)
-    sweep_interval_seconds: float = Field(1.0, gt=0, le=3600)
+    # Bounded below, as a waiting claim's recheck: each sweep is writes to the database
+    # (1e-9 s kept a core busy with them), and the pruner counts its sweeps (5e-324 s made
+    # that count no number: serve stopped with a traceback, its admin key made).
+    sweep_interval_seconds: float = Field(1.0, ge=0.01, le=3600)
     # PostgreSQL: how long a request waits for a pooled connection before it is
     # answered 503 `unavailable`.
     connection_wait_seconds: float = Field(2.0, gt=0, le=600)

@@ -313,3 +313,18 @@ def test_a_database_that_cannot_be_written_is_one_line_from_keys_and_serve(
     assert "Traceback" not in done.stderr
     if command[0] == "keys":
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_hardening_95_a_sweep_interval_too_short_to_count_stops_serve_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """serve stopped with a traceback once it had made and shown an admin key."""
+    config = tmp_path / "q.toml"
+    config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n')
+    env = {"QUEUELOG_SWEEP_INTERVAL_SECONDS": "5e-324"}
+    result = CliRunner().invoke(main, ["serve", "--config", str(config), "--port", "0"], env=env)
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    prefix = "Error: cannot load the configuration: QUEUELOG_SWEEP_INTERVAL_SECONDS "
+    assert line.startswith(prefix + "(sweep_interval_seconds): "), line
+    assert not (tmp_path / "q.db").exists()

@@ -211,3 +211,16 @@ def test_hardening_94_a_retention_longer_than_a_century_is_refused(
     path.write_text(f"[retention]\n{status}_seconds = {100 * 366 * 86_400}\n")
     cutoffs = load_settings(path, environ={}).retention.cutoffs(datetime.now(UTC))
     assert cutoffs[JobStatus(status)].year < 1930
+
+
+@pytest.mark.parametrize("seconds", ["0.001", "1e-9", "5e-324"])
+def test_hardening_95_a_sweep_more_often_than_every_10_ms_is_refused(
+    tmp_path: Path, seconds: str
+) -> None:
+    environ = {"QUEUELOG_SWEEP_INTERVAL_SECONDS": seconds}
+    line = refused(tmp_path, "", environ)
+    assert line.startswith("QUEUELOG_SWEEP_INTERVAL_SECONDS (sweep_interval_seconds): "), line
+    line = refused(tmp_path, f"sweep_interval_seconds = {seconds}\n")
+    assert line.startswith("sweep_interval_seconds: "), line
+    environ["QUEUELOG_SWEEP_INTERVAL_SECONDS"] = "0.01"
+    assert load_settings(None, environ=environ).sweep_interval_seconds == 0.01
