@@ -14,7 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from queuelog.clock import Clock, rfc3339
-from queuelog.errors import NotFound, RateLimited, Unauthenticated, ValidationFailed, quoted
+from queuelog.errors import (
+    NotFound,
+    RateLimited,
+    StorageUnavailable,
+    Unauthenticated,
+    ValidationFailed,
+    quoted,
+)
 from queuelog.models import ApiKey, Priority, Role
 from queuelog.schedules import PRINCIPAL_PREFIX
 from queuelog.storage.protocol import NewKey, Storage
@@ -142,17 +149,24 @@ class KeyRing:
             self._cache.clear()
             self._generation += 1
 
-    async def authenticate(self, presented: str | None) -> ApiKey:
+    async def authenticate(self, presented: str | None, during_fault: bool = False) -> ApiKey:
         """The active key for a presented secret, or Unauthenticated.
 
         A secret seen within ``ttl`` is answered from the cache by its digest alone;
         its shape and checksum were checked when it was first looked up. Only a
-        secret of a key's length and characters is hashed at all.
+        secret of a key's length and characters is hashed at all. With
+        ``during_fault``, a key this node last found active is still taken while the
+        database cannot be read (StorageUnavailable otherwise, as without it).
         """
         if not presented or len(presented) != _KEY_LENGTH or not presented.isascii():
             raise Unauthenticated("A valid API key is required")
         digest = hash_key(presented)
-        key = await self._by_digest(digest, may_read=looks_like_key(presented))
+        try:
+            key = await self._by_digest(digest, may_read=looks_like_key(presented))
+        except StorageUnavailable:
+            if not during_fault:
+                raise
+            key = self._last_found(digest)
         if key is None or key.revoked_at is not None:
             raise Unauthenticated("A valid API key is required")
         if not hmac.compare_digest(key.key_hash, digest):
@@ -165,6 +179,15 @@ class KeyRing:
         revoke on this node counts at once, on another within ``ttl``."""
         found = await self._by_digest(key.key_hash, may_read=True)
         return found is not None and found.revoked_at is None
+
+    def _last_found(self, digest: str) -> ApiKey:
+        """The key of ``digest`` as last read, however long ago; StorageUnavailable if
+        none was (a revoke on this node forgets them all)."""
+        with self._lock:
+            hit = self._cache.get(digest)
+        if hit is None or hit[1] is None:
+            raise StorageUnavailable("The database cannot be read to check the key")
+        return hit[1]
 
     async def _by_digest(self, digest: str, may_read: bool) -> ApiKey | None:
         """The key of ``digest`` from the cache while fresh, else read (if ``may_read``)."""

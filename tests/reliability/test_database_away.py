@@ -6,6 +6,7 @@ it closes every connection and refuses new ones, as a stopped database would.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -154,3 +155,42 @@ def _assert_nothing_lost(server: RealServer, admin_key: str, stream: Stream) -> 
     }
     assert all(stored.get(k) == job_id for k, job_id in acknowledged.items())
     assert set(stored) == {a.key for a in stream.answers}
+
+
+def test_hardening_96_metrics_show_the_fault_while_the_database_is_away(
+    tmp_path: Path,
+) -> None:
+    """/metrics read its admin key from the database: while PostgreSQL was away every
+    scrape was 503, so `queuelog_storage_writable 0` was never seen where it mattered."""
+    with fresh_schema() as url:
+        proxy = TcpProxy.to_database(url)
+        env = {"QUEUELOG_DATABASE_URL": proxy.database_url(url)}
+        config = {"connection_wait_seconds": WAIT_SECONDS}
+        try:
+            with closing(RealServer(tmp_path, config=config, env=env)) as server:
+                admin_key = server.create_key("root", "admin")
+                unseen_key = server.create_key("other", "admin")
+                server.start()
+                with server.client(admin_key) as admin:
+                    assert admin.get("/metrics").status_code == 200  # the node finds the key
+                    proxy.cut()
+                    assert _until(lambda: _scraped_writable(admin) == 0, 60)
+                    time.sleep(1.5)  # past the key cache's second: the key is read again
+                    scraped = admin.get("/metrics")
+                with server.client(unseen_key) as other:  # a key never found: not taken
+                    assert other.get("/metrics").status_code == 503
+                    assert other.get("/stats").status_code == 503
+        finally:
+            proxy.close()
+    assert scraped.status_code == 200
+    assert 'queuelog_storage_refused_total{reason="unreachable"}' in scraped.text
+    assert "queuelog_jobs{" not in scraped.text  # counts the database could not give
+
+
+def _scraped_writable(admin: httpx.Client) -> float | None:
+    """``queuelog_storage_writable`` as /metrics says it, or None if it did not answer."""
+    answer = admin.get("/metrics")
+    if answer.status_code != 200:
+        return None
+    found = re.search(r"^queuelog_storage_writable (\S+)$", answer.text, re.MULTILINE)
+    return float(found.group(1)) if found else None

@@ -30,15 +30,17 @@ async def _keyring(request: Request) -> KeyRing:
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer ql_...`")
 
 
-async def authenticate(request: Request, presented: str | None) -> ApiKey:
+async def authenticate(
+    request: Request, presented: str | None, during_fault: bool = False
+) -> ApiKey:
     """The active key for the presented secret (401 otherwise), with a rate-limit token
-    taken for it (429 when none is left)."""
+    taken for it (429 when none is left); ``during_fault``: see ``KeyRing.authenticate``."""
     # One credential per request: with two Authorization headers a proxy and this
     # server could each read a different one.
     if len(request.headers.getlist("authorization")) > 1:
         raise Unauthenticated("Send one Authorization header, not several")
     state = state_of(request)
-    key = await state.keys.authenticate(presented)
+    key = await state.keys.authenticate(presented, during_fault)
     state.limiter.check(key.id)
     return key
 
@@ -58,6 +60,17 @@ async def _current_key(
     return await authenticate(request, credentials.credentials if credentials else None)
 
 
+async def _metrics_reader(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> ApiKey:
+    # /metrics tells how the storage fails: while the database cannot be read, an admin
+    # key this node found active before still reads it (else no scrape saw a fault on
+    # PostgreSQL, where a key is read from the database that is away).
+    presented = credentials.credentials if credentials else None
+    return check_role(await authenticate(request, presented, during_fault=True), [Role.ADMIN])
+
+
 ServiceDep = Annotated[JobService, Depends(_service)]
 KeyRingDep = Annotated[KeyRing, Depends(_keyring)]
 CurrentKey = Annotated[ApiKey, Depends(_current_key)]
@@ -75,5 +88,6 @@ def require(*roles: Role) -> Callable[[ApiKey], Awaitable[ApiKey]]:
 Producer = Annotated[ApiKey, Depends(require(Role.PRODUCER))]
 Worker = Annotated[ApiKey, Depends(require(Role.WORKER))]
 Admin = Annotated[ApiKey, Depends(require(Role.ADMIN))]
+MetricsReader = Annotated[ApiKey, Depends(_metrics_reader)]
 Reader = Annotated[ApiKey, Depends(require(Role.PRODUCER, Role.WORKER, Role.ADMIN))]
 Canceller = Annotated[ApiKey, Depends(require(Role.PRODUCER, Role.ADMIN))]

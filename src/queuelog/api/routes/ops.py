@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from queuelog.api.answers import StatsOut
-from queuelog.api.deps import Admin, ServiceDep
+from queuelog.api.deps import Admin, MetricsReader, ServiceDep
 from queuelog.api.openapi import AUTHED, RETRY_AFTER, problems
 from queuelog.api.problems import problem
 from queuelog.errors import StorageUnavailable
@@ -76,9 +76,12 @@ async def stats(_: Admin, service: ServiceDep) -> Response:
 @router.get(
     "/metrics",
     summary="Prometheus metrics (admin)",
+    description="While the database cannot be read, an admin key this node found active "
+    "before is still taken, so that the storage fault's metrics can be read (the jobs' "
+    "and schedules' are then left out).",
     response_class=Response,
     responses=problems(*AUTHED) | {200: {"content": {"text/plain": {}}}},
 )
-async def metrics(request: Request, _: Admin) -> Response:
+async def metrics(request: Request, _: MetricsReader) -> Response:
     exposition = await request.app.state.metrics.exposition()
     return Response(exposition, media_type=CONTENT_TYPE_LATEST)
