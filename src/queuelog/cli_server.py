@@ -75,9 +75,10 @@ def _settings(config_path: str | None) -> Settings:
 
 
 def _open(settings: Settings, existing: bool = False) -> Storage:
-    """The configured database; with ``existing``, a SQLite file must be there already:
-    a command that only reads or revokes keys, run from another directory, would make
-    an empty database there and answer from it."""
+    """The configured database; with ``existing``, a SQLite file must be there already,
+    a PostgreSQL schema must hold queuelog's tables: a command that only reads or revokes
+    keys, run from another directory or given the wrong database, would make an empty
+    one there and answer from it."""
     from queuelog.storage import open_storage
 
     path = settings.sqlite_path
@@ -88,7 +89,7 @@ def _open(settings: Settings, existing: bool = False) -> Storage:
     if path is None:  # the settings admit a SQLite file or PostgreSQL
         require("postgres", "a PostgreSQL database")
     try:
-        return open_storage(settings)
+        return open_storage(settings, existing)
     except Exception as exc:
         # A database's error may quote the statement on further lines: its first says why.
         why = next(iter(str(exc).splitlines()), "") or type(exc).__name__

@@ -516,6 +516,7 @@ def test_both_backends_number_migrations_and_name_queries_alike() -> None:
         "flow_lock",
         "job_ready_notify",
         "migrate_lock",
+        "migrations_table_found",
         "session_settings",
         "transaction_wrote",
         "keys_lock",

@@ -328,3 +328,30 @@ def test_hardening_95_a_sweep_interval_too_short_to_count_stops_serve_in_one_lin
     prefix = "Error: cannot load the configuration: QUEUELOG_SWEEP_INTERVAL_SECONDS "
     assert line.startswith(prefix + "(sweep_interval_seconds): "), line
     assert not (tmp_path / "q.db").exists()
+
+
+@pytest.mark.parametrize("command", [["keys", "list"], ["keys", "revoke", "1"]])
+def test_hardening_97_keys_on_a_postgresql_schema_without_queuelog_s_tables_make_none(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """They made every table of the queue there, then said there was no key: given the
+    wrong database or schema, as the SQLite file's check refuses another directory."""
+    with fresh_schema() as url:
+        config = tmp_path / "q.toml"
+        config.write_text(f'database = "{url}"\n')
+        result = CliRunner().invoke(main, [*command, "--config", str(config)])
+        with psycopg.connect(url) as conn:
+            tables = conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()"
+            ).fetchone()
+        assert CliRunner().invoke(main, ["migrate", "--config", str(config)]).exit_code == 0
+        listed = CliRunner().invoke(main, ["keys", "list", "--config", str(config)])
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line == (
+        "Error: cannot open the database: no queuelog tables in the schema the search_path "
+        "(the URL's options, else the server's default) names first (migrate or serve "
+        "makes them)"
+    )
+    assert tables == (0,)
+    assert listed.exit_code == 0 and listed.output == ""  # once migrated: no key yet

@@ -23,6 +23,10 @@ NO_SCHEMA = (
     "no schema to make the tables in: the search_path (the URL's options, else the "
     "server's default) names none that exists (CREATE SCHEMA it first)"
 )
+NO_TABLES = (
+    "no queuelog tables in the schema the search_path (the URL's options, else the "
+    "server's default) names first (migrate or serve makes them)"
+)
 
 
 class AllLent(PoolTimeout):

@@ -14,6 +14,11 @@ SELECT pg_advisory_xact_lock(hashtext('queuelog.migrate'), hashtext(current_sche
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY);
 
+-- name: migrations_table_found
+-- Whether the search_path names a schema that exists, and queuelog made its tables in it.
+SELECT current_schema() IS NOT NULL AS schema,
+       to_regclass('schema_migrations') IS NOT NULL AS found;
+
 -- name: migrations_done
 SELECT version FROM schema_migrations;
 

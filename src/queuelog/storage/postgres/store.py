@@ -39,6 +39,7 @@ from queuelog.storage.health import StorageHealth
 from queuelog.storage.postgres import transactions as tx
 from queuelog.storage.postgres.connections import (
     NO_SCHEMA,
+    NO_TABLES,
     LendingPool,
     check_url,
     live_connection,
@@ -84,6 +85,7 @@ class PostgresStorage(SqlReads):
         connect_timeout: float = 10.0,
         connection_wait: float = 2.0,
         lock_wait: float = 30.0,
+        existing: bool = False,
     ) -> None:
         """Args:
         url: a libpq URL; ``?options=-csearch_path%3Dname`` selects a schema.
@@ -96,6 +98,8 @@ class PostgresStorage(SqlReads):
         connection_wait: how long a request waits for a connection before it is
             refused (503): a fault, unless this node's operations held them all.
         lock_wait: how long a statement waits for another program's lock, then 503.
+        existing: only open a database whose schema holds queuelog's tables already
+            (ValueError otherwise), migrating it as ever; nothing is made in another.
         """
         check_url(url)
         self._url = url
@@ -109,7 +113,7 @@ class PostgresStorage(SqlReads):
         self._listener_lock = threading.Lock()
         try:
             open_pool(self._pool, connect_timeout)
-            self._write_now(tx.apply_migrations)
+            self._write_now(lambda conn: _migrated(conn, existing))
         except BaseException as exc:  # unreachable or failed to migrate: stop the pool's threads
             self._pool.close()
             if isinstance(exc, pg_errors.InvalidSchemaName):  # libpq's words name no schema
@@ -360,3 +364,14 @@ class PostgresStorage(SqlReads):
             return key_from_row(tx.one(conn, "key_insert", args))
 
         return await self._write(insert_first)
+
+
+def _migrated(conn: Conn, existing: bool) -> None:
+    """Migrate; with ``existing``, only a schema queuelog made its tables in: a command
+    that lists or revokes keys, given the wrong database or schema, would make every
+    table there and answer from them (as it would make a SQLite file)."""
+    if existing:
+        found = tx.one(conn, "migrations_table_found", {})
+        if not found["found"]:
+            raise ValueError(NO_TABLES if found["schema"] else NO_SCHEMA)
+    tx.apply_migrations(conn)
