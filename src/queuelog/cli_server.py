@@ -132,7 +132,8 @@ def serve(
     durability = asyncio.run(storage.durability())  # as the database says, not the config
     database = f"database: {_redact(settings)}, durability: {durability}"
     port = listening.getsockname()[1]  # the one the system chose, for --port 0
-    click.echo(f"queuelog serving on http://{host}:{port} ({database})")
+    shown = f"[{host}]" if ":" in host else host  # a URL brackets an IPv6 address
+    click.echo(f"queuelog serving on http://{shown}:{port} ({database})")
     run(app, listening, access_log=access_log)
 
 

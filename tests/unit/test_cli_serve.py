@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from contextlib import ExitStack, closing
 from pathlib import Path
@@ -234,11 +235,11 @@ def test_hardening_73_a_pattern_re2_cannot_match_stops_migrate_and_serve_alike(
     ), line
 
 
-def _serving(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
+def _serving(tmp_path: Path, host: str = "127.0.0.1") -> tuple[subprocess.Popen[str], str]:
     """``queuelog serve --port 0`` started, and the address it says it serves on."""
     config = tmp_path / "q.toml"
     config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n')
-    args = [QUEUELOG, "serve", "--port", "0", "--config", str(config)]
+    args = [QUEUELOG, "serve", "--port", "0", "--host", host, "--config", str(config)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its lines as it prints them
     server = subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
@@ -261,6 +262,20 @@ def test_serve_on_port_0_says_the_port_it_serves_on(tmp_path: Path) -> None:
     with server:
         try:
             assert not url.endswith(":0")
+            wait_until(lambda: _answers(f"{url}/healthz"), "the server to answer")
+        finally:
+            server.terminate()
+    assert server.returncode == 0
+
+
+def test_hardening_98_serve_on_an_ipv6_address_says_a_url_that_reaches_it(
+    tmp_path: Path,
+) -> None:
+    """It said http://::1:PORT, which no client reads as a URL (the port is lost)."""
+    server, url = _serving(tmp_path, host="::1")
+    with server:
+        try:
+            assert urllib.parse.urlsplit(url).hostname == "::1"
             wait_until(lambda: _answers(f"{url}/healthz"), "the server to answer")
         finally:
             server.terminate()
