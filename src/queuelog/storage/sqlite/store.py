@@ -59,6 +59,7 @@ _SCAN_CHECK_STEPS = 100_000
 # Free bytes a filesystem must have again before a fault for lack of space ends: room
 # for a few of the largest requests and the WAL's growth between checkpoints.
 _SPACE_HEADROOM_BYTES = 16 * 1024 * 1024
+_BESIDE = "SQLite makes the database's -wal and -shm files beside it, for readers too"
 
 
 class SqliteStorage(SqlReads):
@@ -82,9 +83,17 @@ class SqliteStorage(SqlReads):
         )
         self._on_finished: list[Callable[[Iterable[int] | None], None]] = []
         self._on_ready: list[Callable[[], None]] = []
-        self._writer = GroupWriter(
-            self._connect, busy_timeout=_BUSY_TIMEOUT_SECONDS, health=self.health
-        )
+        try:
+            self._writer = GroupWriter(
+                self._connect, busy_timeout=_BUSY_TIMEOUT_SECONDS, health=self.health
+            )
+        except sqlite3.OperationalError:
+            if os.access(self.path.parent, os.W_OK):
+                raise
+            # SQLite says it cannot open the file, which is there and readable: it is
+            # the -wal and -shm files, made beside it, that cannot be.
+            folder = str(self.path.parent.resolve())
+            raise ValueError(f"the folder {folder!r} cannot be written: {_BESIDE}") from None
         self._writer.run_now(tx.apply_migrations)
 
     # -- connections -------------------------------------------------------
