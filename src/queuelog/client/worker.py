@@ -51,6 +51,11 @@ def _whole(value: object, least: int, most: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and least <= value <= most
 
 
+def _instance_ok(instance: object) -> bool:
+    """An instance as the server reads a claim's: ``[A-Za-z0-9._-]{1,64}``."""
+    return isinstance(instance, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,64}", instance) is not None
+
+
 def default_instance() -> str:
     """``<host>-<pid>``, cut to what the API accepts: ``[A-Za-z0-9._-]{1,64}``."""
     host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()) or "host"
@@ -200,6 +205,8 @@ class Worker:
             raise ValueError("wait_seconds must be from 0 to 30")
         if lease_seconds is not None and not _whole(lease_seconds, 1, 3600):
             raise ValueError("lease_seconds must be a whole number from 1 to 3600")
+        if instance not in (None, "") and not _instance_ok(instance):
+            raise ValueError("instance must be 1-64 of A-Z a-z 0-9 . _ -")
         self.handlers: dict[str, Handler] = {}
         self.options = Options(
             concurrency=concurrency,
