@@ -279,7 +279,9 @@ def keys_create(
         raise click.BadParameter(exc.detail, param_hint="--name") from exc
     finally:
         storage.close()
-    click.echo(f"created key {key.id} for {key.name} ({', '.join(sorted(roles))})")
+    click.echo(
+        f"created key {key.id} for {key.name} ({', '.join(sorted(r.value for r in key.roles))})"
+    )
     click.echo(plaintext)
 
 

@@ -115,6 +115,19 @@ def test_keys_create_takes_a_priority_label_in_any_case_as_the_api_does(tmp_path
     assert [key["max_priority"] for key in json.loads(listed.output)["keys"]] == ["high"]
 
 
+def test_hardening_108_keys_create_says_the_roles_the_key_has_each_once(tmp_path: Path) -> None:
+    config = tmp_path / "q.toml"
+    config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n')
+    roles = ["--role", "worker", "--role", "producer", "--role", "worker"]
+    made = CliRunner().invoke(
+        main, ["keys", "create", "--name", "ops", *roles, "--config", str(config)]
+    )
+    assert made.exit_code == 0, made.output
+    assert made.output.splitlines()[0] == "created key 1 for ops (producer, worker)"
+    listed = CliRunner().invoke(main, ["keys", "list", "--json", "--config", str(config)])
+    assert [key["roles"] for key in json.loads(listed.output)["keys"]] == [["producer", "worker"]]
+
+
 @pytest.mark.parametrize("key_id", ["0", "-1", "9223372036854775808", "1e3"])
 def test_hardening_44_keys_revoke_refuses_an_id_no_key_can_have_in_one_line(
     tmp_path: Path, key_id: str
