@@ -4,6 +4,7 @@ and when a failed send is tried again."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 from dataclasses import dataclass
@@ -71,6 +72,15 @@ def api_key_of(key: str | None) -> str | None:
     return key
 
 
+def timeout_of(timeout: float) -> float:
+    """``timeout`` if it is seconds to wait, more than none and finite; else ValueError
+    (libcurl takes whole milliseconds: nan and inf failed each call, 0 gave it one)."""
+    number = isinstance(timeout, int | float) and not isinstance(timeout, bool)
+    if not number or not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError(f"timeout must be a finite number of seconds above 0, not {timeout!r}")
+    return timeout
+
+
 def _visible_ascii(text: str) -> bool:
     return text.isascii() and text.isprintable() and " " not in text
 
@@ -89,7 +99,7 @@ class Connection:
     ) -> Connection:
         url = server_url(url or os.environ.get("QUEUELOG_URL") or DEFAULT_URL)
         api_key = api_key_of(api_key or os.environ.get("QUEUELOG_API_KEY") or None)
-        return cls(url.rstrip("/"), api_key, timeout)
+        return cls(url.rstrip("/"), api_key, timeout_of(timeout))
 
     def __repr__(self) -> str:
         # Tracebacks with locals, debuggers and error trackers print reprs: no secret in it.
