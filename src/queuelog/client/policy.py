@@ -154,6 +154,19 @@ class RetryPolicy:
     base_delay: float = 0.2
     max_delay: float = 5.0
 
+    def __post_init__(self) -> None:
+        # Checked here: a policy is read only once a send fails, and then a negative or
+        # NaN delay made the client's sleep raise from inside the call.
+        if not (isinstance(self.attempts, int) and not isinstance(self.attempts, bool)):
+            raise ValueError(f"attempts must be a whole number, not {self.attempts!r}")
+        if self.attempts < 1:
+            raise ValueError("attempts must be 1 or more (1: no second try)")
+        for name in ("base_delay", "max_delay"):
+            value = getattr(self, name)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number of seconds, 0 or more")
+
     def delay(self, attempt: int) -> float:
         """Seconds to wait before attempt ``attempt + 1`` (``attempt`` counts from 1)."""
         ceiling = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
