@@ -11,6 +11,8 @@ JsonObject = dict[str, Any]
 
 MAX_ID = 2**63 - 1  # job and key ids are 64-bit integers in every backend
 MAX_DEPENDS_ON = 100  # the most jobs one job's depends_on names
+# A worker's instance, as a claim names it (the SDK checks its own before it claims).
+INSTANCE_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 
 _Record = TypeVar("_Record")
 

@@ -21,7 +21,7 @@ from pydantic import (
 from pydantic.config import JsonDict
 
 from queuelog.auth import KEY_NAME
-from queuelog.models import MAX_DEPENDS_ON, MAX_ID, Priority, Role
+from queuelog.models import INSTANCE_PATTERN, MAX_DEPENDS_ON, MAX_ID, Priority, Role
 from queuelog.plain_json import check_plain
 from queuelog.schedules import PUBLISHED_SCHEDULE_NAME
 from queuelog.specs import CURSOR_PATTERN, TYPE_FILTER_PATTERN
@@ -89,7 +89,6 @@ LeaseSeconds = Annotated[int, Field(strict=True, ge=1, le=3600), BeforeValidator
 LingerMs = Annotated[int, Field(strict=True, ge=0, le=1000), BeforeValidator(_integral)]
 EverySeconds = Annotated[int, Field(strict=True, ge=1, le=366 * 86_400), BeforeValidator(_integral)]
 CRON_FIVE_FIELDS = r"^ *[!-~]+( +[!-~]+){4} *$"  # minute hour day month weekday, by spaces
-INSTANCE_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 KEY_NAME_PATTERN = f"^{KEY_NAME.pattern}$"
 
 # What a field's pattern asks for, in words: a 422 says these, not the regular expression.

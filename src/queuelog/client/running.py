@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from typing import Any
 
 from queuelog.client.types import Dependency, Job, JsonObject
 from queuelog.errors import InvalidState, NotFound, NotLeaseHolder
+from queuelog.models import INSTANCE_PATTERN
 from queuelog.plain_json import strict_json
 
 log = logging.getLogger("queuelog.worker")
@@ -37,6 +40,10 @@ MAX_PROGRESS_BYTES = 4096  # the server's limit on a heartbeat's progress
 
 @dataclass(frozen=True, slots=True)
 class Options:
+    """A worker's options, checked when it is made and whenever they change: as the
+    server reads a claim, since out of range every claim would be refused at run time,
+    naming no option; the times, since a negative or NaN one fails only once waited on."""
+
     concurrency: int
     prefetch: int | None  # None: as many as the handlers' pace calls for (see Claimer)
     wait_seconds: float
@@ -45,6 +52,48 @@ class Options:
     instance: str | None
     shutdown_seconds: float
     idle_seconds: float
+
+    def __post_init__(self) -> None:
+        if problem := _option_problem(self):
+            raise ValueError(problem)
+
+
+def _option_problem(options: Options) -> str | None:
+    if not _whole(options.concurrency, 1, None):
+        return "concurrency must be a whole number, at least 1"
+    if options.prefetch is not None and not _whole(options.prefetch, 0, None):
+        return "prefetch must be a whole number, 0 or more"
+    if not _seconds(options.wait_seconds, 30):
+        return "wait_seconds must be from 0 to 30"
+    if not _whole(options.linger_ms, 0, 1000):
+        return "linger_ms must be a whole number from 0 to 1000"
+    if options.lease_seconds is not None and not _whole(options.lease_seconds, 1, 3600):
+        return "lease_seconds must be a whole number from 1 to 3600"
+    if options.instance is not None and not _instance_ok(options.instance):
+        return "instance must be 1-64 of A-Z a-z 0-9 . _ -"
+    for name in ("shutdown_seconds", "idle_seconds"):
+        if not _seconds(getattr(options, name), None):
+            return f"{name} must be a finite number of seconds, 0 or more"
+    return None
+
+
+def _whole(value: object, least: int, most: int | None) -> bool:
+    """A whole number in range, as the server reads one (a bool is none)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
+    return least <= value and (most is None or value <= most)
+
+
+def _seconds(value: object, most: float | None) -> bool:
+    """A finite number of seconds from 0 (to ``most``); a bool is none."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    return math.isfinite(value) and value >= 0 and (most is None or value <= most)
+
+
+def _instance_ok(instance: object) -> bool:
+    """An instance as the server reads a claim's (``INSTANCE_PATTERN``)."""
+    return isinstance(instance, str) and re.fullmatch(INSTANCE_PATTERN, instance) is not None
 
 
 @dataclass(eq=False)

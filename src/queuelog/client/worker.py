@@ -46,16 +46,6 @@ def _check(handlers: dict[str, Handler], client: object, verb: str) -> None:
         raise TypeError(f"a Worker runs on a Client, not {type(client).__name__}")
 
 
-def _whole(value: object, least: int, most: int) -> bool:
-    """A whole number in range, as the server reads one (a bool is none)."""
-    return isinstance(value, int) and not isinstance(value, bool) and least <= value <= most
-
-
-def _instance_ok(instance: object) -> bool:
-    """An instance as the server reads a claim's: ``[A-Za-z0-9._-]{1,64}``."""
-    return isinstance(instance, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,64}", instance) is not None
-
-
 def default_instance() -> str:
     """``<host>-<pid>``, cut to what the API accepts: ``[A-Za-z0-9._-]{1,64}``."""
     host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()) or "host"
@@ -194,19 +184,6 @@ class Worker:
         shutdown_seconds: float = 30.0,
         idle_seconds: float = 1.0,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if prefetch is not None and prefetch < 0:
-            raise ValueError("prefetch must be 0 or more")
-        if not 0 <= linger_ms <= 1000:
-            raise ValueError("linger_ms must be from 0 to 1000")
-        # As the server reads a claim: out of range, every claim would be refused, at run.
-        if isinstance(wait_seconds, bool) or not 0 <= wait_seconds <= 30:
-            raise ValueError("wait_seconds must be from 0 to 30")
-        if lease_seconds is not None and not _whole(lease_seconds, 1, 3600):
-            raise ValueError("lease_seconds must be a whole number from 1 to 3600")
-        if instance not in (None, "") and not _instance_ok(instance):
-            raise ValueError("instance must be 1-64 of A-Z a-z 0-9 . _ -")
         self.handlers: dict[str, Handler] = {}
         self.options = Options(
             concurrency=concurrency,
