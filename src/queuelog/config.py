@@ -63,6 +63,16 @@ class Limits(_Strict):
             raise ValueError(f"must be 0 (off) or at least one a year ({1 / _YEAR_SECONDS:.3g})")
         return rate
 
+    @model_validator(mode="after")
+    def _bodies_hold_their_limits(self) -> Limits:
+        # A payload or result the limits take must fit in a request: else one between
+        # the two is 413 body-too-large where 422 payload-too-large is promised, and a
+        # worker's completion carrying such a result never lands.
+        for name in ("max_payload_bytes", "max_result_bytes"):
+            if getattr(self, name) > self.max_request_bytes:
+                raise ValueError(f"{name} must be at most max_request_bytes")
+        return self
+
 
 class Server(_Strict):
     """What ``queuelog serve`` lets in: beyond ``limit_concurrency`` open connections

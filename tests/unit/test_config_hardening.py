@@ -224,3 +224,21 @@ def test_hardening_95_a_sweep_more_often_than_every_10_ms_is_refused(
     assert line.startswith("sweep_interval_seconds: "), line
     environ["QUEUELOG_SWEEP_INTERVAL_SECONDS"] = "0.01"
     assert load_settings(None, environ=environ).sweep_interval_seconds == 0.01
+
+
+@pytest.mark.parametrize("limit", ["max_payload_bytes", "max_result_bytes"])
+def test_hardening_112_a_payload_or_result_limit_no_request_can_carry_is_refused(
+    tmp_path: Path, limit: str
+) -> None:
+    """A payload or result between max_request_bytes and its own limit was 413
+    body-too-large, not the 422 payload-too-large its limit promises, and a worker's
+    completion carrying such a result never landed."""
+    other = ({"max_payload_bytes", "max_result_bytes"} - {limit}).pop()
+    toml = f"[limits]\nmax_request_bytes = 1024\n{limit} = 65536\n{other} = 1024\n"
+    line = refused(tmp_path, toml)
+    assert line == f"limits: {limit} must be at most max_request_bytes", line
+    environ = {"QUEUELOG_MAX_REQUEST_BYTES": "4096"}
+    assert refused(tmp_path, "", environ).startswith("limits: max_payload_bytes must be")
+    path = tmp_path / "even.toml"
+    path.write_text(f"[limits]\nmax_request_bytes = 2048\n{limit} = 2048\n{other} = 2\n")
+    assert getattr(load_settings(path, environ={}).limits, limit) == 2048
