@@ -162,7 +162,9 @@ def enqueue_body(
     given is sent as it is, for the server to check."""
     body: dict[str, Any] = _drop_none({**options})
     if "run_at" in body:
-        body["run_at"] = rfc3339(body["run_at"])
+        if not isinstance(at := body["run_at"], datetime):  # a string may be read otherwise
+            raise TypeError(f"run_at must be a datetime, not {at.__class__.__name__}")
+        body["run_at"] = rfc3339(at)
     if "depends_on" in body:
         body["depends_on"] = [_job_id(job) for job in body["depends_on"]]
     if "depends_on_items" in body:
