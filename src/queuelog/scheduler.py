@@ -254,7 +254,7 @@ class Scheduler:
         this node's previous pass, or its start), then one for each later.
         """
         now = self.clock.now()
-        late = now - timedelta(seconds=_LATE_SWEEPS * self.settings.sweep_interval_seconds)
+        late = self._late(now)
         # (A clock set back makes the previous pass seem later than now: taken as now.)
         since = min(max(self._last_pass, late), now)
         self._last_pass = now
@@ -274,6 +274,11 @@ class Scheduler:
         if outcomes[FireOutcome.MADE]:
             self._on_ready()
         return outcomes
+
+    def _late(self, now: datetime) -> datetime:
+        """A fire due before this was made by no node that could: every node's pass
+        would have come since."""
+        return now - timedelta(seconds=_LATE_SWEEPS * self.settings.sweep_interval_seconds)
 
     async def _fire(
         self,
@@ -318,6 +323,10 @@ class Scheduler:
             job = dataclasses.replace(self.intake.job(schedule.spec, now), run_at=fire_at)
         except QueueError as exc:  # its type left the config, or its schema changed
             refused = exc.detail
+            if due >= self._late(now):
+                # Another node's config may take the job (a rolling change of the config
+                # file reaches the nodes one by one): the fire is theirs, until it is late.
+                return FireOutcome.TAKEN, refused
         fire = ScheduleFire(
             name=schedule.name, due=due, fire_at=fire_at, next_run_at=next_at, job=job, now=now
         )

@@ -701,3 +701,27 @@ async def test_hardening_71_a_fire_due_before_a_pause_is_not_lost_by_a_quick_pau
     await scheduler.fire_due()
     runs = [j["run_at"] for j in admin.get("/jobs").json()["jobs"]]
     assert runs == ["2026-03-29T00:00:00.000000Z"], runs
+
+
+async def test_hardening_114_a_fire_this_node_cannot_make_is_left_to_the_others_until_late(
+    tmp_path: Path, admin: Api, storage: Storage, clock: FakeClock, scheduler: Scheduler
+) -> None:
+    """Two nodes on one database, one not yet given the schedule's type (a rolling change
+    of the config file): the one without it skipped every fire its pass saw first, though
+    the other would have made the job. It now leaves a fire to the others until no node's
+    pass came for it (three sweeps), and skips it only then."""
+    create(admin, type="resize_image")
+    without = Scheduler(storage, make_settings(tmp_path, types={"noop": {}}), clock)
+    due = datetime.fromisoformat(admin.get("/schedules/tick").json()["next_run_at"])
+    clock.advance((due - clock.now()).total_seconds())
+    assert (await without.fire_due())[FireOutcome.SKIPPED] == 0
+    assert (await scheduler.fire_due())[FireOutcome.MADE] == 1
+    tick = admin.get("/schedules/tick").json()
+    assert (tick["jobs_made"], tick["fires_skipped"]) == (1, 0)
+    # Only the node without the type passes: the next fire is skipped once it is late.
+    clock.advance(60 + 3)
+    assert (await without.fire_due())[FireOutcome.SKIPPED] == 0
+    clock.advance(0.5)
+    assert (await without.fire_due())[FireOutcome.SKIPPED] == 1
+    tick = admin.get("/schedules/tick").json()
+    assert (tick["jobs_made"], tick["fires_skipped"]) == (1, 1)

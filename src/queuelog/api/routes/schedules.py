@@ -77,7 +77,8 @@ class ScheduleOut(BaseModel):
     jobs_made: int = Field(description="Jobs this schedule made (fires and triggers).")
     fires_skipped: int = Field(
         description="Fires that made no job: overlap false while the last job was pending or "
-        "running, or a job the intake refused (its type left the config)."
+        "running, or a job the intake of every node refused (its type left the config; a "
+        "node that refuses it leaves the fire to the others for three sweep intervals)."
     )
 
 
