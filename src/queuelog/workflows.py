@@ -30,7 +30,9 @@ class Workflows:
         caller owns: a job of another producer is refused as a missing one is, so the
         answer never tells that it exists. A job it only holds as a worker is refused too:
         waiting for a job lets its producer read the job's outcome for good
-        (``/dependencies``), and keeps it from retention while the dependent is active."""
+        (``/dependencies``), and keeps it from retention while the dependent is active.
+        A request sent again is not refused here: its idempotency key names its job, and
+        the storage answers with it (a dependency may have been pruned since)."""
         wanted = sorted({dep for spec in specs for dep in spec.depends_on})
         if not wanted:
             return
@@ -38,8 +40,19 @@ class Workflows:
         for index, spec in enumerate(specs):
             for place, dep in enumerate(spec.depends_on):
                 job = found.get(dep)
-                if job is None or not self._owns(caller, job):
-                    raise _unseen(dep, place, index if batch else None)
+                if job is not None and self._owns(caller, job):
+                    continue
+                if await self._sent_before(caller, spec):
+                    break
+                raise _unseen(dep, place, index if batch else None)
+
+    async def _sent_before(self, caller: ApiKey, spec: EnqueueSpec) -> bool:
+        """Whether ``spec``'s idempotency key names a job of the caller's already: its
+        request, checked when it was first sent, or another that the storage refuses."""
+        key = spec.idempotency_key
+        return key is not None and (
+            await self.storage.job_by_idempotency_key(caller.name, key) is not None
+        )
 
     async def dependencies(self, job: Job) -> list[Job]:
         """The jobs ``job`` depends on, in the order it named them (a pruned one left out:

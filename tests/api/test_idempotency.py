@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.conftest import Api, enqueue
+from queuelog.clock import FakeClock
+from queuelog.models import JobStatus
+from queuelog.storage.protocol import Storage
+from tests.api.test_workflows import claim, finish
+from tests.conftest import Api, enqueue, run_blocking
 
 
 def test_same_key_same_request_returns_existing_job_unchanged(producer: Api) -> None:
@@ -116,3 +120,35 @@ def test_requests_spelt_differently_but_equal_match(producer: Api) -> None:
         )
         assert again.status_code == 200, (body, again.text)
         assert again.json()["id"] == first.json()["id"]
+
+
+def test_hardening_100_a_keyed_enqueue_sent_again_after_its_dependency_was_pruned_finds_its_job(
+    producer: Api, worker: Api, storage: Storage, clock: FakeClock
+) -> None:
+    """The dependency ended before its dependent, so retention prunes it first; the
+    dependent's request sent again is still the same request: 200 with its job."""
+    a = enqueue(producer)
+    single = {"type": "noop", "idempotency_key": "k-single", "depends_on": [a["id"]]}
+    item = {"type": "noop", "idempotency_key": "k-item", "depends_on": [a["id"]]}
+    first = enqueue(producer, **{k: v for k, v in single.items() if k != "type"})
+    batch = {"jobs": [item, {"type": "noop", "idempotency_key": "k-next"}]}
+    made = producer.post("/jobs/batch", json=batch).json()["jobs"]
+    cutoff = None
+    for _ in range(4):
+        (job,) = claim(worker, limit=1)
+        finish(worker, job)
+        cutoff = cutoff or clock.advance(1)  # a ended before it, the others at it or after
+    assert cutoff is not None
+    pruned = run_blocking(storage.job_prune({JobStatus.COMPLETED: cutoff}))
+    assert pruned == 1 and producer.get(f"/jobs/{a['id']}").status_code == 404
+    again = producer.post("/jobs", json=single)
+    assert again.status_code == 200, again.text
+    assert again.json()["id"] == first["id"]
+    batch_again = producer.post("/jobs/batch", json=batch)
+    assert batch_again.status_code == 200, batch_again.text
+    answered = [(i["job"]["id"], i["created"]) for i in batch_again.json()["jobs"]]
+    assert answered == [(m["job"]["id"], False) for m in made]
+    other = producer.post("/jobs", json={**single, "payload": {"v": 2}})
+    assert other.json()["type"] == "idempotency-key-reused"
+    new_key = producer.post("/jobs", json={**single, "idempotency_key": "k-new"})
+    assert new_key.status_code == 422 and new_key.json()["type"] == "validation"

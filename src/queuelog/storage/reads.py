@@ -92,6 +92,11 @@ class SqlReads(abc.ABC):
         rows = await self._read("job_get", {"id": job_id})
         return job_from_row(rows[0]) if rows else None
 
+    async def job_by_idempotency_key(self, principal: str, key: str) -> Job | None:
+        args = {"principal": principal, "idempotency_key": key}
+        rows = await self._read("job_by_idempotency_key", args)
+        return job_from_row(rows[0]) if rows else None
+
     async def job_get_many(self, job_ids: Sequence[int]) -> list[Job]:
         if not job_ids:
             return []
