@@ -264,6 +264,22 @@ async def test_lease_expiry_frees_a_slot(store: Storage) -> None:
     assert len(got) == 3 and await running(store, "limited") == 3
 
 
+async def test_hardening_101_a_lease_that_expired_while_the_claim_waited_frees_its_slot(
+    store: Storage,
+) -> None:
+    """A claim rescues the leases expired when it was asked, then waits for its types'
+    locks (or SQLite's writer): a lease that expired meanwhile no longer holds its type's
+    or its group's slot, though no rescue has moved its job yet."""
+    made = [job("limited", n=i) for i in range(4)] + [job("grouped", "g", n=i) for i in (4, 5)]
+    await store.job_insert_many(made, T0)
+    assert len(await store.job_claim(params(limit=5))) == 4  # three limited, one of g
+    asked = T0 + timedelta(seconds=20)
+    taken_at = T0 + timedelta(seconds=31)  # every lease of T0 has expired by then
+    waited = replace(params(asked, limit=5), retry_at=lambda j: asked, clock=lambda: taken_at)
+    got = await store.job_claim(waited)
+    assert sorted(j.payload["n"] for j in got) == [3, 5]
+
+
 async def test_release_with_a_delay_snoozes_the_job(store: Storage) -> None:
     await store.job_insert_many([job("free")], T0)
     (held,) = await store.job_claim(params())

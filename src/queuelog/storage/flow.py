@@ -120,7 +120,7 @@ def _room(sql: FlowSql, params: ClaimParams, name: str) -> int:
     if limits is None:
         return room
     if limits.concurrency is not None:
-        (row,) = sql.rows("type_running", {"type": name})
+        (row,) = sql.rows("type_running", {"type": name, "now": to_micros(params.now)})
         room = min(room, limits.concurrency - int(row["n"]))
         if room <= 0:
             _held_back(sql, params, name, CONCURRENCY)

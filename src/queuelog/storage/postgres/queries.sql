@@ -686,11 +686,16 @@ VALUES (%(type)s, %(now)s, %(event)s, %(actor)s);
 SELECT type, at, event, actor FROM type_events WHERE type = %(type)s ORDER BY id;
 
 -- name: type_running
-SELECT count(*) AS n FROM jobs WHERE status = 'running' AND type = %(type)s::text;
+-- A job counts while its lease holds: one that expired while the claim waited for its
+-- types' locks (after the claim's rescue) is no longer run, and its holder can no longer
+-- end it.
+SELECT count(*) AS n FROM jobs
+WHERE status = 'running' AND type = %(type)s::text AND lease_expires_at > %(now)s::bigint;
 
 -- name: type_running_groups
 SELECT job_group, count(*) AS n FROM jobs
 WHERE status = 'running' AND type = %(type)s::text AND job_group IS NOT NULL
+  AND lease_expires_at > %(now)s::bigint
 GROUP BY job_group;
 
 -- name: type_has_ready

@@ -533,12 +533,15 @@ INSERT INTO type_events (type, at, event, actor) VALUES (:type, :now, :event, :a
 SELECT type, at, event, actor FROM type_events WHERE type = :type ORDER BY id;
 
 -- name: type_running
+-- A job counts while its lease holds: one that expired while the claim waited for its
+-- turn (after the claim's rescue) is no longer run, and its holder can no longer end it.
 SELECT count(*) AS n FROM jobs INDEXED BY jobs_running_group
-WHERE status = 'running' AND type = :type;
+WHERE status = 'running' AND type = :type AND lease_expires_at > :now;
 
 -- name: type_running_groups
 SELECT job_group, count(*) AS n FROM jobs INDEXED BY jobs_running_group
 WHERE status = 'running' AND type = :type AND job_group IS NOT NULL
+  AND lease_expires_at > :now
 GROUP BY job_group;
 
 -- name: type_has_ready
