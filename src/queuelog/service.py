@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -98,13 +99,16 @@ class JobService:
             if not batch:  # a single enqueue's refusal names no ``index``; a batch's does
                 exc.extra.pop("index", None)
             raise
-        # A replace may have moved a pending job's run_at to now.
-        replacing = any(s.unique_key and s.on_duplicate is OnDuplicate.REPLACE for s in specs)
-        if replacing or any(created for _, created in results):
-            self._on_ready({job.type for job, _ in results}, len(results))
         # Items that met one job (a unique key's) answer with it as the last of them left
         # it, not each as it was at its own turn.
         last = {job.id: job for job, _ in results}
+        # Per type, as many claims as jobs made pending (a replace may have moved one's
+        # run_at to now): counted together, one type's claims took another's wake-ups.
+        replacing = any(s.unique_key and s.on_duplicate is OnDuplicate.REPLACE for s in specs)
+        made = {job.id for job, created in results if created or replacing}
+        pending = Counter(last[i].type for i in made if last[i].status is JobStatus.PENDING)
+        for job_type, count in sorted(pending.items()):
+            self._on_ready({job_type}, count)
         return [(last[job.id], created) for job, created in results]
 
     async def enqueue(self, caller: ApiKey, spec: EnqueueSpec) -> tuple[Job, bool]:

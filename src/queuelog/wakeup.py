@@ -121,12 +121,14 @@ class Wakeup:
 
     def notify(self, types: Collection[str] | None = None, ready: int | None = None) -> None:
         """Wake the claimers that may take jobs of ``types`` (None: every claimer); with
-        ``ready``, at most that many of them, those asleep first (one that is looking
-        already may have looked before the jobs were committed: it is woken after)."""
+        ``ready``, at most that many of them: those not woken yet first (an enqueue of
+        several types wakes claims type by type, and one woken for another type's job
+        takes that one), then those asleep (one that is looking already may have looked
+        before the jobs were committed: it is woken after)."""
         with self._lock:
             waiters = [w for w in self._waiters if w.may_take(types)]
         if ready is not None and len(waiters) > ready:
-            waiters.sort(key=lambda w: not w.asleep)
+            waiters.sort(key=lambda w: (w.notified, not w.asleep))
             del waiters[ready:]
         for waiter in waiters:
             waiter._set()

@@ -97,3 +97,23 @@ def test_a_poll_for_other_types_is_not_woken(
     assert others == []  # still waiting, never woken
     enqueue(producer, "send_email", payload={"to": "a@example.com"})
     until(lambda: len(others) == 1, "the send_email poll's answer")
+
+
+def test_hardening_102_an_enqueue_wakes_claims_per_type_of_the_jobs_it_made_ready(
+    producer: Api, admin: Api, polls: Callable[..., list[dict[str, Any]]]
+) -> None:
+    """A batch of a ready job and a job that waits for another: the ready job's claim is
+    woken, however many claims wait for the other job's type (counted together, the two
+    wake-ups went to any two of them, most likely both of the other type)."""
+    email = {"to": "a@example.com"}
+    dependency = enqueue(producer, "send_email", payload=email)  # no poll takes it
+    for _ in range(4):  # each round left the ready job's poll unwoken 13 times in 15
+        others = polls(14, types=["resize_image"], wait_seconds=2)
+        mine = polls(1, types=["noop"])
+        items = [{"type": "noop"}, {"type": "resize_image", "depends_on": [dependency["id"]]}]
+        assert producer.post("/jobs/batch", json={"jobs": items}).status_code == 200
+        deadline = time.monotonic() + 1.5  # far less than the 30 s recheck
+        while not mine and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(mine) == 1 and len(mine[0]["jobs"]) == 1, "the noop poll was not woken"
+        until(lambda ended=others: len(ended) == 14, "the other polls' ends")  # 2 s, empty
