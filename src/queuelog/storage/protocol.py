@@ -188,8 +188,7 @@ class NewSchedule:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleSwitch:
-    """A pause or resume: a resume's ``next_run_at`` is worked out from the schedule as
-    read, its ``updated_at`` then ``seen``, and stored only while it is still that."""
+    """A pause or resume; a resume's next fire is stored only while ``updated_at`` is ``seen``."""
 
     name: str
     paused: bool
