@@ -15,7 +15,7 @@ from rich.text import Text
 
 from queuelog.client.errors import ServerError, ServerUnavailable
 from queuelog.errors import Forbidden, QueueError, Unauthenticated
-from queuelog.plain_json import HIDDEN_CHARACTERS
+from queuelog.plain_json import HIDDEN_CHARACTERS, json_escape
 
 _FIELDS_SHOWN = 3  # of a refusal's field errors, in the one line the CLI prints
 
@@ -67,7 +67,7 @@ def shown_json(value: Any) -> str:
     """``value`` as JSON text safe to print and still the same data: what ``shown``
     would remove is written as a JSON escape (only a string can hold it)."""
     text = json.dumps(value, ensure_ascii=False)
-    return _CONTROL.sub(lambda found: f"\\u{ord(found[0]):04x}", text)
+    return _CONTROL.sub(lambda found: json_escape(found[0]), text)
 
 
 def one_line(text: str) -> str:

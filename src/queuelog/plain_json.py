@@ -18,6 +18,18 @@ HIDDEN_CHARACTERS = (
     "\ufff9-\ufffb\U000e0000-\U000e007f"
 )
 
+
+def json_escape(char: str) -> str:
+    """``char`` as JSON escapes it: one ``\\u`` escape of four hex digits, or a surrogate
+    pair of them beyond the BMP (a tag character), so that escaped JSON is still JSON
+    that reads back the same. The CLI and the dashboard write hidden characters so."""
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
 # Deeper JSON than any job needs; a limit keeps every later step (the fingerprint, the
 # encoders, the dashboard) far from the interpreter's recursion limit.
 MAX_JSON_DEPTH = 64

@@ -104,3 +104,19 @@ def test_hardening_43_a_result_s_terminal_controls_are_printed_as_json_escapes(
         assert json.loads(done.stdout) == result
         assert not {"\x9b", "\x1b", "\u202e"} & set(done.stdout)
         assert "Zoë" in done.stdout
+
+
+def test_hardening_120_a_result_s_tag_characters_print_as_json_that_reads_back_the_same(
+    real_server: RealServer,
+) -> None:
+    """A tag character (U+E0041) lies beyond the BMP: JSON escapes it as a surrogate
+    pair. Five hex digits after ``\\u`` read back as another character and a digit."""
+    result = {"f": "invoice.pdf\U000e0041\U000e007f", "g": "x\u202ey"}
+    with Client(real_server.url, real_server.keys["shop"]) as shop:
+        job = shop.enqueue("send_email", {"to": "a@b.c"})
+    completing = _complete_next(real_server, result)
+    done = cli(real_server, "shop", "jobs", "wait", str(job.id), "--timeout", "60")
+    completing.join(timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == result
+    assert "\\udb40\\udc41" in done.stdout and "\U000e0041" not in done.stdout

@@ -13,7 +13,7 @@ from urllib.parse import quote
 from markupsafe import Markup
 
 from queuelog.models import JobStatus, MinuteCounts
-from queuelog.plain_json import HIDDEN_CHARACTERS
+from queuelog.plain_json import HIDDEN_CHARACTERS, json_escape
 
 STATUSES = [s.value for s in JobStatus]
 
@@ -59,18 +59,7 @@ def visible(value: Any) -> Any:
     JSON stays the same JSON. Markup (a macro's) is made of such values already."""
     if isinstance(value, Markup) or not isinstance(value, str):
         return value
-    return _HIDDEN.sub(lambda found: _json_escape(found[0]), value)
-
-
-def _json_escape(char: str) -> str:
-    """``char`` as JSON escapes it: one ``\\u`` escape of four hex digits, or a surrogate
-    pair of them beyond the BMP (a tag character), so that escaped JSON is still JSON
-    that reads back the same."""
-    code = ord(char)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return _HIDDEN.sub(lambda found: json_escape(found[0]), value)
 
 
 def pretty_json(value: Any) -> str:
