@@ -282,9 +282,17 @@ def enqueue(
     as_json: bool,
 ) -> None:
     """Enqueue one job of TYPE, or every job of a JSON-lines file (--from-file)."""
-    _check_usage(
-        job_type is not None, from_file is not None, unique_key, on_duplicate, wait_seconds
-    )
+    # A file's line sets its own: given with --from-file, these would be dropped silently.
+    for_one = {
+        "--priority": priority,
+        "--idempotency-key": idempotency_key,
+        "--group": group,
+        "--unique-key": unique_key,
+        "--on-duplicate": on_duplicate,
+        "--wait": wait_seconds,
+    }
+    given = [name for name, value in for_one.items() if value is not None]
+    _check_usage(job_type is not None, from_file is not None, given, unique_key, on_duplicate)
     with Client(url, api_key) as client:
         if from_file is not None:
             created, existing = enqueue_file(client, read_jobs(from_file), batch_size)
@@ -310,17 +318,20 @@ def enqueue(
 def _check_usage(
     one: bool,
     from_file: bool,
+    for_one: list[str],
     unique_key: str | None,
     on_duplicate: str | None,
-    wait_seconds: float | None,
 ) -> None:
-    """Options that do not go together, refused before anything is sent."""
+    """Options that do not go together, refused before anything is sent. ``for_one``:
+    the options given that only one job takes."""
     if one and from_file:
         raise click.UsageError("give TYPE [PAYLOAD_JSON] or --from-file FILE, not both")
     if not one and not from_file:
         raise click.UsageError("give TYPE [PAYLOAD_JSON], or --from-file FILE")
-    if from_file and (unique_key or on_duplicate or wait_seconds is not None):
-        raise click.UsageError("--unique-key, --on-duplicate and --wait are for one job")
+    if from_file and for_one:
+        raise click.UsageError(
+            f"{', '.join(for_one)}: for one job; each line of --from-file gives its own fields"
+        )
     if on_duplicate and not unique_key:
         raise click.UsageError("--on-duplicate needs --unique-key")
 

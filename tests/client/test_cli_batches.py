@@ -119,3 +119,22 @@ def test_hardening_85_a_keyed_file_sent_again_with_the_same_batch_size_makes_not
         assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"enqueued": 5, "new": 0, "existing": 5}
     assert len(_made(real_server, "again")) == 5
+
+
+def test_hardening_121_one_job_s_options_beside_a_file_are_bad_usage_not_dropped(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    """A file's line gives its own fields: a --priority, --group or --idempotency-key
+    beside --from-file applied to no line, so the same command sent twice made each
+    job twice though it named a key."""
+    path = tmp_path / "options.jsonl"
+    _lines(path, _tagged("options", 1))
+    for option, value in (
+        ("--idempotency-key", "file-once"),
+        ("--priority", "high"),
+        ("--group", "tenant-1"),
+    ):
+        done = _enqueue_file(real_server, path, option, value)
+        assert done.returncode == 2, done.stderr
+        assert option in done.stderr and "Traceback" not in done.stderr
+    assert _made(real_server, "options") == {}
