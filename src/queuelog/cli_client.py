@@ -96,9 +96,10 @@ def asked(url: str | None, api_key: str | None, failure: str, call: Callable[[Cl
         return call(client)
 
 
-# What a claimed job holds for its worker (its lease, where its handler's progress and
-# dependencies() go): the CLI claims no job, and prints none of it.
-_WORKERS_OWN = frozenset({"lease_token", "progress_to", "dependencies_from"})
+# What a claimed job holds for its worker (its lease, its enqueue's trace context, where
+# its handler's progress and dependencies() go): the CLI claims no job, and prints none
+# of it; no read of a job has these.
+_WORKERS_OWN = frozenset({"lease_token", "trace_context", "progress_to", "dependencies_from"})
 
 
 def to_json(value: Any) -> Any:
