@@ -76,8 +76,10 @@ def one_line(text: str) -> str:
 
 
 def literal(value: object) -> Text:
-    """A table cell from a server value: shown as it is, never read as rich markup."""
-    return Text(shown(value))
+    """A table cell from a server value: shown as it is, never read as rich markup, and
+    whole: on a narrow terminal it goes on over more lines (a table cuts it short with an
+    ellipsis otherwise, and a type's or schedule's name is what the next command needs)."""
+    return Text(shown(value), overflow="fold")
 
 
 class ShownFormatter(logging.Formatter):
