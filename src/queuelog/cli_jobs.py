@@ -19,7 +19,7 @@ from queuelog.cli_client import (
     server_call,
     to_json,
 )
-from queuelog.cli_output import literal, one_line, reported
+from queuelog.cli_output import literal, one_line, reported, shown_json
 from queuelog.client import Client, Dependency, Job
 from queuelog.models import JobStatus
 
@@ -90,7 +90,8 @@ def _print_dependencies(dependencies: list[Dependency]) -> None:
     click.echo("dependencies:")
     table = Table("id", "type", "status", "result")
     for dep in dependencies:
-        result = "" if dep.result is None else json.dumps(dep.result, ensure_ascii=False)
+        # JSON that is still the result, hidden characters escaped (not dropped, as text is).
+        result = "" if dep.result is None else shown_json(dep.result)
         table.add_row(*(literal(c) for c in (dep.id, dep.type, dep.status.value, result)))
     console().print(table)
 

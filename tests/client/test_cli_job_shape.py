@@ -6,6 +6,7 @@ import json
 
 import httpx
 
+from queuelog.client import Client
 from tests.client.test_cli import cli
 from tests.realserver import RealServer
 
@@ -27,3 +28,23 @@ def test_hardening_122_a_job_printed_has_the_api_s_fields_and_no_claim_s_own(
     assert set(json.loads(shown.stdout)) == set(read.json()) == set(json.loads(made.stdout))
     table = cli(real_server, "shop", "jobs", "show", str(job_id))
     assert table.returncode == 0 and "trace_context" not in table.stdout
+
+
+def test_hardening_124_a_dependency_s_result_is_shown_as_json_that_is_still_the_result(
+    real_server: RealServer,
+) -> None:
+    """`jobs show` printed a dependency's result with its hidden characters dropped
+    (`"invoicegnp.exe"` for `"invoice\\u202egnp.exe"`): JSON that was not the result, where
+    the job's own result keeps them as escapes."""
+    result = {"file": "invoice\u202egnp.exe", "tag": "ok\U000e0041"}
+    with Client(real_server.url, real_server.keys["shop"]) as shop:
+        first = shop.enqueue("slow", {})
+        then = shop.enqueue("noop", {}, depends_on=[first.id])
+    with Client(real_server.url, real_server.keys["mailer"]) as mailer:
+        held = mailer.claim(types=["slow"], wait_seconds=5)
+        assert [job.id for job in held] == [first.id]
+        mailer.complete(held[0], result)
+    shown = cli(real_server, "shop", "jobs", "show", str(then.id))
+    assert shown.returncode == 0, shown.stderr
+    assert '"invoice\\u202egnp.exe"' in shown.stdout
+    assert '"ok\\udb40\\udc41"' in shown.stdout
