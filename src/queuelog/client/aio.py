@@ -19,6 +19,9 @@ from queuelog.client.verbs import Verbs
 from queuelog.errors import QueueError, RateLimited
 
 T = TypeVar("T")
+# What ``Client`` asks for: JSON, sent as it is. httpx would ask for gzip or deflate, and
+# read an answer in a coding it cannot decode as a broken connection ("cannot reach").
+_ASKED = {"Accept": "application/json", "Accept-Encoding": "identity"}
 
 
 class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
@@ -33,7 +36,7 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         # connection while the server holds its read (up to 30 s), so httpx's cap of 100
         # would queue every other call behind a crowd of waits, and overrun their timeouts.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEPT_CONNECTIONS)
-        return httpx.AsyncClient(transport=transport, limits=limits)
+        return httpx.AsyncClient(transport=transport, limits=limits, headers=_ASKED)
 
     async def send(self, call: Call[T]) -> T:
         """Send one call, trying again after connection failures where that is safe (an
@@ -58,7 +61,7 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         whole = asyncio.timeout(deadline)
         try:
             async with whole:
-                response = await self._http.request(
+                outgoing = self._http.build_request(
                     request.method,
                     request.url,
                     content=request.body,
@@ -67,13 +70,18 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
                     # ``Client``: an answer that comes late but within it is taken.
                     timeout=httpx.Timeout(deadline, connect=request.connect_timeout),
                 )
+                response = await self._http.send(outgoing, stream=True)
+                try:
+                    # The body as it came, as libcurl reads it for ``Client``: one in a
+                    # coding (a proxy's gzip) is an answer that is not JSON, not undone.
+                    content = b"".join([chunk async for chunk in response.aiter_raw()])
+                finally:
+                    await response.aclose()
         except TimeoutError:
             if not whole.expired():
                 raise
             raise httpx.ReadTimeout(f"no whole answer within {deadline:g} s") from None
-        return answer(
-            call, response.status_code, response.content, response.headers.get("Retry-After")
-        )
+        return answer(call, response.status_code, content, response.headers.get("Retry-After"))
 
     async def follow(self, reads: ManyReads[T]) -> T:
         """Send the reads of a wait (``wait``, ``result``) or a history (``events``) until
