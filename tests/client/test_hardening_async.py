@@ -6,11 +6,16 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import pytest
 
-from queuelog.client import AsyncClient, RetryPolicy, ServerError
+from queuelog.client import AsyncClient, Client, Job, RetryPolicy, ServerError, Worker
+from tests.realserver import RealServer
+
+DEADLINE = 90.0  # seconds any single wait in these tests may take, on a busy machine
 
 JOB = {
     "id": 7, "type": "noop", "payload": {}, "priority": "low", "status": "pending",
@@ -46,3 +51,31 @@ def test_hardening_115_async_client_asks_for_and_reads_answers_as_client_does(
     (request,) = asked
     assert request.headers["Accept"] == "application/json"
     assert request.headers["Accept-Encoding"] == "identity"
+
+
+def test_hardening_116_arun_leaves_the_loop_s_default_executor_to_its_handlers(
+    server: RealServer,
+) -> None:
+    """``arun`` ran the worker on a thread of the loop's default executor, held as long
+    as it ran: an async handler's ``to_thread`` then waited behind it (here, with one
+    thread, forever), and so did every arun beyond the executor's threads."""
+    worker = Worker(concurrency=1, wait_seconds=1, shutdown_seconds=5)
+
+    @worker.handler("noop")
+    async def handle(job: Job) -> dict[str, Any]:
+        return {"read": await asyncio.to_thread(lambda: job.payload["n"])}
+
+    async def main() -> dict[str, Any] | None:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=1))
+        async with AsyncClient(server.url, server.keys["shop"]) as shop:
+            job = await shop.enqueue("noop", {"n": 3})
+            with Client(server.url, server.keys["mailer"]) as client:
+                run = asyncio.create_task(worker.arun(client))
+                try:
+                    return await shop.result(job, timeout=DEADLINE / 3)
+                finally:
+                    run.cancel()  # cancelling stops the worker gracefully
+                    with pytest.raises(asyncio.CancelledError):
+                        await run
+
+    assert asyncio.run(asyncio.wait_for(main(), timeout=DEADLINE)) == {"read": 3}

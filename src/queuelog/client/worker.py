@@ -13,6 +13,8 @@ def send_email(job: Job) -> dict[str, Any]:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import dataclasses
 import os
 import re
@@ -51,6 +53,39 @@ def default_instance() -> str:
     host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()) or "host"
     pid = str(os.getpid())
     return f"{host[: 63 - len(pid)]}-{pid}"
+
+
+def _on_a_thread(
+    loop: asyncio.AbstractEventLoop, target: Callable[[], None]
+) -> asyncio.Future[None]:
+    """``target`` run on a thread of its own (in this context, as ``asyncio.to_thread``
+    would); a future on ``loop`` of its end. Not on the loop's default executor: a run
+    holds its thread as long as it runs, so with the executor's few threads taken (by
+    other runs, or a handler's ``to_thread``) a run would never start, or its async
+    handlers would wait for a thread behind it."""
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if ended.done():
+            return
+        if error is None:
+            ended.set_result(None)
+        else:
+            ended.set_exception(error)
+
+    def run() -> None:
+        error: BaseException | None = None
+        try:
+            target()
+        except BaseException as raised:  # the run's own error, raised by arun
+            error = raised
+        # A loop closed meanwhile (under a program that left its arun) awaits no answer.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, error)
+
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(run,), name="queuelog-run").start()
+    return ended
 
 
 class Run:
@@ -257,9 +292,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         # Acted on by the loop, not inside whatever the signal interrupted.
         with stopped_by_signals(lambda: loop.call_soon_threadsafe(self._on_signal)):
-            serving = asyncio.ensure_future(
-                asyncio.to_thread(self._serve, client, url, api_key, loop)
-            )
+            serving = _on_a_thread(loop, lambda: self._serve(client, url, api_key, loop))
             try:
                 await asyncio.shield(serving)
             except asyncio.CancelledError:
