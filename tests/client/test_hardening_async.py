@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from queuelog.client import AsyncClient, Client, Job, RetryPolicy, ServerError, Worker
+from queuelog.models import JobStatus
 from tests.realserver import RealServer
 
 DEADLINE = 90.0  # seconds any single wait in these tests may take, on a busy machine
@@ -79,3 +80,36 @@ def test_hardening_116_arun_leaves_the_loop_s_default_executor_to_its_handlers(
                         await run
 
     assert asyncio.run(asyncio.wait_for(main(), timeout=DEADLINE)) == {"read": 3}
+
+
+def test_hardening_117_arun_cancelled_twice_returns_once_its_jobs_are_reported(
+    server: RealServer,
+) -> None:
+    """Cancelled again while it wound down, ``arun`` returned at once: its threads went
+    on without it and its job stayed running on the server, its async handler left to
+    be cut off by the end of the loop. A second cancellation now stops it at once, as a
+    second signal does, and arun still returns only once the job has been handed back."""
+    worker = Worker(concurrency=1, wait_seconds=1, shutdown_seconds=DEADLINE)
+
+    async def main() -> Job:
+        started = asyncio.Event()
+
+        @worker.handler("noop")
+        async def handle(job: Job) -> None:
+            started.set()
+            await asyncio.sleep(DEADLINE)
+
+        async with AsyncClient(server.url, server.keys["shop"]) as shop:
+            job = await shop.enqueue("noop")
+            with Client(server.url, server.keys["mailer"]) as client:
+                run = asyncio.create_task(worker.arun(client))
+                await started.wait()
+                run.cancel()
+                await asyncio.sleep(0.1)  # arun takes the first, and waits for its job
+                run.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await run
+            return await shop.get(job)
+
+    job = asyncio.run(asyncio.wait_for(main(), timeout=DEADLINE))
+    assert job.status is JobStatus.PENDING and job.retry_count == 1  # failed as retryable

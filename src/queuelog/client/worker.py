@@ -296,9 +296,21 @@ class Worker:
             try:
                 await asyncio.shield(serving)
             except asyncio.CancelledError:
-                self.stop()
-                await serving  # running jobs may finish (within shutdown_seconds) on this loop
+                await self._wound_down(serving)
                 raise
+
+    async def _wound_down(self, serving: asyncio.Future[None]) -> None:
+        """``arun`` cancelled: stop, and await the run's end (running jobs may finish on
+        this loop within ``shutdown_seconds``). Cancelled again, it stops at once, as on a
+        second signal, and is still awaited: returned earlier, arun would leave its threads
+        reporting without it, and its jobs' async handlers to the end of the loop."""
+        self.stop()
+        while not serving.done():
+            try:
+                await asyncio.shield(serving)
+            except asyncio.CancelledError:
+                self.stop(force=True)
+        serving.result()  # the run's own error, if it failed as it stopped
 
     def _on_signal(self) -> None:
         self._signals_seen += 1
