@@ -8,6 +8,7 @@ import contextlib
 import json
 import socket
 import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -316,3 +317,39 @@ def test_tls_trusts_the_certificates_that_python_trusts(
     with Client(url, "k", retry_policy=FAST) as client:
         assert client.list_keys() == []
     assert server.requests[-1].startswith(b"GET /keys ")
+
+
+def test_hardening_118_async_client_trusts_the_certificates_that_client_trusts(
+    serve: Callable[..., RawServer],
+    authority: tuple[trustme.CA, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """httpx trusted certifi's bundle alone (not the system's store), or only the first
+    of ``SSL_CERT_FILE`` and ``SSL_CERT_DIR``: a server ``Client`` trusts through the
+    directory was an unknown authority to ``AsyncClient``."""
+    _, bundle = authority
+    local = trustme.CA()  # the server's authority, in the certificate directory
+    directory = tmp_path / "certs"
+    directory.mkdir()
+    pem = directory / "ca.pem"
+    local.cert_pem.write_to_path(str(pem))
+    hashed = subprocess.run(
+        ["openssl", "x509", "-subject_hash", "-noout", "-in", str(pem)],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout.strip()  # fmt: skip
+    pem.rename(directory / f"{hashed}.0")  # named as OpenSSL looks a certificate up
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    local.issue_cert("127.0.0.1").configure_cert(context)
+    server = serve(lambda n: "answer", tls=context)
+    url = f"https://127.0.0.1:{server.port}"
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    monkeypatch.setenv("SSL_CERT_DIR", str(directory))
+    with Client(url, "k", retry_policy=FAST) as client:
+        assert client.list_keys() == []
+
+    async def list_keys() -> list[Any]:
+        async with AsyncClient(url, "k", retry_policy=FAST) as awaited:
+            return await awaited.list_keys()
+
+    assert asyncio.run(list_keys()) == []

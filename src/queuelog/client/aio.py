@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import TypeVar
@@ -13,7 +14,7 @@ from queuelog.client import calls, tracing
 from queuelog.client.calls import Call, JobRef, answer
 from queuelog.client.errors import ServerError
 from queuelog.client.reads import ManyReads
-from queuelog.client.transport import KEPT_CONNECTIONS, Outgoing
+from queuelog.client.transport import KEPT_CONNECTIONS, Outgoing, trusted_certificates
 from queuelog.client.types import Job
 from queuelog.client.verbs import Verbs
 from queuelog.errors import QueueError, RateLimited
@@ -36,7 +37,12 @@ class AsyncClient(Verbs[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         # connection while the server holds its read (up to 30 s), so httpx's cap of 100
         # would queue every other call behind a crowd of waits, and overrun their timeouts.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEPT_CONNECTIONS)
-        return httpx.AsyncClient(transport=transport, limits=limits, headers=_ASKED)
+        # The certificates ``Client`` trusts: ``ssl``'s default store, or both
+        # ``SSL_CERT_FILE`` and ``SSL_CERT_DIR``. httpx's own is certifi's bundle alone
+        # (the system's store unread), or only the first of the two variables set.
+        cafile, capath = trusted_certificates()
+        trust = ssl.create_default_context(cafile=cafile or None, capath=capath or None)
+        return httpx.AsyncClient(transport=transport, limits=limits, headers=_ASKED, verify=trust)
 
     async def send(self, call: Call[T]) -> T:
         """Send one call, trying again after connection failures where that is safe (an
