@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from queuelog.client import Client, RetryPolicy, ServerUnavailable
+from queuelog.client import AsyncClient, Client, RetryPolicy, ServerUnavailable
 
 FAST = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02)
 
@@ -71,4 +72,26 @@ def test_a_host_in_no_proxy_is_reached_directly(
     client = Client("http://127.0.0.1:1", "k", retry_policy=FAST)
     with client, pytest.raises(ServerUnavailable):  # nothing listens there
         client.list_keys()
+    assert seen == []
+
+
+def test_hardening_119_a_no_proxy_entry_with_a_port_is_reached_directly_by_both_clients(
+    proxy: tuple[int, list[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Client`` matched NO_PROXY against the host's name alone: an entry that names its
+    port too ("127.0.0.1:1"), which Python's opener and httpx (``AsyncClient``) honour,
+    sent ``Client``'s requests through the proxy."""
+    port, seen = proxy
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("NO_PROXY", "example.org, 127.0.0.1:1")
+    client = Client("http://127.0.0.1:1", "k", retry_policy=FAST)
+    with client, pytest.raises(ServerUnavailable):  # nothing listens there
+        client.list_keys()
+
+    async def list_keys() -> None:
+        async with AsyncClient("http://127.0.0.1:1", "k", retry_policy=FAST) as awaited:
+            await awaited.list_keys()
+
+    with pytest.raises(ServerUnavailable):
+        asyncio.run(list_keys())
     assert seen == []

@@ -203,7 +203,10 @@ def proxy_for(url: str) -> str:
     parts = urlsplit(url)
     proxies = urllib.request.getproxies()
     proxy = proxies.get(parts.scheme) or proxies.get("all")
-    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
+    # Python's opener checks the host with its port, which a NO_PROXY entry may name
+    # ("queue:8000", as httpx reads it for AsyncClient); the name alone matches "::1".
+    address = parts.netloc.rpartition("@")[2]
+    if proxy and not any(map(urllib.request.proxy_bypass, (parts.hostname or "", address))):
         return proxy
     return ""
 
