@@ -300,17 +300,27 @@ def enqueue(
             _say_enqueued(created, existing, as_json)
             return
         assert job_type is not None
-        body = payload_argument(payload)
         options = EnqueueOptions(
             priority=priority, idempotency_key=idempotency_key, group=group, unique_key=unique_key
         )
         options["on_duplicate"] = on_duplicate
-        with reported("cannot enqueue"):
-            job = client.enqueue(job_type, body, **options)
-        if wait_seconds is not None:
-            await_job(client, job.id, wait_seconds, as_json)
-            return
-    if as_json:
+        _enqueue_one(client, job_type, payload_argument(payload), options, wait_seconds, as_json)
+
+
+def _enqueue_one(
+    client: Client,
+    job_type: str,
+    payload: dict[str, Any],
+    options: EnqueueOptions,
+    wait_seconds: float | None,
+    as_json: bool,
+) -> None:
+    """Enqueue the job, then print it, or (with ``wait_seconds``) await and print its end."""
+    with reported("cannot enqueue"):
+        job = client.enqueue(job_type, payload, **options)
+    if wait_seconds is not None:
+        await_job(client, job.id, wait_seconds, as_json)
+    elif as_json:
         print_json(job)
     else:
         click.echo(one_line(f"job {job.id} {job.status.value} ({job.type}, {job.priority.label})"))

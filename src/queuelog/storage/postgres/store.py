@@ -111,6 +111,10 @@ class PostgresStorage(SqlReads):
         self._pool = self._new_pool(pool_size, connection_wait, connect_timeout)
         self._listener: ReadyListener | None = None
         self._listener_lock = threading.Lock()
+        self._open(connect_timeout, existing)
+
+    def _open(self, connect_timeout: float, existing: bool) -> None:
+        """Open the pool and migrate the database (see ``existing``)."""
         try:
             open_pool(self._pool, connect_timeout)
             self._write_now(lambda conn: _migrated(conn, existing))
