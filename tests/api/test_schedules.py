@@ -703,7 +703,7 @@ async def test_hardening_71_a_fire_due_before_a_pause_is_not_lost_by_a_quick_pau
     assert runs == ["2026-03-29T00:00:00.000000Z"], runs
 
 
-async def test_hardening_114_a_fire_this_node_cannot_make_is_left_to_the_others_until_late(
+async def test_hardening_110_a_fire_this_node_cannot_make_is_left_to_the_others_until_late(
     tmp_path: Path, admin: Api, storage: Storage, clock: FakeClock, scheduler: Scheduler
 ) -> None:
     """Two nodes on one database, one not yet given the schedule's type (a rolling change

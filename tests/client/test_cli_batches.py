@@ -121,7 +121,7 @@ def test_hardening_85_a_keyed_file_sent_again_with_the_same_batch_size_makes_not
     assert len(_made(real_server, "again")) == 5
 
 
-def test_hardening_121_one_job_s_options_beside_a_file_are_bad_usage_not_dropped(
+def test_hardening_117_one_job_s_options_beside_a_file_are_bad_usage_not_dropped(
     real_server: RealServer, tmp_path: Path
 ) -> None:
     """A file's line gives its own fields: a --priority, --group or --idempotency-key

@@ -11,7 +11,7 @@ from tests.client.test_cli import cli
 from tests.realserver import RealServer
 
 
-def test_hardening_122_a_job_printed_has_the_api_s_fields_and_no_claim_s_own(
+def test_hardening_118_a_job_printed_has_the_api_s_fields_and_no_claim_s_own(
     real_server: RealServer,
 ) -> None:
     """A claim hands its worker the enqueue's trace context; no read of a job shows it,
@@ -30,7 +30,7 @@ def test_hardening_122_a_job_printed_has_the_api_s_fields_and_no_claim_s_own(
     assert table.returncode == 0 and "trace_context" not in table.stdout
 
 
-def test_hardening_124_a_dependency_s_result_is_shown_as_json_that_is_still_the_result(
+def test_hardening_120_a_dependency_s_result_is_shown_as_json_that_is_still_the_result(
     real_server: RealServer,
 ) -> None:
     """`jobs show` printed a dependency's result with its hidden characters dropped

@@ -16,7 +16,7 @@ def _at_width(server: RealServer, columns: int, *args: str) -> str:
     return done.stdout
 
 
-def test_hardening_123_a_narrow_terminal_wraps_a_value_never_cuts_it(
+def test_hardening_119_a_narrow_terminal_wraps_a_value_never_cuts_it(
     real_server: RealServer,
 ) -> None:
     """On a terminal of 60 to 80 columns `types list` cut a type's name short (`sen…`):

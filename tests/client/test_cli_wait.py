@@ -106,7 +106,7 @@ def test_hardening_43_a_result_s_terminal_controls_are_printed_as_json_escapes(
         assert "Zoë" in done.stdout
 
 
-def test_hardening_120_a_result_s_tag_characters_print_as_json_that_reads_back_the_same(
+def test_hardening_116_a_result_s_tag_characters_print_as_json_that_reads_back_the_same(
     real_server: RealServer,
 ) -> None:
     """A tag character (U+E0041) lies beyond the BMP: JSON escapes it as a surrogate

@@ -26,7 +26,7 @@ JOB = {
 
 
 @pytest.mark.parametrize("body", [b"not gzip at all", gzip.compress(json.dumps(JOB).encode())])
-def test_hardening_115_async_client_asks_for_and_reads_answers_as_client_does(
+def test_hardening_111_async_client_asks_for_and_reads_answers_as_client_does(
     body: bytes,
 ) -> None:
     """``AsyncClient`` asked for gzip and decoded it; an answer in a coding it could not
@@ -54,7 +54,7 @@ def test_hardening_115_async_client_asks_for_and_reads_answers_as_client_does(
     assert request.headers["Accept-Encoding"] == "identity"
 
 
-def test_hardening_116_arun_leaves_the_loop_s_default_executor_to_its_handlers(
+def test_hardening_112_arun_leaves_the_loop_s_default_executor_to_its_handlers(
     server: RealServer,
 ) -> None:
     """``arun`` ran the worker on a thread of the loop's default executor, held as long
@@ -82,7 +82,7 @@ def test_hardening_116_arun_leaves_the_loop_s_default_executor_to_its_handlers(
     assert asyncio.run(asyncio.wait_for(main(), timeout=DEADLINE)) == {"read": 3}
 
 
-def test_hardening_117_arun_cancelled_twice_returns_once_its_jobs_are_reported(
+def test_hardening_113_arun_cancelled_twice_returns_once_its_jobs_are_reported(
     server: RealServer,
 ) -> None:
     """Cancelled again while it wound down, ``arun`` returned at once: its threads went

@@ -75,7 +75,7 @@ def test_a_host_in_no_proxy_is_reached_directly(
     assert seen == []
 
 
-def test_hardening_119_a_no_proxy_entry_with_a_port_is_reached_directly_by_both_clients(
+def test_hardening_115_a_no_proxy_entry_with_a_port_is_reached_directly_by_both_clients(
     proxy: tuple[int, list[Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``Client`` matched NO_PROXY against the host's name alone: an entry that names its

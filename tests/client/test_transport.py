@@ -319,7 +319,7 @@ def test_tls_trusts_the_certificates_that_python_trusts(
     assert server.requests[-1].startswith(b"GET /keys ")
 
 
-def test_hardening_118_async_client_trusts_the_certificates_that_client_trusts(
+def test_hardening_114_async_client_trusts_the_certificates_that_client_trusts(
     serve: Callable[..., RawServer],
     authority: tuple[trustme.CA, Path],
     tmp_path: Path,

@@ -115,7 +115,7 @@ def test_keys_create_takes_a_priority_label_in_any_case_as_the_api_does(tmp_path
     assert [key["max_priority"] for key in json.loads(listed.output)["keys"]] == ["high"]
 
 
-def test_hardening_108_keys_create_says_the_roles_the_key_has_each_once(tmp_path: Path) -> None:
+def test_hardening_104_keys_create_says_the_roles_the_key_has_each_once(tmp_path: Path) -> None:
     config = tmp_path / "q.toml"
     config.write_text(f'database = "sqlite:///{tmp_path / "q.db"}"\n')
     roles = ["--role", "worker", "--role", "producer", "--role", "worker"]

@@ -227,7 +227,7 @@ def test_hardening_95_a_sweep_more_often_than_every_10_ms_is_refused(
 
 
 @pytest.mark.parametrize("limit", ["max_payload_bytes", "max_result_bytes"])
-def test_hardening_112_a_payload_or_result_limit_no_request_can_carry_is_refused(
+def test_hardening_108_a_payload_or_result_limit_no_request_can_carry_is_refused(
     tmp_path: Path, limit: str
 ) -> None:
     """A payload or result between max_request_bytes and its own limit was 413

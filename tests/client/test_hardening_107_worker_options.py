@@ -30,7 +30,7 @@ from queuelog.client import Worker
         ("idle_seconds", "1"),
     ],
 )
-def test_hardening_111_an_option_out_of_range_is_refused_by_configure_and_when_made(
+def test_hardening_107_an_option_out_of_range_is_refused_by_configure_and_when_made(
     option: str, value: object
 ) -> None:
     # Before, configure(concurrency=0) made a worker that never claimed, and

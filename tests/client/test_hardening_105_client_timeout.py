@@ -12,7 +12,7 @@ URL = "http://127.0.0.1:8000"
 
 
 @pytest.mark.parametrize("timeout", [0, -1, math.nan, math.inf, True, "5"])
-def test_hardening_109_a_timeout_that_is_no_time_to_wait_is_refused_when_the_client_is_made(
+def test_hardening_105_a_timeout_that_is_no_time_to_wait_is_refused_when_the_client_is_made(
     timeout: object,
 ) -> None:
     # Else nan and inf raised ValueError and OverflowError from inside each call, and 0 or

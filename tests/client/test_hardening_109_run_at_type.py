@@ -11,7 +11,7 @@ from queuelog.client import calls
 
 
 @pytest.mark.parametrize("run_at", ["2030-01-01T00:00:00Z", 1893456000, 1893456000.5])
-def test_hardening_113_a_run_at_that_is_no_datetime_is_a_type_error_naming_it(
+def test_hardening_109_a_run_at_that_is_no_datetime_is_a_type_error_naming_it(
     run_at: object,
 ) -> None:
     with pytest.raises(TypeError, match="run_at must be a datetime"):

@@ -24,7 +24,7 @@ from queuelog.client import RetryPolicy
         ("max_delay", "5"),
     ],
 )
-def test_hardening_110_a_retry_policy_that_cannot_wait_is_refused_when_made(
+def test_hardening_106_a_retry_policy_that_cannot_wait_is_refused_when_made(
     option: str, value: object
 ) -> None:
     # Else a server away made the client sleep a negative or NaN time: "sleep length must

@@ -8,7 +8,7 @@ from queuelog.client import Worker
 
 
 @pytest.mark.parametrize("instance", ["host 1", "a" * 65, "mail/1", "é", "x\n", 7])
-def test_hardening_107_an_instance_the_server_refuses_is_refused_when_the_worker_is_made(
+def test_hardening_103_an_instance_the_server_refuses_is_refused_when_the_worker_is_made(
     instance: object,
 ) -> None:
     # Else the worker starts, and its first claim is refused 422 without naming the option.
