@@ -34,7 +34,7 @@ from queuelog.client import Client, Job, JobTimeout, Worker
 from queuelog.client.calls import EnqueueOptions
 from queuelog.client.policy import api_key_of, server_url
 from queuelog.clock import rfc3339
-from queuelog.models import PRIORITY_LABELS, JobStatus
+from queuelog.models import MAX_DEPENDS_ON, MAX_ID, PRIORITY_LABELS, JobStatus
 from queuelog.plain_json import strict_json
 
 EXIT_CODES = """\b
@@ -260,6 +260,17 @@ def payload_argument(text: str | None) -> dict[str, Any]:
     "this payload, priority and run time (while it runs: make a new job).",
 )
 @click.option(
+    "--depends-on",
+    type=click.IntRange(1, MAX_ID),
+    multiple=True,
+    help="A job this one waits for (repeat for several): it is waiting until they end.",
+)
+@click.option(
+    "--on-dependency-failure",
+    type=click.Choice(["cancel", "run"]),
+    help="With --depends-on: cancel this job if one of them fails (default), or run it anyway.",
+)
+@click.option(
     "--wait",
     "wait_seconds",
     type=float,
@@ -277,34 +288,32 @@ def enqueue(
     batch_size: int,
     unique_key: str | None,
     on_duplicate: str | None,
+    depends_on: tuple[int, ...],
+    on_dependency_failure: str | None,
     wait_seconds: float | None,
     url: str | None,
     api_key: str | None,
     as_json: bool,
 ) -> None:
     """Enqueue one job of TYPE, or every job of a JSON-lines file (--from-file)."""
-    # A file's line sets its own: given with --from-file, these would be dropped silently.
-    for_one = {
-        "--priority": priority,
-        "--idempotency-key": idempotency_key,
-        "--group": group,
-        "--unique-key": unique_key,
-        "--on-duplicate": on_duplicate,
-        "--wait": wait_seconds,
-    }
-    given = [name for name, value in for_one.items() if value is not None]
-    _check_usage(job_type is not None, from_file is not None, given, unique_key, on_duplicate)
+    options = EnqueueOptions(
+        priority=priority,
+        idempotency_key=idempotency_key,
+        group=group,
+        unique_key=unique_key,
+        on_duplicate=on_duplicate,
+        depends_on=depends_on or None,
+        on_dependency_failure=on_dependency_failure,
+    )
+    _check_usage(job_type is not None, from_file is not None, options, wait_seconds)
     with Client(url, api_key) as client:
         if from_file is not None:
             created, existing = enqueue_file(client, read_jobs(from_file), batch_size)
             _say_enqueued(created, existing, as_json)
-            return
-        assert job_type is not None
-        options = EnqueueOptions(
-            priority=priority, idempotency_key=idempotency_key, group=group, unique_key=unique_key
-        )
-        options["on_duplicate"] = on_duplicate
-        _enqueue_one(client, job_type, payload_argument(payload), options, wait_seconds, as_json)
+        else:
+            assert job_type is not None
+            payload_json = payload_argument(payload)
+            _enqueue_one(client, job_type, payload_json, options, wait_seconds, as_json)
 
 
 def _enqueue_one(
@@ -327,24 +336,26 @@ def _enqueue_one(
 
 
 def _check_usage(
-    one: bool,
-    from_file: bool,
-    for_one: list[str],
-    unique_key: str | None,
-    on_duplicate: str | None,
+    one: bool, from_file: bool, options: EnqueueOptions, wait_seconds: float | None
 ) -> None:
-    """Options that do not go together, refused before anything is sent. ``for_one``:
-    the options given that only one job takes."""
+    """Options that do not go together, refused before anything is sent."""
     if one and from_file:
         raise click.UsageError("give TYPE [PAYLOAD_JSON] or --from-file FILE, not both")
     if not one and not from_file:
         raise click.UsageError("give TYPE [PAYLOAD_JSON], or --from-file FILE")
-    if from_file and for_one:
-        raise click.UsageError(
-            f"{', '.join(for_one)}: for one job; each line of --from-file gives its own fields"
-        )
-    if on_duplicate and not unique_key:
+    # A file's line sets its own: given with --from-file, these would be dropped silently.
+    given = ["--" + name.replace("_", "-") for name, value in options.items() if value]
+    if wait_seconds is not None:
+        given.append("--wait")
+    if from_file and given:
+        named = ", ".join(given)
+        raise click.UsageError(f"{named}: for one job; each line of --from-file gives its own")
+    if options.get("on_duplicate") and not options.get("unique_key"):
         raise click.UsageError("--on-duplicate needs --unique-key")
+    if options.get("on_dependency_failure") and not options.get("depends_on"):
+        raise click.UsageError("--on-dependency-failure needs --depends-on")
+    if len(options.get("depends_on") or ()) > MAX_DEPENDS_ON:
+        raise click.UsageError(f"--depends-on names at most {MAX_DEPENDS_ON} jobs")
 
 
 def _say_enqueued(created: int, existing: int, as_json: bool) -> None:

@@ -118,6 +118,37 @@ def test_on_duplicate_without_a_unique_key_is_bad_usage(real_server: RealServer)
     assert done.returncode == 2 and "--on-duplicate needs --unique-key" in done.stderr
 
 
+def test_enqueue_depends_on_makes_a_job_that_waits_for_them(real_server: RealServer) -> None:
+    first = json.loads(cli(real_server, "shop", "enqueue", "noop", "--json").stdout)
+    second = json.loads(cli(real_server, "shop", "enqueue", "noop", "--json").stdout)
+    args = ["--depends-on", str(first["id"]), "--depends-on", str(second["id"])]
+    done = cli(real_server, "shop", "enqueue", "noop", *args, "--on-dependency-failure", "run")
+    assert done.returncode == 0, done.stderr
+    assert " waiting (noop, " in done.stdout
+    job_id = done.stdout.split()[1]
+    job = json.loads(cli(real_server, "shop", "jobs", "show", job_id, "--json").stdout)
+    assert job["depends_on"] == [first["id"], second["id"]]
+    for dependency in (first, second):  # ended, not completed: "run" runs it all the same
+        assert cli(real_server, "shop", "jobs", "cancel", str(dependency["id"])).returncode == 0
+    job = json.loads(cli(real_server, "shop", "jobs", "show", job_id, "--json").stdout)
+    assert job["status"] == "pending"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--on-dependency-failure", "run"], "--on-dependency-failure needs --depends-on"),
+        ([f"--depends-on={i}" for i in range(1, 102)], "--depends-on names at most 100 jobs"),
+        (["--depends-on", "0"], "Invalid value for '--depends-on'"),
+    ],
+)
+def test_dependency_options_the_server_would_refuse_are_bad_usage(
+    real_server: RealServer, args: list[str], said: str
+) -> None:
+    done = cli(real_server, "shop", "enqueue", "noop", *args)
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+
+
 def test_jobs_list_cancel_and_retry(real_server: RealServer) -> None:
     job = json.loads(cli(real_server, "shop", "enqueue", "noop", "--json").stdout)
     listed = json.loads(cli(real_server, "root", "jobs", "list", "--json", "--limit", "5").stdout)

@@ -133,6 +133,7 @@ def test_hardening_117_one_job_s_options_beside_a_file_are_bad_usage_not_dropped
         ("--idempotency-key", "file-once"),
         ("--priority", "high"),
         ("--group", "tenant-1"),
+        ("--depends-on", "1"),
     ):
         done = _enqueue_file(real_server, path, option, value)
         assert done.returncode == 2, done.stderr
