@@ -53,12 +53,16 @@ def _indices(job: dict[str, Any]) -> list[int] | None:
 def _check_items(number: int, job: dict[str, Any], index: int) -> None:
     """A line may wait only for the jobs of the lines before it: else bad usage, before
     anything is sent (refused by the server, it would leave the batches before it made)."""
-    late = [i for i in _indices(job) or () if not 0 <= i < index]
+    named = _indices(job) or []
+    late = [i for i in named if not 0 <= i < index]
     if late:
         raise click.BadParameter(
             f"line {number}: depends_on_items names job {late[0]} of the file, where only "
             f"the jobs before this line's (job {index}, counted from 0) may be named"
         )
+    twice = sorted(i for i in set(named) if named.count(i) > 1)
+    if twice:
+        raise click.BadParameter(f"line {number}: depends_on_items names job {twice[0]} twice")
 
 
 def in_batch(job: dict[str, Any], start: int, made: list[int]) -> dict[str, Any]:

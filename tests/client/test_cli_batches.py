@@ -63,6 +63,20 @@ def test_hardening_85_a_line_naming_its_own_or_a_later_job_is_bad_usage_before_a
     assert _made(real_server, "late") == {}
 
 
+def test_a_line_naming_a_job_twice_is_bad_usage_before_any_is_sent(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    # The server refuses it too, but only once the batches before it were made.
+    path = tmp_path / "twice.jsonl"
+    jobs = _tagged("twice", 3)
+    jobs[2]["depends_on_items"] = [0, 1, 0]
+    _lines(path, jobs)
+    done = _enqueue_file(real_server, path, "--batch-size", "1")
+    assert done.returncode == 2, done.stderr
+    assert "line 3: depends_on_items names job 0 twice" in done.stderr
+    assert _made(real_server, "twice") == {}
+
+
 def test_hardening_85_a_null_depends_on_is_none_and_the_items_still_name_the_file_s_jobs(
     real_server: RealServer, tmp_path: Path
 ) -> None:
