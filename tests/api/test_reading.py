@@ -71,6 +71,14 @@ def test_hardening_70_a_number_in_a_query_is_written_in_decimal_digits(
     assert answered.json()["errors"][0]["loc"] == ["query", query.partition("=")[0]]
 
 
+def test_a_number_of_more_digits_than_any_id_is_said_so(producer: Api) -> None:
+    # It is written in decimal digits: the refusal says what else it asks.
+    answered = producer.get("/jobs?depends_on=99999999999999999999")
+    assert answered.status_code == 422, answered.text
+    (error,) = answered.json()["errors"]
+    assert error["msg"] == "must be written in decimal digits, at most 19 of them", error
+
+
 def test_hardening_70_numbers_written_plainly_still_pass(producer: Api) -> None:
     job_id = enqueue(producer)["id"]
     assert producer.get("/jobs?limit=010").status_code == 200

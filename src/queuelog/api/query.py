@@ -28,7 +28,7 @@ def _written(pattern: str, what: str) -> BeforeValidator:
 
 
 # Up to 19 digits: any 64-bit id; the field's own bounds say the rest.
-DIGITS = _written(r"[0-9]{1,19}", "written in decimal digits")
+DIGITS = _written(r"[0-9]{1,19}", "written in decimal digits, at most 19 of them")
 # A number as JSON (and so JavaScript, and most clients) writes one: any number of
 # decimals, an exponent (a computed time may print as 1e-7).
 SECONDS = _written(
