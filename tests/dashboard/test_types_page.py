@@ -44,7 +44,7 @@ def test_types_page_shows_limits_and_running_against_them(
     page = html.unescape(browser.get("/ui/types").text)
     assert '<a href="/ui/types" aria-current="page">' in page
     row = _row(page, "partner")
-    assert "1 / 3" in row and "10 per 2.0 s" in row and "running" in row
+    assert "1 / 3" in row and "10 per 2.0 s" in row and "not paused" in row
     pending, waiting, failed = re.findall(r'<td class="num">(\d+)</td>', row)[-3:]
     assert (pending, waiting, failed) == ("1", "1", "0")
     job_page = browser.get(f"/ui/jobs/{first['id']}").text
