@@ -10,7 +10,8 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,21 @@ WAIT_SECONDS = 1.0
 # A refusal comes within the connection wait and what a request costs besides; the
 # pool's own default wait (30 s) or a hang would be far beyond it.
 REFUSED_WITHIN = WAIT_SECONDS + 9.0
+
+
+@contextmanager
+def behind_a_proxy(tmp_path: Path) -> Iterator[tuple[RealServer, TcpProxy]]:
+    """A server (not started) on a fresh schema, reaching it through a TCP forwarder the
+    test may cut."""
+    with fresh_schema() as url:
+        proxy = TcpProxy.to_database(url)
+        env = {"QUEUELOG_DATABASE_URL": proxy.database_url(url)}
+        config = {"connection_wait_seconds": WAIT_SECONDS}
+        try:
+            with closing(RealServer(tmp_path, config=config, env=env)) as server:
+                yield server, proxy
+        finally:
+            proxy.close()
 
 
 @dataclass
@@ -89,15 +105,8 @@ def _assert_refusal(answer: Answer) -> None:
 def test_a_database_that_goes_away_is_503_within_the_wait_and_comes_back(
     tmp_path: Path,
 ) -> None:
-    with fresh_schema() as url:
-        proxy = TcpProxy.to_database(url)
-        env = {"QUEUELOG_DATABASE_URL": proxy.database_url(url)}
-        config = {"connection_wait_seconds": WAIT_SECONDS}
-        try:
-            with closing(RealServer(tmp_path, config=config, env=env)) as server:
-                _cut_during_a_stream(server, proxy)
-        finally:
-            proxy.close()
+    with behind_a_proxy(tmp_path) as (server, proxy):
+        _cut_during_a_stream(server, proxy)
 
 
 def _cut_during_a_stream(server: RealServer, proxy: TcpProxy) -> None:
@@ -162,26 +171,19 @@ def test_hardening_96_metrics_show_the_fault_while_the_database_is_away(
 ) -> None:
     """/metrics read its admin key from the database: while PostgreSQL was away every
     scrape was 503, so `queuelog_storage_writable 0` was never seen where it mattered."""
-    with fresh_schema() as url:
-        proxy = TcpProxy.to_database(url)
-        env = {"QUEUELOG_DATABASE_URL": proxy.database_url(url)}
-        config = {"connection_wait_seconds": WAIT_SECONDS}
-        try:
-            with closing(RealServer(tmp_path, config=config, env=env)) as server:
-                admin_key = server.create_key("root", "admin")
-                unseen_key = server.create_key("other", "admin")
-                server.start()
-                with server.client(admin_key) as admin:
-                    assert admin.get("/metrics").status_code == 200  # the node finds the key
-                    proxy.cut()
-                    assert _until(lambda: _scraped_writable(admin) == 0, 60)
-                    time.sleep(1.5)  # past the key cache's second: the key is read again
-                    scraped = admin.get("/metrics")
-                with server.client(unseen_key) as other:  # a key never found: not taken
-                    assert other.get("/metrics").status_code == 503
-                    assert other.get("/stats").status_code == 503
-        finally:
-            proxy.close()
+    with behind_a_proxy(tmp_path) as (server, proxy):
+        admin_key = server.create_key("root", "admin")
+        unseen_key = server.create_key("other", "admin")
+        server.start()
+        with server.client(admin_key) as admin:
+            assert admin.get("/metrics").status_code == 200  # the node finds the key
+            proxy.cut()
+            assert _until(lambda: _scraped_writable(admin) == 0, 60)
+            time.sleep(1.5)  # past the key cache's second: the key is read again
+            scraped = admin.get("/metrics")
+        with server.client(unseen_key) as other:  # a key never found: not taken
+            assert other.get("/metrics").status_code == 503
+            assert other.get("/stats").status_code == 503
     assert scraped.status_code == 200
     assert 'queuelog_storage_refused_total{reason="unreachable"}' in scraped.text
     assert "queuelog_jobs{" not in scraped.text  # counts the database could not give

@@ -7,10 +7,8 @@ more room with a remount, as an operator freeing space would.
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.postgres import _in_ci
+from tests.mounts import mount, mounted
 from tests.realserver import RealServer, closing
 
 pytestmark = pytest.mark.slow
@@ -30,29 +28,16 @@ SMALL = "4m"
 ROOMY = "64m"
 BATCH = 100
 REFUSALS_WANTED = 30
-
-
-def _mount(args: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+TMPFS = ["-t", "tmpfs", "-o", f"size={SMALL},mode=0700", "tmpfs"]
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of ``SMALL`` bytes, mounted for this test and unmounted after it."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small filesystem (tmpfs) needs root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = _mount(["mount", "-t", "tmpfs", "-o", f"size={SMALL},mode=0700", "tmpfs", str(mount)])
-    if done.returncode != 0:
-        reason = f"cannot mount a tmpfs: {done.stderr.strip()}"
-        if _in_ci():
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
-    try:
-        yield mount
-    finally:
-        _mount(["umount", "-l", str(mount)])
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    with mounted("a small filesystem (tmpfs)", TMPFS, disk):
+        yield disk
 
 
 def _batch() -> list[dict[str, Any]]:
@@ -193,7 +178,7 @@ def test_a_full_disk_refuses_writes_as_problems_and_recovers_when_space_returns(
             assert _metric(metrics, "queuelog_storage_writable") == 0
 
             # Space returns: readiness finds it, writes are stored again.
-            assert _mount(["mount", "-o", f"remount,size={ROOMY}", str(small_disk)]).returncode == 0
+            assert mount(["mount", "-o", f"remount,size={ROOMY}", str(small_disk)]).returncode == 0
             assert _wait_ready(server).json() == {"status": "ready"}
             for jobs in refused:  # resent with the same idempotency keys
                 response = producer.post("/jobs/batch", json={"jobs": jobs})

@@ -4,8 +4,6 @@ must run as root; it skips otherwise), as file modes would not stop root."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,33 +11,19 @@ import pytest
 from click.testing import CliRunner
 
 from queuelog.cli import main
-from tests.postgres import _in_ci
-
-
-def _mount(args: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+from tests.mounts import mount, mounted
 
 
 @pytest.fixture
 def read_only_folder(tmp_path: Path) -> Iterator[Path]:
     """The config of a migrated database whose folder is then mounted read-only."""
-    if os.geteuid() != 0:
-        pytest.skip("a read-only bind mount needs root")
     folder = tmp_path / "data"
     config = tmp_path / "q.toml"
     config.write_text(f'database = "sqlite:///{folder / "q.db"}"\n')
     assert CliRunner().invoke(main, ["migrate", "--config", str(config)]).exit_code == 0
-    done = _mount(["mount", "--bind", str(folder), str(folder)])
-    if done.returncode != 0:
-        reason = f"cannot bind-mount a folder: {done.stderr.strip()}"
-        if _in_ci():
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
-    try:
-        assert _mount(["mount", "-o", "remount,bind,ro", str(folder)]).returncode == 0
+    with mounted("a folder (bind)", ["--bind", str(folder)], folder):
+        assert mount(["mount", "-o", "remount,bind,ro", str(folder)]).returncode == 0
         yield config
-    finally:
-        _mount(["umount", "-l", str(folder)])
 
 
 @pytest.mark.parametrize(
