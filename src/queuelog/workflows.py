@@ -31,19 +31,25 @@ class Workflows:
         answer never tells that it exists. A job it only holds as a worker is refused too:
         waiting for a job lets its producer read the job's outcome for good
         (``/dependencies``), and keeps it from retention while the dependent is active.
-        A request sent again is not refused here: its idempotency key names its job, and
-        the storage answers with it (a dependency may have been pruned since)."""
+        A request sent again whose dependency is gone (pruned since) is not refused here:
+        its idempotency key names its job, which the storage answers with. (Had that job
+        gone too, the insert finds the dependency missing in its own transaction, and
+        refuses it: ids are never used again, so a missing one stays missing.)"""
         wanted = sorted({dep for spec in specs for dep in spec.depends_on})
         if not wanted:
             return
         found = {job.id: job for job in await self.storage.job_get_many(wanted)}
         for index, spec in enumerate(specs):
+            resent: bool | None = None  # looked up once, if a dependency is gone
             for place, dep in enumerate(spec.depends_on):
                 job = found.get(dep)
                 if job is not None and self._owns(caller, job):
                     continue
-                if await self._sent_before(caller, spec):
-                    break
+                if job is None and resent is None:
+                    resent = await self._sent_before(caller, spec)
+                if job is None and resent:
+                    continue
+                # Another's job is refused even so: the request may make a new job.
                 raise _unseen(dep, place, index if batch else None)
 
     async def _sent_before(self, caller: ApiKey, spec: EnqueueSpec) -> bool:

@@ -152,3 +152,20 @@ def test_hardening_100_a_keyed_enqueue_sent_again_after_its_dependency_was_prune
     assert other.json()["type"] == "idempotency-key-reused"
     new_key = producer.post("/jobs", json={**single, "idempotency_key": "k-new"})
     assert new_key.status_code == 422 and new_key.json()["type"] == "validation"
+
+
+def test_hardening_100_a_key_sent_again_never_lets_a_request_wait_for_another_s_job(
+    producer: Api, as_key: Callable[..., Api]
+) -> None:
+    """Only a dependency that is gone is left to the key's job to answer for: another
+    producer's job is refused as ever, since the key's job may be gone too by the time
+    the request is stored (pruned meanwhile), and the request would then wait for that
+    job, and read its outcome for good."""
+    theirs = enqueue(as_key("rival", "producer"))
+    mine = enqueue(producer)
+    body = {"type": "noop", "idempotency_key": "k-mine", "depends_on": [mine["id"]]}
+    assert producer.post("/jobs", json=body).status_code == 201
+    again = producer.post("/jobs", json={**body, "depends_on": [theirs["id"]]})
+    assert again.status_code == 422, again.text
+    assert again.json()["type"] == "validation"
+    assert again.json()["errors"][0]["loc"] == ["body", "depends_on", 0]
