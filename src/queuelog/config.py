@@ -43,6 +43,9 @@ class _Strict(BaseModel):
 _MIB = 1024 * 1024
 _YEAR_SECONDS = 366 * 86_400
 _RETENTION_MAX_SECONDS = 100 * _YEAR_SECONDS
+# What a request holds beside its payload or result, at most: its type, keys, group and
+# a hundred dependencies' ids; a completion's lease token.
+_REQUEST_ROOM = 4096
 
 
 class Limits(_Strict):
@@ -65,12 +68,12 @@ class Limits(_Strict):
 
     @model_validator(mode="after")
     def _bodies_hold_their_limits(self) -> Limits:
-        # A payload or result the limits take must fit in a request: else one between
-        # the two is 413 body-too-large where 422 payload-too-large is promised, and a
-        # worker's completion carrying such a result never lands.
+        # A payload or result the limits take must fit in a request, beside the rest of
+        # it: else one near its limit is 413 body-too-large where 422 payload-too-large
+        # is promised, and a worker's completion carrying such a result never lands.
         for name in ("max_payload_bytes", "max_result_bytes"):
-            if getattr(self, name) > self.max_request_bytes:
-                raise ValueError(f"{name} must be at most max_request_bytes")
+            if getattr(self, name) > self.max_request_bytes - _REQUEST_ROOM:
+                raise ValueError(f"{name} must be at most max_request_bytes less {_REQUEST_ROOM}")
         return self
 
 

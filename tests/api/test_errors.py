@@ -226,6 +226,27 @@ def test_rate_limit_is_429_with_retry_after(tmp_path: Path, clock: FakeClock) ->
         assert Api(client, other).get("/jobs").status_code == 200
 
 
+def test_hardening_108_a_payload_at_its_limit_fits_in_a_request_beside_the_rest(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    # The tightest limits the config takes: a payload at its limit, with the longest key
+    # and group, is a request the server reads (201), not 413 body-too-large.
+    limits = {"max_request_bytes": 8192, "max_payload_bytes": 4096, "rate_per_second": 0}
+    settings = make_settings(tmp_path, limits={**limits, "max_result_bytes": 4096})
+    path = settings.sqlite_path
+    assert path is not None
+    app = create_app(settings, storage=SqliteStorage(path), clock=clock, run_maintenance=False)
+    with TestClient(app) as client:
+        storage = app.state.queuelog.service.storage
+        _, key = run_blocking(KeyRing(storage, clock).create("p", frozenset({Role.PRODUCER})))
+        api = Api(client, key)
+        long = {"idempotency_key": "k" * 255, "group": "g" * 128, "unique_key": "u" * 255}
+        at_limit = {"type": "noop", "payload": {"x": "a" * (4096 - 8)}, **long}
+        assert api.post("/jobs", json=at_limit).status_code == 201
+        over = api.post("/jobs", json={**at_limit, "payload": {"x": "a" * 4096}})
+        assert over.status_code == 422 and over.json()["type"] == "payload-too-large"
+
+
 def test_payload_limit_is_configurable(tmp_path: Path, clock: FakeClock) -> None:
     settings = make_settings(tmp_path, limits={"max_payload_bytes": 100, "rate_per_second": 0})
     path = settings.sqlite_path

@@ -541,7 +541,7 @@ def acknowledge_together(
 def test_acknowledgements_too_large_for_one_request_are_split(tmp_path: Path) -> None:
     # A server that takes at most 64 KiB a request, and six 30 KB results to report: three
     # or more of them in one acknowledgement are refused as too large, then split.
-    limits = {**CONFIG["limits"], "max_request_bytes": 65_536}
+    limits = {**CONFIG["limits"], "max_request_bytes": 65_536, "max_result_bytes": 32_768}
     server = RealServer(tmp_path, types=TYPES, config={**CONFIG, "limits": limits})
     server.create_key("root", "admin")
     with closing(server):

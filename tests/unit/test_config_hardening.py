@@ -232,13 +232,15 @@ def test_hardening_108_a_payload_or_result_limit_no_request_can_carry_is_refused
 ) -> None:
     """A payload or result between max_request_bytes and its own limit was 413
     body-too-large, not the 422 payload-too-large its limit promises, and a worker's
-    completion carrying such a result never landed."""
+    completion carrying such a result never landed. A request holds more than its
+    payload: the limit leaves it 4,096 bytes for the rest."""
     other = ({"max_payload_bytes", "max_result_bytes"} - {limit}).pop()
-    toml = f"[limits]\nmax_request_bytes = 1024\n{limit} = 65536\n{other} = 1024\n"
-    line = refused(tmp_path, toml)
-    assert line == f"limits: {limit} must be at most max_request_bytes", line
+    for request, given in ((5120, 65536), (8192, 8192), (8192, 4097)):
+        toml = f"[limits]\nmax_request_bytes = {request}\n{limit} = {given}\n{other} = 2\n"
+        line = refused(tmp_path, toml)
+        assert line == f"limits: {limit} must be at most max_request_bytes less 4096", line
     environ = {"QUEUELOG_MAX_REQUEST_BYTES": "4096"}
     assert refused(tmp_path, "", environ).startswith("limits: max_payload_bytes must be")
-    path = tmp_path / "even.toml"
-    path.write_text(f"[limits]\nmax_request_bytes = 2048\n{limit} = 2048\n{other} = 2\n")
-    assert getattr(load_settings(path, environ={}).limits, limit) == 2048
+    path = tmp_path / "room.toml"
+    path.write_text(f"[limits]\nmax_request_bytes = 8192\n{limit} = 4096\n{other} = 2\n")
+    assert getattr(load_settings(path, environ={}).limits, limit) == 4096
