@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from bench.pg import fresh_schema as schema_named
 from bench.pg import with_schema
 from click.testing import CliRunner
 
@@ -356,6 +357,27 @@ def test_hardening_95_a_sweep_interval_too_short_to_count_stops_serve_in_one_lin
     prefix = "Error: cannot load the configuration: QUEUELOG_SWEEP_INTERVAL_SECONDS "
     assert line.startswith(prefix + "(sweep_interval_seconds): "), line
     assert not (tmp_path / "q.db").exists()
+
+
+def test_hardening_97_keys_look_for_the_tables_in_the_first_schema_the_search_path_names(
+    tmp_path: Path,
+) -> None:
+    """A search_path naming an empty schema, then queuelog's: the tables would be made in
+    the first, so the second's are not the ones asked for."""
+    url = postgres_url()
+    with schema_named(url, "ql_test") as made, schema_named(url, "ql_test") as empty:
+        migrated = tmp_path / "made.toml"
+        migrated.write_text(f'database = "{with_schema(url, made)}"\n')
+        assert CliRunner().invoke(main, ["migrate", "--config", str(migrated)]).exit_code == 0
+        both = tmp_path / "both.toml"
+        both.write_text(f'database = "{with_schema(url, f"{empty},{made}")}"\n')
+        result = CliRunner().invoke(main, ["keys", "list", "--config", str(both)])
+        with psycopg.connect(with_schema(url, empty)) as conn:
+            tables = conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()"
+            ).fetchone()
+    assert result.exit_code == 1 and "no queuelog tables in the schema" in result.output
+    assert tables == (0,)
 
 
 @pytest.mark.parametrize("command", [["keys", "list"], ["keys", "revoke", "1"]])

@@ -15,9 +15,10 @@ SELECT pg_advisory_xact_lock(hashtext('queuelog.migrate'), hashtext(current_sche
 CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY);
 
 -- name: migrations_table_found
--- Whether the search_path names a schema that exists, and queuelog made its tables in it.
+-- Whether the search_path names a schema that exists, and queuelog made its tables in the
+-- first it names, where they would be made (not in any it names: to_regclass alone).
 SELECT current_schema() IS NOT NULL AS schema,
-       to_regclass('schema_migrations') IS NOT NULL AS found;
+       to_regclass(quote_ident(current_schema()) || '.schema_migrations') IS NOT NULL AS found;
 
 -- name: migrations_done
 SELECT version FROM schema_migrations;
