@@ -1,6 +1,5 @@
--- A claim of a limited type counts the running jobs whose lease still holds
--- (type_running, type_running_groups): with each lease's end in the index, it counts
--- from the index alone, as it did before it looked at the leases.
-DROP INDEX jobs_running_group;
-CREATE INDEX jobs_running_group ON jobs (type, job_group, lease_expires_at)
-    WHERE status = 'running';
+-- SQLite's migration 0017 puts each running job's lease end in jobs_running_group, so
+-- that a limited claim counts the leases that still hold from the index alone. Here a
+-- count visits the rows anyway (running rows change too often to be all-visible), so
+-- the index stays as it is, and the jobs table is not locked for a rebuild.
+SELECT 1;
