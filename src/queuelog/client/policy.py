@@ -72,11 +72,18 @@ def api_key_of(key: str | None) -> str | None:
     return key
 
 
+def seconds_ok(value: object, most: float | None = None) -> bool:
+    """Whether ``value`` is a finite number of seconds from 0 (to ``most``): what the
+    SDK's times take (a bool is none; a negative or NaN one fails only once waited on)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    return math.isfinite(value) and value >= 0 and (most is None or value <= most)
+
+
 def timeout_of(timeout: float) -> float:
     """``timeout`` if it is seconds to wait, more than none and finite; else ValueError
     (libcurl takes whole milliseconds: nan and inf failed each call, 0 gave it one)."""
-    number = isinstance(timeout, int | float) and not isinstance(timeout, bool)
-    if not number or not math.isfinite(timeout) or timeout <= 0:
+    if not seconds_ok(timeout) or timeout == 0:
         raise ValueError(f"timeout must be a finite number of seconds above 0, not {timeout!r}")
     return timeout
 
@@ -162,9 +169,7 @@ class RetryPolicy:
         if self.attempts < 1:
             raise ValueError("attempts must be 1 or more (1: no second try)")
         for name in ("base_delay", "max_delay"):
-            value = getattr(self, name)
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            if not number or not math.isfinite(value) or value < 0:
+            if not seconds_ok(getattr(self, name)):
                 raise ValueError(f"{name} must be a finite number of seconds, 0 or more")
 
     def delay(self, attempt: int) -> float:

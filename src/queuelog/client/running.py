@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import re
 import threading
 import time
@@ -20,6 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from queuelog.client.policy import seconds_ok
 from queuelog.client.types import Dependency, Job, JsonObject
 from queuelog.errors import InvalidState, NotFound, NotLeaseHolder
 from queuelog.models import INSTANCE_PATTERN
@@ -63,7 +63,7 @@ def _option_problem(options: Options) -> str | None:
         return "concurrency must be a whole number, at least 1"
     if options.prefetch is not None and not _whole(options.prefetch, 0, None):
         return "prefetch must be a whole number, 0 or more"
-    if not _seconds(options.wait_seconds, 30):
+    if not seconds_ok(options.wait_seconds, 30):
         return "wait_seconds must be from 0 to 30"
     if not _whole(options.linger_ms, 0, 1000):
         return "linger_ms must be a whole number from 0 to 1000"
@@ -72,7 +72,7 @@ def _option_problem(options: Options) -> str | None:
     if options.instance is not None and not _instance_ok(options.instance):
         return "instance must be 1-64 of A-Z a-z 0-9 . _ -"
     for name in ("shutdown_seconds", "idle_seconds"):
-        if not _seconds(getattr(options, name), None):
+        if not seconds_ok(getattr(options, name)):
             return f"{name} must be a finite number of seconds, 0 or more"
     return None
 
@@ -82,13 +82,6 @@ def _whole(value: object, least: int, most: int | None) -> bool:
     if not isinstance(value, int) or isinstance(value, bool):
         return False
     return least <= value and (most is None or value <= most)
-
-
-def _seconds(value: object, most: float | None) -> bool:
-    """A finite number of seconds from 0 (to ``most``); a bool is none."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return False
-    return math.isfinite(value) and value >= 0 and (most is None or value <= most)
 
 
 def _instance_ok(instance: object) -> bool:
