@@ -344,15 +344,15 @@ def _check_usage(
     if not one and not from_file:
         raise click.UsageError("give TYPE [PAYLOAD_JSON], or --from-file FILE")
     # A file's line sets its own: given with --from-file, these would be dropped silently.
-    given = ["--" + name.replace("_", "-") for name, value in options.items() if value]
+    given = ["--" + name.replace("_", "-") for name, value in options.items() if value is not None]
     if wait_seconds is not None:
         given.append("--wait")
     if from_file and given:
         named = ", ".join(given)
         raise click.UsageError(f"{named}: for one job; each line of --from-file gives its own")
-    if options.get("on_duplicate") and not options.get("unique_key"):
+    if options.get("on_duplicate") is not None and options.get("unique_key") is None:
         raise click.UsageError("--on-duplicate needs --unique-key")
-    if options.get("on_dependency_failure") and not options.get("depends_on"):
+    if options.get("on_dependency_failure") is not None and options.get("depends_on") is None:
         raise click.UsageError("--on-dependency-failure needs --depends-on")
     if len(options.get("depends_on") or ()) > MAX_DEPENDS_ON:
         raise click.UsageError(f"--depends-on names at most {MAX_DEPENDS_ON} jobs")
