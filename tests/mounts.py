@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.postgres import _in_ci
+from tests.postgres import in_ci
 
 
 def mount(args: list[str]) -> subprocess.CompletedProcess[str]:
@@ -29,7 +29,7 @@ def mounted(what: str, args: list[str], where: Path) -> Iterator[Path]:
     done = mount(["mount", *args, str(where)])
     if done.returncode != 0:
         reason = f"cannot mount {what}: {done.stderr.strip()}"
-        if _in_ci():
+        if in_ci():
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
     try:

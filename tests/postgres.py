@@ -23,7 +23,7 @@ URL_VARIABLE = "QUEUELOG_TEST_POSTGRES_URL"
 NODES = 3  # the storage tests' nodes on one schema
 
 
-def _in_ci() -> bool:
+def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 
 
@@ -41,7 +41,7 @@ def postgres_url() -> str:
     url = os.environ.get(URL_VARIABLE)
     reason = _unavailable(url)
     if reason is not None:
-        if _in_ci():
+        if in_ci():
             pytest.fail(f"{reason} (CI=true requires PostgreSQL)", pytrace=False)
         pytest.skip(reason)
     assert url is not None
