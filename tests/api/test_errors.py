@@ -6,6 +6,8 @@ import asyncio
 import gzip
 import logging
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -226,20 +228,26 @@ def test_rate_limit_is_429_with_retry_after(tmp_path: Path, clock: FakeClock) ->
         assert Api(client, other).get("/jobs").status_code == 200
 
 
-def test_hardening_108_a_payload_at_its_limit_fits_in_a_request_beside_the_rest(
-    tmp_path: Path, clock: FakeClock
-) -> None:
-    # The tightest limits the config takes: a payload at its limit, with the longest key
-    # and group, is a request the server reads (201), not 413 body-too-large.
-    limits = {"max_request_bytes": 8192, "max_payload_bytes": 4096, "rate_per_second": 0}
-    settings = make_settings(tmp_path, limits={**limits, "max_result_bytes": 4096})
+@contextmanager
+def producer_under(tmp_path: Path, clock: FakeClock, limits: dict[str, int]) -> Iterator[Api]:
+    """A producer's client of an app with these ``[limits]`` (and no rate limit)."""
+    settings = make_settings(tmp_path, limits={**limits, "rate_per_second": 0})
     path = settings.sqlite_path
     assert path is not None
     app = create_app(settings, storage=SqliteStorage(path), clock=clock, run_maintenance=False)
     with TestClient(app) as client:
         storage = app.state.queuelog.service.storage
         _, key = run_blocking(KeyRing(storage, clock).create("p", frozenset({Role.PRODUCER})))
-        api = Api(client, key)
+        yield Api(client, key)
+
+
+def test_hardening_108_a_payload_at_its_limit_fits_in_a_request_beside_the_rest(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    # The tightest limits the config takes: a payload at its limit, with the longest key
+    # and group, is a request the server reads (201), not 413 body-too-large.
+    limits = {"max_request_bytes": 8192, "max_payload_bytes": 4096, "max_result_bytes": 4096}
+    with producer_under(tmp_path, clock, limits) as api:
         long = {"idempotency_key": "k" * 255, "group": "g" * 128, "unique_key": "u" * 255}
         at_limit = {"type": "noop", "payload": {"x": "a" * (4096 - 8)}, **long}
         assert api.post("/jobs", json=at_limit).status_code == 201
@@ -248,14 +256,7 @@ def test_hardening_108_a_payload_at_its_limit_fits_in_a_request_beside_the_rest(
 
 
 def test_payload_limit_is_configurable(tmp_path: Path, clock: FakeClock) -> None:
-    settings = make_settings(tmp_path, limits={"max_payload_bytes": 100, "rate_per_second": 0})
-    path = settings.sqlite_path
-    assert path is not None
-    app = create_app(settings, storage=SqliteStorage(path), clock=clock, run_maintenance=False)
-    with TestClient(app) as client:
-        storage = app.state.queuelog.service.storage
-        _, key = run_blocking(KeyRing(storage, clock).create("p", frozenset({Role.PRODUCER})))
-        api = Api(client, key)
+    with producer_under(tmp_path, clock, {"max_payload_bytes": 100}) as api:
         fits = api.post("/jobs", json={"type": "noop", "payload": {"x": "a" * 80}})
         assert fits.status_code == 201
         over = api.post("/jobs", json={"type": "noop", "payload": {"x": "a" * 100}})
