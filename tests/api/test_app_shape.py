@@ -17,7 +17,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 
-from queuelog.api.deps import CurrentKey
+from queuelog.api.deps import CurrentKey, MetricsReader
 from queuelog.api.lean import LeanRoute
 from queuelog.api.metrics import MetricsMiddleware
 from queuelog.api.middleware import (
@@ -107,7 +107,9 @@ ROUTES |= {
     if method == "GET" and path.startswith("/ui")
 }
 
-_AUTHENTICATE = get_args(CurrentKey)[1].dependency
+# The key's dependency: every route's, and /metrics' own, which also takes a key this
+# node last found active while the database cannot be read (SECURITY.md, row 96).
+_AUTHENTICATE = {get_args(key)[1].dependency for key in (CurrentKey, MetricsReader)}
 _DASHBOARD_ADMIN = get_args(DashboardAdmin)[1].dependency
 
 
@@ -123,7 +125,7 @@ def _guard(route: Any) -> str:
     if isinstance(route.original_route, LeanRoute):
         return KEY
     calls = set(_calls(route.dependant))
-    if _AUTHENTICATE in calls:
+    if _AUTHENTICATE & calls:
         return KEY
     if route.path.startswith("/ui"):
         return UI_LOGIN if _DASHBOARD_ADMIN in calls else UI_PUBLIC
