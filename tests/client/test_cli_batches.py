@@ -50,31 +50,35 @@ def test_hardening_85_a_file_s_depends_on_items_name_its_lines_whatever_batch_th
     assert made[3].status.value == made[4].status.value == "waiting"
 
 
+def _refused_before_sending(
+    server: RealServer, tmp_path: Path, tag: str, third: dict[str, Any], batch_size: int
+) -> str:
+    """A file of three jobs, the third with the fields ``third``, sent in batches of
+    ``batch_size``: bad usage before anything is sent (nothing made); what it said."""
+    path = tmp_path / f"{tag}.jsonl"
+    jobs = _tagged(tag, 3)
+    jobs[2].update(third)
+    _lines(path, jobs)
+    done = _enqueue_file(server, path, "--batch-size", str(batch_size))
+    assert done.returncode == 2, done.stderr
+    assert _made(server, tag) == {}
+    return done.stderr
+
+
 def test_hardening_85_a_line_naming_its_own_or_a_later_job_is_bad_usage_before_any_is_sent(
     real_server: RealServer, tmp_path: Path
 ) -> None:
-    path = tmp_path / "late.jsonl"
-    jobs = _tagged("late", 3)
-    jobs[2]["depends_on_items"] = [2]
-    _lines(path, jobs)
-    done = _enqueue_file(real_server, path, "--batch-size", "2")
-    assert done.returncode == 2, done.stderr
-    assert "line 3: depends_on_items names job 2" in done.stderr
-    assert _made(real_server, "late") == {}
+    said = _refused_before_sending(real_server, tmp_path, "late", {"depends_on_items": [2]}, 2)
+    assert "line 3: depends_on_items names job 2" in said
 
 
 def test_a_line_naming_a_job_twice_is_bad_usage_before_any_is_sent(
     real_server: RealServer, tmp_path: Path
 ) -> None:
     # The server refuses it too, but only once the batches before it were made.
-    path = tmp_path / "twice.jsonl"
-    jobs = _tagged("twice", 3)
-    jobs[2]["depends_on_items"] = [0, 1, 0]
-    _lines(path, jobs)
-    done = _enqueue_file(real_server, path, "--batch-size", "1")
-    assert done.returncode == 2, done.stderr
-    assert "line 3: depends_on_items names job 0 twice" in done.stderr
-    assert _made(real_server, "twice") == {}
+    line = {"depends_on_items": [0, 1, 0]}
+    said = _refused_before_sending(real_server, tmp_path, "twice", line, 1)
+    assert "line 3: depends_on_items names job 0 twice" in said
 
 
 def test_hardening_85_a_null_depends_on_is_none_and_the_items_still_name_the_file_s_jobs(
@@ -111,14 +115,9 @@ def test_hardening_85_a_line_naming_more_jobs_of_earlier_batches_than_ids_allow_
 def test_hardening_85_a_line_naming_more_than_100_ids_is_bad_usage_in_any_batch(
     real_server: RealServer, tmp_path: Path
 ) -> None:
-    path = tmp_path / "ids.jsonl"
-    jobs = _tagged("ids", 3)
-    jobs[2]["depends_on"] = list(range(1, 102))
-    _lines(path, jobs)
-    done = _enqueue_file(real_server, path, "--batch-size", "1")
-    assert done.returncode == 2, done.stderr
-    assert "line 3: waits for 101 jobs by id" in done.stderr
-    assert _made(real_server, "ids") == {}
+    line = {"depends_on": list(range(1, 102))}
+    said = _refused_before_sending(real_server, tmp_path, "ids", line, 1)
+    assert "line 3: waits for 101 jobs by id" in said
 
 
 def test_hardening_85_a_keyed_file_sent_again_with_the_same_batch_size_makes_nothing(
